@@ -1,0 +1,516 @@
+//! The agent loop: one turn of one session at a time.
+//!
+//! Flow of a turn ([`Agent::run_turn`]):
+//! 1. wait for the session's turn lock (FIFO: an input that arrives during a turn is queued
+//!    and runs after it);
+//! 2. read the transcript from the store and repair its tail if an earlier run died with tool
+//!    calls unanswered (each gets an `interrupted` tool result, then an `[interrupted]`
+//!    marker), so the transcript is always valid for the model;
+//! 3. append the user's input, then loop: call the model with the enabled tools' schemas →
+//!    append its answer → run its tool calls concurrently, appending each result as soon as it
+//!    and the ones before it are done → repeat until the model answers in text or
+//!    `max_iterations` is reached;
+//! 4. the turn's [`CancellationToken`] can stop it at any await point: the model call is
+//!    dropped (aborting the HTTP request), tools are cancelled (the terminal kills its process
+//!    group), every open tool call gets a result, and an `[interrupted]` marker is appended.
+//!
+//! Every message is committed before the next model call, so a `kill -9` loses at most the
+//! model answer in flight.
+
+mod prompt;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
+use serde::Serialize;
+use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role, StreamEvent, Usage};
+use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
+use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
+use tokio_util::sync::CancellationToken;
+
+pub use prompt::default_system_prompt;
+
+/// The marker appended when a turn is interrupted.
+pub const INTERRUPTED_MARKER: &str = "[interrupted]";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No usable model configuration; the message says what to set.
+    #[error("{0}")]
+    ModelNotConfigured(String),
+    #[error("the model call failed: {0}")]
+    Model(#[from] LlmError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+/// Settings of the loop, from the configuration.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub model: String,
+    pub max_iterations: u32,
+    pub stream: bool,
+    /// Replaces the default system prompt when set.
+    pub system_prompt: Option<String>,
+    pub limits: ToolLimits,
+}
+
+/// Live progress of a turn, for display.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    TurnStarted {
+        turn_id: String,
+    },
+    AssistantDelta {
+        text: String,
+    },
+    ReasoningDelta {
+        text: String,
+    },
+    ModelRetry {
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+    },
+    ToolStarted {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolFinished {
+        call_id: String,
+        name: String,
+        ok: bool,
+        duration_ms: u64,
+        /// The tool message content given to the model.
+        content: String,
+    },
+    /// One model answer was stored (text, tool calls, or both).
+    AssistantMessage {
+        content: Option<String>,
+        tool_calls: usize,
+    },
+}
+
+pub type EventSink = Arc<dyn Fn(AgentEvent) + Send + Sync>;
+
+/// One turn to run.
+pub struct TurnRequest {
+    pub session_id: String,
+    pub input: String,
+    pub cancel: CancellationToken,
+    pub approver: Arc<dyn Approver>,
+    pub workdir: PathBuf,
+    /// Enabled toolsets for this turn.
+    pub toolsets: Vec<String>,
+    pub events: Option<EventSink>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// The model answered in text.
+    Completed,
+    /// The turn's token was cancelled.
+    Interrupted,
+    /// `max_iterations` model calls without a final answer.
+    MaxIterations,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnOutcome {
+    pub turn_id: String,
+    pub status: TurnStatus,
+    /// The final answer, or the message that explains why there is none.
+    pub text: Option<String>,
+    pub usage: Usage,
+    pub iterations: u32,
+}
+
+/// The agent: store, model client, tools. Cheap to share behind an `Arc`.
+pub struct Agent {
+    store: Store,
+    llm: Result<Client, String>,
+    registry: Arc<Registry>,
+    settings: AgentSettings,
+    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Agent {
+    /// `llm` is `Err(message)` when no model is configured: turns then fail with that message.
+    pub fn new(
+        store: Store,
+        llm: Result<Client, String>,
+        registry: Arc<Registry>,
+        settings: AgentSettings,
+    ) -> Self {
+        Self {
+            store,
+            llm,
+            registry,
+            settings,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn settings(&self) -> &AgentSettings {
+        &self.settings
+    }
+
+    fn session_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        // Poisoning cannot leave the map inconsistent: every operation on it is one call.
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = map.get(id).and_then(Weak::upgrade) {
+            return l;
+        }
+        if map.len() > 256 {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let l = Arc::new(tokio::sync::Mutex::new(()));
+        map.insert(id.to_owned(), Arc::downgrade(&l));
+        l
+    }
+
+    /// Runs one turn. Waits behind a running turn of the same session.
+    pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutcome, AgentError> {
+        let llm = self
+            .llm
+            .as_ref()
+            .map_err(|m| AgentError::ModelNotConfigured(m.clone()))?;
+        if req.input.trim().is_empty() {
+            return Err(AgentError::InvalidInput("the message is empty".into()));
+        }
+        if let Some(unknown) = self.registry.unknown_toolsets(&req.toolsets).first() {
+            return Err(AgentError::InvalidInput(format!(
+                "unknown toolset `{unknown}`; known toolsets: {}",
+                self.registry.toolsets().join(", ")
+            )));
+        }
+        let lock = self.session_lock(&req.session_id);
+        let _turn = lock.lock().await;
+        let session = self.store.session(&req.session_id).await?;
+        let turn_id = uuid::Uuid::now_v7().simple().to_string();
+        if req.cancel.is_cancelled() {
+            // Stopped while still queued: nothing ran and nothing is stored.
+            return Ok(TurnOutcome {
+                turn_id,
+                status: TurnStatus::Interrupted,
+                text: None,
+                usage: Usage::default(),
+                iterations: 0,
+            });
+        }
+        self.store
+            .set_status(&session.id, SessionStatus::Running)
+            .await?;
+        let result = self
+            .turn(
+                llm,
+                &req,
+                &turn_id,
+                session.system_prompt.clone(),
+                session.title.is_none(),
+            )
+            .await;
+        // The status goes back to idle whatever happened; a failure here must not hide the
+        // turn's own result.
+        if let Err(e) = self
+            .store
+            .set_status(&session.id, SessionStatus::Idle)
+            .await
+        {
+            tracing::error!(session = %session.id, error = %e, "could not mark the session idle");
+        }
+        result
+    }
+
+    async fn turn(
+        &self,
+        llm: &Client,
+        req: &TurnRequest,
+        turn_id: &str,
+        session_prompt: Option<String>,
+        needs_title: bool,
+    ) -> Result<TurnOutcome, AgentError> {
+        let sid = req.session_id.as_str();
+        let emit = |e: AgentEvent| {
+            if let Some(sink) = &req.events {
+                sink(e);
+            }
+        };
+        emit(AgentEvent::TurnStarted {
+            turn_id: turn_id.to_owned(),
+        });
+        let mut transcript = self.store.messages(sid).await?;
+        self.repair(sid, &mut transcript).await?;
+        let user = self
+            .store
+            .append_message(
+                sid,
+                &NewMessage::new(Role::User, req.input.clone()).turn(turn_id),
+            )
+            .await?;
+        transcript.push(user);
+        if needs_title {
+            self.store.set_title(sid, &title_from(&req.input)).await?;
+        }
+
+        let system = session_prompt
+            .or_else(|| self.settings.system_prompt.clone())
+            .unwrap_or_else(|| default_system_prompt(&req.workdir));
+        let tools = self.registry.schemas(&req.toolsets);
+        let mut usage = Usage::default();
+        let on_stream = |e: StreamEvent| match e {
+            StreamEvent::ContentDelta(text) => emit(AgentEvent::AssistantDelta { text }),
+            StreamEvent::ReasoningDelta(text) => emit(AgentEvent::ReasoningDelta { text }),
+            StreamEvent::Retrying {
+                attempt,
+                delay,
+                error,
+            } => emit(AgentEvent::ModelRetry {
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                error,
+            }),
+        };
+
+        for iteration in 1..=self.settings.max_iterations {
+            let mut messages = Vec::with_capacity(transcript.len() + 1);
+            messages.push(RequestMessage::text(Role::System, system.clone()));
+            messages.extend(transcript.iter().map(Message::to_request));
+            let request = ChatRequest {
+                model: self.settings.model.clone(),
+                messages,
+                tools: tools.clone(),
+                stream: self.settings.stream,
+                stream_options: None,
+            };
+            let answer = tokio::select! {
+                r = llm.chat(request, &on_stream) => r?,
+                () = req.cancel.cancelled() => {
+                    return self.interrupted(sid, turn_id, &[], usage, iteration).await;
+                }
+            };
+            if let Some(u) = &answer.usage {
+                usage.add(u);
+            }
+            let stored = self
+                .store
+                .append_message(
+                    sid,
+                    &NewMessage {
+                        role: Some(Role::Assistant),
+                        content: answer.content.clone(),
+                        tool_calls: answer.tool_calls.clone(),
+                        reasoning: answer.reasoning.clone(),
+                        turn_id: Some(turn_id.to_owned()),
+                        prompt_tokens: answer.usage.map(|u| u.prompt_tokens as i64),
+                        completion_tokens: answer.usage.map(|u| u.completion_tokens as i64),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            emit(AgentEvent::AssistantMessage {
+                content: answer.content.clone(),
+                tool_calls: answer.tool_calls.len(),
+            });
+            transcript.push(stored);
+            if answer.tool_calls.is_empty() {
+                return Ok(TurnOutcome {
+                    turn_id: turn_id.to_owned(),
+                    status: TurnStatus::Completed,
+                    text: Some(answer.content.unwrap_or_default()),
+                    usage,
+                    iterations: iteration,
+                });
+            }
+
+            let answered = self
+                .run_tools(req, turn_id, &answer.tool_calls, &emit, &mut transcript)
+                .await?;
+            if req.cancel.is_cancelled() {
+                let open: Vec<_> = answer.tool_calls[answered..].to_vec();
+                return self
+                    .interrupted(sid, turn_id, &open, usage, iteration)
+                    .await;
+            }
+        }
+
+        let text = format!(
+            "I stopped: this turn reached the limit of {} model calls (max_iterations) without a \
+             final answer. Send another message to let me continue, or raise agent.max_iterations \
+             in config.toml.",
+            self.settings.max_iterations
+        );
+        let m = self
+            .store
+            .append_message(
+                sid,
+                &NewMessage::new(Role::Assistant, text.clone()).turn(turn_id),
+            )
+            .await?;
+        transcript.push(m);
+        Ok(TurnOutcome {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::MaxIterations,
+            text: Some(text),
+            usage,
+            iterations: self.settings.max_iterations,
+        })
+    }
+
+    /// Runs the calls concurrently and stores each result in call order as soon as it and
+    /// those before it are done. Returns how many calls got a stored result; on cancellation
+    /// the remaining ones are answered by [`Agent::interrupted`].
+    async fn run_tools(
+        &self,
+        req: &TurnRequest,
+        turn_id: &str,
+        calls: &[tern_llm::ToolCall],
+        emit: &(dyn Fn(AgentEvent) + Send + Sync),
+        transcript: &mut Vec<Message>,
+    ) -> Result<usize, AgentError> {
+        let mut pending: FuturesOrdered<_> = calls
+            .iter()
+            .map(|call| {
+                let ctx = ToolContext {
+                    session_id: req.session_id.clone(),
+                    workdir: req.workdir.clone(),
+                    cancel: req.cancel.child_token(),
+                    approver: req.approver.clone(),
+                    limits: self.settings.limits.clone(),
+                };
+                emit(AgentEvent::ToolStarted {
+                    call_id: call.id.clone(),
+                    name: call.function.name.clone(),
+                    arguments: call.function.arguments.clone(),
+                });
+                let cancel = req.cancel.clone();
+                async move {
+                    let t0 = Instant::now();
+                    let r = tokio::select! {
+                        r = self.registry.call(&call.function.name, &call.function.arguments, &req.toolsets, ctx) => Some(r),
+                        // A tool that ignores its token is dropped; its guards clean up.
+                        () = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(2)).await } => None,
+                    };
+                    (call, r, t0.elapsed())
+                }
+            })
+            .collect();
+        let mut answered = 0;
+        while let Some((call, r, took)) = pending.next().await {
+            let Some(r) = r else { break };
+            let content = result_to_content(&r);
+            emit(AgentEvent::ToolFinished {
+                call_id: call.id.clone(),
+                name: call.function.name.clone(),
+                ok: r.is_ok(),
+                duration_ms: took.as_millis() as u64,
+                content: content.clone(),
+            });
+            let m = self
+                .store
+                .append_message(
+                    &req.session_id,
+                    &NewMessage::tool_result(&call.id, &call.function.name, content).turn(turn_id),
+                )
+                .await?;
+            transcript.push(m);
+            answered += 1;
+        }
+        Ok(answered)
+    }
+
+    /// Answers open tool calls and appends the marker.
+    async fn interrupted(
+        &self,
+        sid: &str,
+        turn_id: &str,
+        open: &[tern_llm::ToolCall],
+        usage: Usage,
+        iterations: u32,
+    ) -> Result<TurnOutcome, AgentError> {
+        let mut msgs: Vec<NewMessage> = open
+            .iter()
+            .map(|c| {
+                NewMessage::tool_result(&c.id, &c.function.name, interrupted_result()).turn(turn_id)
+            })
+            .collect();
+        msgs.push(NewMessage::new(Role::Assistant, INTERRUPTED_MARKER).turn(turn_id));
+        self.store.append_messages(sid, &msgs).await?;
+        Ok(TurnOutcome {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::Interrupted,
+            text: None,
+            usage,
+            iterations,
+        })
+    }
+
+    /// Makes the stored transcript valid again after a run that died mid-turn: tool calls of
+    /// the last assistant message without a result get an interrupted result, then a marker.
+    async fn repair(&self, sid: &str, transcript: &mut Vec<Message>) -> Result<(), AgentError> {
+        let Some(pos) = transcript
+            .iter()
+            .rposition(|m| m.role == Role::Assistant && !m.tool_calls.is_empty())
+        else {
+            return Ok(());
+        };
+        let answered: Vec<&str> = transcript[pos + 1..]
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        let missing: Vec<NewMessage> = transcript[pos]
+            .tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| NewMessage::tool_result(&c.id, &c.function.name, interrupted_result()))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(
+            session = sid,
+            open = missing.len(),
+            "repairing a transcript left mid-turn"
+        );
+        let mut msgs = missing;
+        msgs.push(NewMessage::new(Role::Assistant, INTERRUPTED_MARKER));
+        let stored = self.store.append_messages(sid, &msgs).await?;
+        transcript.extend(stored);
+        Ok(())
+    }
+}
+
+fn interrupted_result() -> String {
+    serde_json::json!({"error": "interrupted: the turn was stopped before this tool call finished"})
+        .to_string()
+}
+
+/// A session title from its first message: the first line, at most 60 characters.
+fn title_from(input: &str) -> String {
+    let line = input.trim().lines().next().unwrap_or_default();
+    let mut t: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        t.push('…');
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,553 @@
+//! Agent loop tests: every one drives the scripted fake model over real HTTP.
+
+use super::*;
+use serde_json::Value;
+use tern_fake_model::{FakeModel, Reply};
+use tern_llm::ClientConfig;
+use tern_store::NewSession;
+use tern_tools::DenyAll;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    work: PathBuf,
+    fake: FakeModel,
+    agent: Arc<Agent>,
+    session: String,
+}
+
+async fn env_with(max_iterations: u32, stream: bool) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    let fake = FakeModel::start().await.unwrap();
+    let mut cfg = ClientConfig::new(fake.base_url());
+    cfg.backoff_base = Duration::from_millis(5);
+    cfg.max_retries = 2;
+    let agent = Arc::new(Agent::new(
+        store.clone(),
+        Ok(Client::new(cfg).unwrap()),
+        Arc::new(Registry::builtin()),
+        AgentSettings {
+            model: "fake-model".into(),
+            max_iterations,
+            stream,
+            system_prompt: None,
+            limits: ToolLimits::default(),
+        },
+    ));
+    let session = store
+        .create_session(NewSession {
+            source: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    Env {
+        _dir: dir,
+        work,
+        fake,
+        agent,
+        session,
+    }
+}
+
+async fn env() -> Env {
+    env_with(60, false).await
+}
+
+impl Env {
+    fn request(&self, input: &str) -> TurnRequest {
+        TurnRequest {
+            session_id: self.session.clone(),
+            input: input.into(),
+            cancel: CancellationToken::new(),
+            approver: Arc::new(DenyAll {
+                reason: "nobody to ask in tests".into(),
+            }),
+            workdir: self.work.clone(),
+            toolsets: vec!["terminal".into(), "file".into()],
+            events: None,
+        }
+    }
+
+    async fn turn(&self, input: &str) -> TurnOutcome {
+        self.agent.run_turn(self.request(input)).await.unwrap()
+    }
+
+    async fn transcript(&self) -> Vec<Message> {
+        self.agent.store().messages(&self.session).await.unwrap()
+    }
+}
+
+/// Every assistant tool call is followed by exactly one matching tool result before the next
+/// non-tool message; the shape strict servers require.
+fn assert_valid_transcript(msgs: &[Value]) {
+    let mut i = 0;
+    while i < msgs.len() {
+        let m = &msgs[i];
+        if m["role"] == "tool" {
+            panic!("tool message without a preceding call at {i}: {msgs:#?}");
+        }
+        if let Some(calls) = m["tool_calls"].as_array() {
+            let mut ids: Vec<&str> = calls.iter().map(|c| c["id"].as_str().unwrap()).collect();
+            i += 1;
+            while i < msgs.len() && msgs[i]["role"] == "tool" {
+                let id = msgs[i]["tool_call_id"].as_str().unwrap();
+                let pos = ids
+                    .iter()
+                    .position(|x| *x == id)
+                    .expect("result for an unknown call");
+                ids.remove(pos);
+                i += 1;
+            }
+            assert!(
+                ids.is_empty(),
+                "calls without results: {ids:?} in {msgs:#?}"
+            );
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn tool_content(m: &Message) -> Value {
+    serde_json::from_str(m.content.as_deref().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn one_shot_turn_with_a_tool_call() {
+    let e = env().await;
+    e.fake
+        .push(
+            Reply::tool_call("c1", "terminal", r#"{"command":"echo hello-from-tool"}"#)
+                .usage(20, 5),
+        )
+        .push(Reply::text("The command printed hello-from-tool.").usage(40, 8));
+    let out = e.turn("run echo").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    assert_eq!(
+        out.text.as_deref(),
+        Some("The command printed hello-from-tool.")
+    );
+    assert_eq!(out.iterations, 2);
+    assert_eq!(
+        (out.usage.prompt_tokens, out.usage.completion_tokens),
+        (60, 13)
+    );
+
+    let reqs = e.fake.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].messages()[0]["role"], "system");
+    assert_eq!(reqs[0].messages()[1]["content"], "run echo");
+    let mut names = reqs[0].tool_names();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "list_dir",
+            "patch_file",
+            "read_file",
+            "terminal",
+            "write_file"
+        ]
+    );
+    let tool_msg = &reqs[1].messages()[3];
+    assert_eq!(tool_msg["role"], "tool");
+    assert_eq!(tool_msg["tool_call_id"], "c1");
+    let result: Value = serde_json::from_str(tool_msg["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["output"], "hello-from-tool\n");
+    assert_eq!(result["exit_code"], 0);
+
+    let t = e.transcript().await;
+    let roles: Vec<_> = t.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
+    assert_eq!(t[1].prompt_tokens, Some(20));
+    assert_eq!(t[2].tool_name.as_deref(), Some("terminal"));
+    let s = e.agent.store().session(&e.session).await.unwrap();
+    assert_eq!(s.status, SessionStatus::Idle);
+    assert_eq!(s.title.as_deref(), Some("run echo"));
+    assert_eq!((s.prompt_tokens, s.completion_tokens), (60, 13));
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_run_concurrently_and_keep_call_order() {
+    let e = env().await;
+    // Each command waits for the other's file: run one after the other, the first would
+    // time out; run together, both succeed.
+    let a = r#"{"command":"touch a; for i in $(seq 200); do [ -f b ] && echo A-saw-B && exit 0; sleep 0.05; done; exit 1","timeout":20}"#;
+    let b = r#"{"command":"touch b; for i in $(seq 200); do [ -f a ] && echo B-saw-A && exit 0; sleep 0.05; done; exit 1","timeout":20}"#;
+    e.fake
+        .push(Reply::tool_calls([
+            ("ca", "terminal", a.to_owned()),
+            ("cb", "terminal", b.to_owned()),
+        ]))
+        .push(Reply::text("both done"));
+    let out = e.turn("rendezvous").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    let t = e.transcript().await;
+    assert_eq!(t[2].tool_call_id.as_deref(), Some("ca"));
+    assert_eq!(t[3].tool_call_id.as_deref(), Some("cb"));
+    assert_eq!(tool_content(&t[2])["output"], "A-saw-B\n");
+    assert_eq!(tool_content(&t[3])["output"], "B-saw-A\n");
+}
+
+#[tokio::test]
+async fn invalid_tool_arguments_become_tool_errors() {
+    let e = env().await;
+    e.fake
+        .push(Reply::tool_calls([
+            (
+                "bad-json",
+                "terminal",
+                r#"{"command": "echo hi""#.to_owned(),
+            ),
+            ("bad-schema", "terminal", r#"{"cmd": "echo hi"}"#.to_owned()),
+            ("unknown", "launch_rockets", "{}".to_owned()),
+        ]))
+        .push(Reply::text("I will fix my arguments"));
+    let out = e.turn("go").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    let t = e.transcript().await;
+    let errs: Vec<String> = t[2..5]
+        .iter()
+        .map(|m| tool_content(m)["error"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(errs[0].contains("not valid JSON"), "{}", errs[0]);
+    assert!(
+        errs[1].contains("invalid arguments for `terminal`") && errs[1].contains("command"),
+        "{}",
+        errs[1]
+    );
+    assert!(
+        errs[2].contains("unknown tool `launch_rockets`"),
+        "{}",
+        errs[2]
+    );
+    assert_valid_transcript(e.fake.requests()[1].messages());
+}
+
+#[tokio::test]
+async fn model_500_then_success_is_retried() {
+    let e = env().await;
+    e.fake
+        .push(Reply::error(500, "boom"))
+        .push(Reply::rate_limited(0))
+        .push(Reply::text("recovered"));
+    let out = e.turn("hi").await;
+    assert_eq!(out.text.as_deref(), Some("recovered"));
+    assert_eq!(e.fake.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn model_errors_past_the_retry_budget_fail_the_turn_and_keep_the_input() {
+    let e = env().await;
+    for _ in 0..3 {
+        e.fake.push(Reply::error(503, "down"));
+    }
+    e.fake.push(Reply::text("never"));
+    let err = e.agent.run_turn(e.request("hi")).await.unwrap_err();
+    assert!(
+        matches!(err, AgentError::Model(LlmError::Http { status: 503, .. })),
+        "{err}"
+    );
+    assert_eq!(e.fake.requests().len(), 3, "one try plus two retries");
+    let t = e.transcript().await;
+    assert_eq!(t.len(), 1, "the user's input is kept");
+    assert_eq!(
+        e.agent.store().session(&e.session).await.unwrap().status,
+        SessionStatus::Idle
+    );
+    // A 400 is not retried.
+    let e = env().await;
+    e.fake
+        .push(Reply::error(400, "bad request"))
+        .push(Reply::text("x"));
+    assert!(e.agent.run_turn(e.request("hi")).await.is_err());
+    assert_eq!(e.fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn max_iterations_ends_the_turn_with_a_clear_message() {
+    let e = env_with(3, false).await;
+    e.fake
+        .set_responder(|_| Reply::tool_call("loop", "list_dir", "{}"));
+    let out = e.turn("loop forever").await;
+    assert_eq!(out.status, TurnStatus::MaxIterations);
+    assert_eq!(e.fake.requests().len(), 3);
+    let text = out.text.unwrap();
+    assert!(
+        text.contains("limit of 3 model calls") && text.contains("max_iterations"),
+        "{text}"
+    );
+    let t = e.transcript().await;
+    assert_eq!(t.last().unwrap().content.as_deref(), Some(text.as_str()));
+    // The transcript stays valid: the next turn works.
+    e.fake.set_responder(|_| Reply::text("ok"));
+    assert_eq!(e.turn("continue").await.status, TurnStatus::Completed);
+    assert_valid_transcript(e.fake.requests().last().unwrap().messages());
+}
+
+#[tokio::test]
+async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
+    let e = env().await;
+    let pidfile = e.work.join("pid");
+    let cmd = format!(
+        r#"{{"command":"echo $$ > {}; sleep 60"}}"#,
+        pidfile.display()
+    );
+    e.fake.push(Reply::tool_calls([
+        ("fast", "list_dir", "{}".to_owned()),
+        ("slow", "terminal", cmd),
+    ]));
+    let mut req = e.request("start something long");
+    let cancel = req.cancel.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    req.events = Some(Arc::new(move |ev| {
+        let _ = tx.send(ev);
+    }));
+    let agent = e.agent.clone();
+    let turn = tokio::spawn(async move { agent.run_turn(req).await });
+    while let Some(ev) = rx.recv().await {
+        if matches!(&ev, AgentEvent::ToolFinished { call_id, .. } if call_id == "fast") {
+            break;
+        }
+    }
+    for _ in 0..200 {
+        if std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n')) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    let out = turn.await.unwrap().unwrap();
+    assert_eq!(out.status, TurnStatus::Interrupted);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+        "the tool's child process was killed"
+    );
+    let t = e.transcript().await;
+    let last = &t[t.len() - 1];
+    assert_eq!(last.content.as_deref(), Some(INTERRUPTED_MARKER));
+    let slow = t
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("slow"))
+        .unwrap();
+    assert!(
+        tool_content(slow)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted")
+    );
+    assert_eq!(
+        e.agent.store().session(&e.session).await.unwrap().status,
+        SessionStatus::Idle
+    );
+
+    e.fake.push(Reply::text("fine, continuing"));
+    let out = e.turn("what happened?").await;
+    assert_eq!(out.text.as_deref(), Some("fine, continuing"));
+    let msgs = e.fake.requests().last().unwrap().messages().to_vec();
+    assert_valid_transcript(&msgs);
+    assert_eq!(msgs.last().unwrap()["content"], "what happened?");
+}
+
+#[tokio::test]
+async fn interrupt_during_the_model_call_aborts_it() {
+    let e = env().await;
+    e.fake.push(Reply::hang());
+    let req = e.request("hello?");
+    let cancel = req.cancel.clone();
+    let agent = e.agent.clone();
+    let turn = tokio::spawn(async move { agent.run_turn(req).await });
+    e.fake
+        .wait_requests(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    cancel.cancel();
+    let out = tokio::time::timeout(Duration::from_secs(10), turn)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status, TurnStatus::Interrupted);
+    let t = e.transcript().await;
+    assert_eq!(
+        t.iter()
+            .map(|m| m.content.as_deref().unwrap())
+            .collect::<Vec<_>>(),
+        ["hello?", INTERRUPTED_MARKER]
+    );
+}
+
+#[tokio::test]
+async fn a_transcript_left_mid_turn_is_repaired() {
+    let e = env().await;
+    // What a kill -9 during a tool leaves behind: a call without a result.
+    let store = e.agent.store();
+    store
+        .append_message(&e.session, &NewMessage::new(Role::User, "do it"))
+        .await
+        .unwrap();
+    store
+        .append_message(
+            &e.session,
+            &NewMessage {
+                role: Some(Role::Assistant),
+                tool_calls: vec![
+                    tern_llm::ToolCall::new("done", "list_dir", "{}"),
+                    tern_llm::ToolCall::new("lost", "terminal", r#"{"command":"sleep 100"}"#),
+                ],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .append_message(
+            &e.session,
+            &NewMessage::tool_result("done", "list_dir", "{}"),
+        )
+        .await
+        .unwrap();
+    e.fake.push(Reply::text("resumed"));
+    assert_eq!(e.turn("again").await.text.as_deref(), Some("resumed"));
+    assert_valid_transcript(e.fake.requests()[0].messages());
+    let t = e.transcript().await;
+    assert_eq!(t[3].tool_call_id.as_deref(), Some("lost"));
+    assert_eq!(t[4].content.as_deref(), Some(INTERRUPTED_MARKER));
+}
+
+#[tokio::test]
+async fn streaming_keeps_reasoning_and_emits_deltas() {
+    let e = env_with(60, true).await;
+    e.fake
+        .push(
+            Reply::tool_call(
+                "c1",
+                "write_file",
+                r#"{"path":"out.txt","content":"streamed"}"#,
+            )
+            .reasoning("need a file"),
+        )
+        .push(
+            Reply::text("Wrote out.txt for you.")
+                .reasoning_as_reasoning("done now")
+                .usage(7, 3),
+        );
+    let deltas = Arc::new(Mutex::new(String::new()));
+    let d2 = deltas.clone();
+    let mut req = e.request("write it");
+    req.events = Some(Arc::new(move |ev| {
+        if let AgentEvent::AssistantDelta { text } = ev {
+            d2.lock().unwrap().push_str(&text);
+        }
+    }));
+    let out = e.agent.run_turn(req).await.unwrap();
+    assert_eq!(out.text.as_deref(), Some("Wrote out.txt for you."));
+    assert_eq!(*deltas.lock().unwrap(), "Wrote out.txt for you.");
+    assert_eq!(
+        std::fs::read_to_string(e.work.join("out.txt")).unwrap(),
+        "streamed"
+    );
+    assert_eq!(e.fake.requests()[0].body["stream"], true);
+    let t = e.transcript().await;
+    assert_eq!(t[1].reasoning.as_deref(), Some("need a file"));
+    assert_eq!(t[3].reasoning.as_deref(), Some("done now"));
+    assert_eq!(t[3].completion_tokens, Some(3));
+    assert!(
+        e.fake.requests()[1]
+            .messages()
+            .iter()
+            .all(|m| m.get("reasoning").is_none())
+    );
+}
+
+#[tokio::test]
+async fn inputs_during_a_turn_queue_behind_it() {
+    let e = env().await;
+    e.fake
+        .push(Reply::text("first answer").delay(Duration::from_millis(300)))
+        .push(Reply::text("second answer"));
+    let (a, b) = (e.agent.clone(), e.agent.clone());
+    let r1 = e.request("first");
+    let r2 = e.request("second");
+    let t1 = tokio::spawn(async move { a.run_turn(r1).await });
+    e.fake
+        .wait_requests(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let t2 = tokio::spawn(async move { b.run_turn(r2).await });
+    assert_eq!(
+        t1.await.unwrap().unwrap().text.as_deref(),
+        Some("first answer")
+    );
+    assert_eq!(
+        t2.await.unwrap().unwrap().text.as_deref(),
+        Some("second answer")
+    );
+    let contents: Vec<_> = e
+        .transcript()
+        .await
+        .into_iter()
+        .map(|m| m.content.unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        ["first", "first answer", "second", "second answer"]
+    );
+}
+
+#[tokio::test]
+async fn no_model_configured_says_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    let sid = store
+        .create_session(NewSession {
+            source: "t".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let agent = Agent::new(
+        store.clone(),
+        Err("no model is configured: set TERN_MODEL".into()),
+        Arc::new(Registry::builtin()),
+        AgentSettings {
+            model: String::new(),
+            max_iterations: 60,
+            stream: false,
+            system_prompt: None,
+            limits: ToolLimits::default(),
+        },
+    );
+    let err = agent
+        .run_turn(TurnRequest {
+            session_id: sid.clone(),
+            input: "hi".into(),
+            cancel: CancellationToken::new(),
+            approver: Arc::new(DenyAll {
+                reason: String::new(),
+            }),
+            workdir: dir.path().into(),
+            toolsets: vec![],
+            events: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("TERN_MODEL"));
+    assert!(
+        store.messages(&sid).await.unwrap().is_empty(),
+        "nothing stored"
+    );
+}

@@ -1,0 +1,527 @@
+//! A scripted OpenAI-compatible model server for tests and benchmarks.
+//!
+//! Flow: [`FakeModel::start`] binds `127.0.0.1:0` and serves `POST /v1/chat/completions` and
+//! `GET /v1/models` over real HTTP → each completion request is recorded (body, headers,
+//! arrival time) and answered with the next scripted [`Reply`] (text, tool calls, reasoning,
+//! an HTTP error, a delay, or a hang), or by the responder function once the script is empty
+//! → a request with `"stream": true` gets the same reply as SSE chunks, tool-call arguments
+//! split across chunks the way real servers split them. With neither script nor responder,
+//! the server answers 500 with a body that says so, so a test that under-scripts fails loudly.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    kind: Kind,
+    delay: Duration,
+    chunk_delay: Duration,
+    usage: Option<(u64, u64)>,
+    reasoning: Option<(String, &'static str)>,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Message {
+        content: Option<String>,
+        tool_calls: Vec<(String, String, String)>,
+    },
+    Error {
+        status: u16,
+        body: String,
+        retry_after: Option<u64>,
+    },
+    /// Raw SSE `data:` payloads, sent as they are.
+    RawSse(Vec<String>),
+    /// Raw response body with a JSON content type.
+    RawJson(String),
+    Hang,
+}
+
+impl Reply {
+    fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            usage: None,
+            reasoning: None,
+        }
+    }
+
+    /// A final text answer.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self::new(Kind::Message {
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+        })
+    }
+
+    /// One tool call; `arguments` is sent verbatim (it need not be valid JSON).
+    pub fn tool_call(id: &str, name: &str, arguments: impl Into<String>) -> Self {
+        Self::tool_calls([(id, name, arguments.into())])
+    }
+
+    /// Several tool calls in one answer.
+    pub fn tool_calls<'a>(calls: impl IntoIterator<Item = (&'a str, &'a str, String)>) -> Self {
+        Self::new(Kind::Message {
+            content: None,
+            tool_calls: calls
+                .into_iter()
+                .map(|(i, n, a)| (i.to_owned(), n.to_owned(), a))
+                .collect(),
+        })
+    }
+
+    /// An HTTP error with an OpenAI-style error body.
+    pub fn error(status: u16, message: &str) -> Self {
+        Self::new(Kind::Error {
+            status,
+            body: json!({"error": {"message": message, "type": "server_error"}}).to_string(),
+            retry_after: None,
+        })
+    }
+
+    /// An HTTP 429 with a `Retry-After` header.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        Self::new(Kind::Error {
+            status: 429,
+            body: json!({"error": {"message": "rate limited", "type": "rate_limit"}}).to_string(),
+            retry_after: Some(retry_after_secs),
+        })
+    }
+
+    /// Raw SSE data payloads (without `data: `), for malformed or unusual streams.
+    pub fn raw_sse(chunks: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::new(Kind::RawSse(chunks.into_iter().map(Into::into).collect()))
+    }
+
+    /// A raw JSON body for a non-streaming request.
+    pub fn raw_json(body: impl Into<String>) -> Self {
+        Self::new(Kind::RawJson(body.into()))
+    }
+
+    /// Never answers (until the client gives up or the server stops).
+    pub fn hang() -> Self {
+        Self::new(Kind::Hang)
+    }
+
+    /// Waits before answering.
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.delay = d;
+        self
+    }
+
+    /// Waits between streamed chunks.
+    pub fn chunk_delay(mut self, d: Duration) -> Self {
+        self.chunk_delay = d;
+        self
+    }
+
+    /// Reports token usage (omitted by default, as several real servers do).
+    pub fn usage(mut self, prompt: u64, completion: u64) -> Self {
+        self.usage = Some((prompt, completion));
+        self
+    }
+
+    /// Adds reasoning under `reasoning_content` (DeepSeek, vLLM).
+    pub fn reasoning(mut self, text: &str) -> Self {
+        self.reasoning = Some((text.to_owned(), "reasoning_content"));
+        self
+    }
+
+    /// Adds reasoning under `reasoning` (OpenRouter, Ollama).
+    pub fn reasoning_as_reasoning(mut self, text: &str) -> Self {
+        self.reasoning = Some((text.to_owned(), "reasoning"));
+        self
+    }
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub body: Value,
+    pub headers: HeaderMap,
+    pub at: Instant,
+}
+
+impl Recorded {
+    /// The `messages` array of a completion request.
+    pub fn messages(&self) -> &[Value] {
+        self.body["messages"].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    /// Names of the tools offered.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    script: VecDeque<Reply>,
+    responder: Option<Responder>,
+    requests: Vec<Recorded>,
+    models: Vec<String>,
+    required_key: Option<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    inner: Mutex<Inner>,
+    arrived: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock can only come from a test assertion elsewhere;
+        // the data stays usable, so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The running fake server. Stops when dropped.
+pub struct FakeModel {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeModel {
+    /// Starts a server on `127.0.0.1` with a random port.
+    pub async fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        shared.lock().models = vec!["fake-model".to_owned()];
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .route("/v1/models", get(models))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(%e, "fake model server stopped");
+            }
+        });
+        Ok(Self { addr, shared, task })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues a reply; replies are used in order.
+    pub fn push(&self, r: Reply) -> &Self {
+        self.shared.lock().script.push_back(r);
+        self
+    }
+
+    /// Answers with `f(request body)` once the script is empty.
+    pub fn set_responder(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        self.shared.lock().responder = Some(Arc::new(f));
+    }
+
+    /// The model ids `GET /v1/models` lists.
+    pub fn set_models(&self, ids: &[&str]) {
+        self.shared.lock().models = ids.iter().map(|s| (*s).to_owned()).collect();
+    }
+
+    /// Requires `Authorization: Bearer KEY` (401 otherwise).
+    pub fn require_key(&self, key: &str) {
+        self.shared.lock().required_key = Some(key.to_owned());
+    }
+
+    /// Scripted replies not used yet.
+    pub fn remaining(&self) -> usize {
+        self.shared.lock().script.len()
+    }
+
+    /// Every completion request received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Waits until at least `n` completion requests arrived; `None` on timeout.
+    pub async fn wait_requests(&self, n: usize, timeout: Duration) -> Option<Vec<Recorded>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.shared.arrived.notified();
+            {
+                let inner = self.shared.lock();
+                if inner.requests.len() >= n {
+                    return Some(inner.requests.clone());
+                }
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            if tokio::time::timeout(left, notified).await.is_err() {
+                let inner = self.shared.lock();
+                return (inner.requests.len() >= n).then(|| inner.requests.clone());
+            }
+        }
+    }
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    let Some(key) = shared.lock().required_key.clone() else {
+        return true;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bearer {key}"))
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({"error": {"message": "Invalid API key", "code": "invalid_api_key"}})),
+    )
+        .into_response()
+}
+
+async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !authorized(&shared, &headers) {
+        return unauthorized();
+    }
+    let data: Vec<Value> = shared
+        .lock()
+        .models
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "owned_by": "fake"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return unauthorized();
+    }
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("fake model: body is not JSON: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let reply = {
+        let mut inner = shared.lock();
+        inner.requests.push(Recorded {
+            path: "/v1/chat/completions".into(),
+            body: body.clone(),
+            headers,
+            at: Instant::now(),
+        });
+        let responder = inner.responder.clone();
+        inner
+            .script
+            .pop_front()
+            .or_else(|| responder.map(|f| f(&body)))
+    };
+    shared.arrived.notify_waiters();
+    let Some(reply) = reply else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"error": {"message": "fake model: no scripted reply left"}})),
+        )
+            .into_response();
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let model = body["model"].as_str().unwrap_or("fake-model").to_owned();
+    match &reply.kind {
+        Kind::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!("pending never completes")
+        }
+        Kind::Error {
+            status,
+            body,
+            retry_after,
+        } => {
+            let mut resp = (
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                [(header::CONTENT_TYPE, "application/json")],
+                body.clone(),
+            )
+                .into_response();
+            if let Some(s) = retry_after {
+                if let Ok(v) = s.to_string().parse() {
+                    resp.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+            }
+            resp
+        }
+        Kind::RawJson(b) => {
+            ([(header::CONTENT_TYPE, "application/json")], b.clone()).into_response()
+        }
+        Kind::RawSse(chunks) => sse_response(chunks.clone(), reply.chunk_delay),
+        Kind::Message { .. } if stream => {
+            sse_response(stream_chunks(&reply, &model), reply.chunk_delay)
+        }
+        Kind::Message { .. } => axum::Json(full_completion(&reply, &model)).into_response(),
+    }
+}
+
+fn usage_json(u: (u64, u64)) -> Value {
+    json!({"prompt_tokens": u.0, "completion_tokens": u.1, "total_tokens": u.0 + u.1})
+}
+
+fn full_completion(r: &Reply, model: &str) -> Value {
+    let Kind::Message {
+        content,
+        tool_calls,
+    } = &r.kind
+    else {
+        return Value::Null;
+    };
+    let mut msg = json!({"role": "assistant", "content": content});
+    if let Some((text, field)) = &r.reasoning {
+        msg[*field] = json!(text);
+    }
+    if !tool_calls.is_empty() {
+        msg["tool_calls"] = tool_calls
+            .iter()
+            .map(|(id, name, args)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+    }
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let mut v = json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+    });
+    if let Some(u) = r.usage {
+        v["usage"] = usage_json(u);
+    }
+    v
+}
+
+fn split_pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+fn stream_chunks(r: &Reply, model: &str) -> Vec<String> {
+    let Kind::Message {
+        content,
+        tool_calls,
+    } = &r.kind
+    else {
+        return Vec::new();
+    };
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({
+            "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+        .to_string()
+    };
+    let mut out = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    if let Some((text, field)) = &r.reasoning {
+        for p in split_pieces(text, 6) {
+            out.push(chunk(json!({ *field: p }), None));
+        }
+    }
+    if let Some(c) = content {
+        for p in split_pieces(c, 6) {
+            out.push(chunk(json!({"content": p}), None));
+        }
+    }
+    for (i, (id, name, args)) in tool_calls.iter().enumerate() {
+        out.push(chunk(
+            json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": ""}}]}),
+            None,
+        ));
+        for p in split_pieces(args, args.chars().count().div_ceil(2).max(1)) {
+            out.push(chunk(
+                json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
+                None,
+            ));
+        }
+    }
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    out.push(chunk(json!({}), Some(finish)));
+    if let Some(u) = r.usage {
+        out.push(
+            json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+                   "choices": [], "usage": usage_json(u)})
+            .to_string(),
+        );
+    }
+    out.push("[DONE]".to_owned());
+    out
+}
+
+fn sse_response(chunks: Vec<String>, chunk_delay: Duration) -> Response {
+    let stream = futures_util::stream::unfold(chunks.into_iter(), move |mut it| async move {
+        let c = it.next()?;
+        if !chunk_delay.is_zero() {
+            tokio::time::sleep(chunk_delay).await;
+        }
+        Some((
+            Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {c}\n\n"))),
+            it,
+        ))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

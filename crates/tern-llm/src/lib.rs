@@ -1,0 +1,48 @@
+//! An OpenAI-compatible chat-completions client.
+//!
+//! Flow: [`Client::chat`] sends one request (streaming or not) → on 429, 5xx, a timeout or a
+//! connection error it retries with exponential backoff (honouring `Retry-After`) up to
+//! `max_retries` times, but only until the first streamed byte has been handed on → the
+//! answer is assembled into one [`ChatResponse`]: text, reasoning, tool calls (several per
+//! response) and token usage when the server reports it.
+//!
+//! Real servers differ; this client tolerates a missing `usage`, reasoning under either
+//! `reasoning_content` or `reasoning`, and tool-call arguments that are not valid JSON (they
+//! are kept as the raw string; the agent answers the model with a tool error).
+
+mod client;
+mod sse;
+mod types;
+
+pub use client::{Client, ClientConfig, StreamEvent};
+pub use types::*;
+
+/// Errors of a model call, after retries.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("the model endpoint answered HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("could not reach the model endpoint {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the model endpoint did not answer within {secs} s")]
+    Timeout { secs: u64 },
+    #[error("the model endpoint sent an answer tern cannot read: {0}")]
+    Decode(String),
+    #[error("invalid model client configuration: {0}")]
+    Config(String),
+}
+
+impl LlmError {
+    /// Whether a retry may help.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Http { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Connect { .. } | LlmError::Timeout { .. } => true,
+            LlmError::Decode(_) | LlmError::Config(_) => false,
+        }
+    }
+}

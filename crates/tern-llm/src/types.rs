@@ -1,0 +1,209 @@
+//! The OpenAI chat shapes tern sends and reads.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// One tool call the model asked for. `arguments` is the raw string the model sent, which
+/// may not be valid JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".to_owned()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+impl ToolCall {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            kind: function_type(),
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        }
+    }
+}
+
+/// A message as sent to the model. Reasoning is kept in the transcript but never sent back:
+/// several servers reject it in requests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestMessage {
+    pub role: Role,
+    /// `null` is allowed for an assistant message that only calls tools.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl RequestMessage {
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// One chat-completions request.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<RequestMessage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
+    pub stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<Value>,
+}
+
+/// Token usage; any field may be missing on real servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// The assembled answer of one model call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+}
+
+// ---- wire shapes of answers (lenient: every field optional) ----
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireCompletion {
+    #[serde(default)]
+    pub choices: Vec<WireChoice>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireChoice {
+    #[serde(default)]
+    pub message: Option<WireMessage>,
+    #[serde(default)]
+    pub delta: Option<WireDelta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireMessage {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireToolCall {
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<WireFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Usually a string; some servers send an object.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+pub(crate) type WireDelta = WireMessage;
+
+pub(crate) fn arguments_to_string(v: Option<Value>) -> String {
+    match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireModels {
+    #[serde(default)]
+    pub data: Vec<WireModel>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireModel {
+    pub id: String,
+}

@@ -1,0 +1,603 @@
+//! The session store: sessions and their messages, on SQLite through sqlx.
+//!
+//! Flow: [`Store::open`] creates `tern.db` if needed (WAL journal, foreign keys on) and runs
+//! the embedded migrations → the agent appends every message with [`Store::append_message`],
+//! each in its own committed transaction, so a `kill -9` at any moment loses at most the model
+//! answer in flight → a turn reads its transcript back with [`Store::messages`].
+//!
+//! Durability: WAL with `synchronous = NORMAL` survives the crash of the process at any point
+//! (a committed transaction is in the WAL, which the OS keeps); only a power loss may drop the
+//! last transactions. The SQL is kept portable to PostgreSQL (TEXT ids, BIGINT timestamps,
+//! JSON as TEXT, `RETURNING`); only full-text search is SQLite-specific (FTS5).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use tern_llm::{RequestMessage, Role, ToolCall};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the session store at {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot migrate the session store: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("session store error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("session not found: {0}")]
+    SessionNotFound(String),
+    #[error("a session with id {0} already exists")]
+    SessionExists(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    Idle,
+    Running,
+    Waiting,
+    Ended,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::Waiting => "waiting",
+            SessionStatus::Ended => "ended",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "idle" => SessionStatus::Idle,
+            "running" => SessionStatus::Running,
+            "waiting" => SessionStatus::Waiting,
+            "ended" => SessionStatus::Ended,
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "unknown session status {other:?}"
+                )));
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub title: Option<String>,
+    pub source: String,
+    pub model: Option<String>,
+    pub parent_id: Option<String>,
+    pub system_prompt: Option<String>,
+    pub status: SessionStatus,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// What a new session starts with.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Chosen by the caller, or a fresh UUIDv7.
+    pub id: Option<String>,
+    pub title: Option<String>,
+    pub source: String,
+    pub model: Option<String>,
+    pub parent_id: Option<String>,
+    pub system_prompt: Option<String>,
+}
+
+/// A stored message, in the OpenAI shape plus bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub id: i64,
+    pub session_id: String,
+    /// Position in the session, from 1.
+    pub seq: i64,
+    pub role: Role,
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<i64>,
+    pub created_at: i64,
+}
+
+impl Message {
+    /// The message as sent to the model.
+    pub fn to_request(&self) -> RequestMessage {
+        RequestMessage {
+            role: self.role,
+            content: self.content.clone(),
+            tool_calls: self.tool_calls.clone(),
+            tool_call_id: self.tool_call_id.clone(),
+        }
+    }
+}
+
+/// A message to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    pub role: Option<Role>,
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub reasoning: Option<String>,
+    pub turn_id: Option<String>,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+}
+
+impl NewMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role: Some(role),
+            content: Some(content.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn tool_result(call_id: &str, tool_name: &str, content: impl Into<String>) -> Self {
+        Self {
+            role: Some(Role::Tool),
+            content: Some(content.into()),
+            tool_call_id: Some(call_id.to_owned()),
+            tool_name: Some(tool_name.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    pub fn turn(mut self, turn_id: &str) -> Self {
+        self.turn_id = Some(turn_id.to_owned());
+        self
+    }
+}
+
+/// A full-text search hit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchHit {
+    pub session_id: String,
+    pub session_title: Option<String>,
+    pub message_id: i64,
+    pub seq: i64,
+    pub role: Role,
+    /// The matching part, with matches in `[` `]`.
+    pub snippet: String,
+    pub created_at: i64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+// Macros rather than consts so that every query stays a `&'static str` literal (sqlx refuses
+// SQL built at run time unless audited).
+macro_rules! session_cols {
+    () => {
+        "id, title, source, model, parent_id, system_prompt, status, \
+         prompt_tokens, completion_tokens, created_at, updated_at"
+    };
+}
+macro_rules! message_cols {
+    () => {
+        "id, session_id, seq, role, content, tool_calls, tool_call_id, \
+         tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at"
+    };
+}
+
+/// The session store. Cheap to clone (a connection pool).
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path` and brings its schema up to date.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let display = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            path: display.clone(),
+            source,
+        };
+        let opts = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(open_err)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(0)
+            .connect_with(opts)
+            .await
+            .map_err(open_err)?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Runs SQLite's quick integrity check; `Ok(None)` when healthy.
+    pub async fn integrity_problem(&self) -> Result<Option<String>> {
+        let r: String = sqlx::query_scalar("PRAGMA quick_check")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok((r != "ok").then_some(r))
+    }
+
+    pub async fn create_session(&self, new: NewSession) -> Result<Session> {
+        let id = new
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
+        let now = now_ms();
+        let res = sqlx::query(
+            "INSERT INTO sessions (id, title, source, model, parent_id, system_prompt, status, \
+             created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
+        )
+        .bind(&id)
+        .bind(&new.title)
+        .bind(&new.source)
+        .bind(&new.model)
+        .bind(&new.parent_id)
+        .bind(&new.system_prompt)
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(StoreError::SessionExists(id));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.session(&id).await
+    }
+
+    pub async fn get_session(&self, id: &str) -> Result<Option<Session>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| session_from_row(&r)).transpose()
+    }
+
+    /// Like [`Store::get_session`], but a missing session is an error.
+    pub async fn session(&self, id: &str) -> Result<Session> {
+        self.get_session(id)
+            .await?
+            .ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
+    }
+
+    /// The most recently updated session.
+    pub async fn latest_session(&self) -> Result<Option<Session>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions ORDER BY updated_at DESC, id DESC LIMIT 1"
+        ))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| session_from_row(&r)).transpose()
+    }
+
+    /// Sessions, most recently updated first.
+    pub async fn list_sessions(&self, limit: i64, offset: i64) -> Result<Vec<Session>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?"
+        ))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    pub async fn set_title(&self, id: &str, title: &str) -> Result<()> {
+        self.update_one(
+            "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
+            id,
+            title,
+        )
+        .await
+    }
+
+    pub async fn set_status(&self, id: &str, status: SessionStatus) -> Result<()> {
+        self.update_one(
+            "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?",
+            id,
+            status.as_str(),
+        )
+        .await
+    }
+
+    pub async fn set_model(&self, id: &str, model: &str) -> Result<()> {
+        self.update_one(
+            "UPDATE sessions SET model = ?, updated_at = ? WHERE id = ?",
+            id,
+            model,
+        )
+        .await
+    }
+
+    async fn update_one(&self, sql: &'static str, id: &str, value: &str) -> Result<()> {
+        let r = sqlx::query(sql)
+            .bind(value)
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::SessionNotFound(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Deletes a session and its messages; `false` if there was none.
+    pub async fn delete_session(&self, id: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        // Explicit, so the full-text index triggers run whatever the cascade settings.
+        sqlx::query("DELETE FROM messages WHERE session_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let r = sqlx::query("DELETE FROM sessions WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    /// Appends one message in its own committed transaction.
+    pub async fn append_message(&self, session_id: &str, msg: &NewMessage) -> Result<Message> {
+        let mut v = self
+            .append_messages(session_id, std::slice::from_ref(msg))
+            .await?;
+        v.pop()
+            .ok_or_else(|| StoreError::Corrupt("append returned no message".into()))
+    }
+
+    /// Appends messages in order, in one committed transaction.
+    pub async fn append_messages(
+        &self,
+        session_id: &str,
+        msgs: &[NewMessage],
+    ) -> Result<Vec<Message>> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let mut out = Vec::with_capacity(msgs.len());
+        let mut tokens = (0i64, 0i64);
+        for m in msgs {
+            let role = m
+                .role
+                .ok_or_else(|| StoreError::Corrupt("message without a role".into()))?;
+            let tool_calls = if m.tool_calls.is_empty() {
+                None
+            } else {
+                Some(
+                    serde_json::to_string(&m.tool_calls)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                )
+            };
+            let row = sqlx::query(
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, \
+                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at) \
+                 VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), \
+                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
+            )
+            .bind(session_id)
+            .bind(session_id)
+            .bind(role.as_str())
+            .bind(&m.content)
+            .bind(&tool_calls)
+            .bind(&m.tool_call_id)
+            .bind(&m.tool_name)
+            .bind(&m.reasoning)
+            .bind(&m.turn_id)
+            .bind(m.prompt_tokens)
+            .bind(m.completion_tokens)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Database(d) if d.is_foreign_key_violation() => {
+                    StoreError::SessionNotFound(session_id.to_owned())
+                }
+                e => e.into(),
+            })?;
+            tokens.0 += m.prompt_tokens.unwrap_or(0);
+            tokens.1 += m.completion_tokens.unwrap_or(0);
+            out.push(Message {
+                id: row.try_get(0)?,
+                session_id: session_id.to_owned(),
+                seq: row.try_get(1)?,
+                role,
+                content: m.content.clone(),
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                tool_name: m.tool_name.clone(),
+                reasoning: m.reasoning.clone(),
+                turn_id: m.turn_id.clone(),
+                prompt_tokens: m.prompt_tokens,
+                completion_tokens: m.completion_tokens,
+                created_at: now,
+            });
+        }
+        sqlx::query(
+            "UPDATE sessions SET updated_at = ?, prompt_tokens = prompt_tokens + ?, \
+             completion_tokens = completion_tokens + ? WHERE id = ?",
+        )
+        .bind(now)
+        .bind(tokens.0)
+        .bind(tokens.1)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// The whole transcript of a session, in order.
+    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            message_cols!(),
+            " FROM messages WHERE session_id = ? ORDER BY seq"
+        ))
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    pub async fn message_count(&self, session_id: &str) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?")
+                .bind(session_id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Full-text search over message content, best matches first. Every word of `text` must
+    /// appear; words are matched as prefixes-free exact tokens, quoted so that FTS5 syntax in
+    /// the user's text is never interpreted.
+    pub async fn search(&self, text: &str, limit: i64) -> Result<Vec<SearchHit>> {
+        let query = fts_query(text);
+        if query.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT m.session_id, s.title, m.id, m.seq, m.role, \
+             snippet(messages_fts, 0, '[', ']', '…', 12) AS snip, m.created_at \
+             FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid \
+             JOIN sessions s ON s.id = m.session_id \
+             WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
+        )
+        .bind(&query)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get(4)?;
+                Ok(SearchHit {
+                    session_id: r.try_get(0)?,
+                    session_title: r.try_get(1)?,
+                    message_id: r.try_get(2)?,
+                    seq: r.try_get(3)?,
+                    role: parse_role(&role)?,
+                    snippet: r.try_get(5)?,
+                    created_at: r.try_get(6)?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Builds an FTS5 query that ANDs every word of the user's text as a quoted string.
+fn fts_query(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn parse_role(s: &str) -> Result<Role> {
+    Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s:?}")))
+}
+
+fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Session> {
+    let status: String = r.try_get("status")?;
+    Ok(Session {
+        id: r.try_get("id")?,
+        title: r.try_get("title")?,
+        source: r.try_get("source")?,
+        model: r.try_get("model")?,
+        parent_id: r.try_get("parent_id")?,
+        system_prompt: r.try_get("system_prompt")?,
+        status: SessionStatus::parse(&status)?,
+        prompt_tokens: r.try_get("prompt_tokens")?,
+        completion_tokens: r.try_get("completion_tokens")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+fn message_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Message> {
+    let role: String = r.try_get("role")?;
+    let tool_calls: Option<String> = r.try_get("tool_calls")?;
+    let tool_calls = match tool_calls {
+        Some(s) => serde_json::from_str(&s)
+            .map_err(|e| StoreError::Corrupt(format!("tool_calls of a message: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(Message {
+        id: r.try_get("id")?,
+        session_id: r.try_get("session_id")?,
+        seq: r.try_get("seq")?,
+        role: parse_role(&role)?,
+        content: r.try_get("content")?,
+        tool_calls,
+        tool_call_id: r.try_get("tool_call_id")?,
+        tool_name: r.try_get("tool_name")?,
+        reasoning: r.try_get("reasoning")?,
+        turn_id: r.try_get("turn_id")?,
+        prompt_tokens: r.try_get("prompt_tokens")?,
+        completion_tokens: r.try_get("completion_tokens")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,176 @@
+use super::*;
+
+async fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    (dir, s)
+}
+
+fn new_session(source: &str) -> NewSession {
+    NewSession {
+        source: source.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn sessions_round_trip_and_order() {
+    let (_d, s) = store().await;
+    let a = s.create_session(new_session("cli")).await.unwrap();
+    assert_eq!(a.status, SessionStatus::Idle);
+    let b = s
+        .create_session(NewSession {
+            id: Some("custom".into()),
+            title: Some("B".into()),
+            ..new_session("api")
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.create_session(NewSession {
+            id: Some("custom".into()),
+            ..new_session("api")
+        })
+        .await,
+        Err(StoreError::SessionExists(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    s.append_message(&a.id, &NewMessage::new(Role::User, "hi"))
+        .await
+        .unwrap();
+    assert_eq!(s.latest_session().await.unwrap().unwrap().id, a.id);
+    let list = s.list_sessions(10, 0).await.unwrap();
+    assert_eq!(
+        list.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        vec![a.id.as_str(), b.id.as_str()]
+    );
+    s.set_status(&a.id, SessionStatus::Waiting).await.unwrap();
+    s.set_title(&a.id, "renamed").await.unwrap();
+    let a2 = s.session(&a.id).await.unwrap();
+    assert_eq!(a2.status, SessionStatus::Waiting);
+    assert_eq!(a2.title.as_deref(), Some("renamed"));
+    assert!(matches!(
+        s.set_title("nope", "x").await,
+        Err(StoreError::SessionNotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn messages_keep_openai_shape_and_tokens() {
+    let (_d, s) = store().await;
+    let sess = s.create_session(new_session("cli")).await.unwrap();
+    s.append_message(&sess.id, &NewMessage::new(Role::User, "list files"))
+        .await
+        .unwrap();
+    let call = ToolCall::new("c1", "list_dir", r#"{"path":"."}"#);
+    s.append_message(
+        &sess.id,
+        &NewMessage {
+            role: Some(Role::Assistant),
+            tool_calls: vec![call.clone()],
+            reasoning: Some("I should look".into()),
+            prompt_tokens: Some(10),
+            completion_tokens: Some(5),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    s.append_messages(
+        &sess.id,
+        &[
+            NewMessage::tool_result("c1", "list_dir", r#"{"entries":[]}"#),
+            NewMessage::new(Role::Assistant, "empty"),
+        ],
+    )
+    .await
+    .unwrap();
+    let msgs = s.messages(&sess.id).await.unwrap();
+    assert_eq!(
+        msgs.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(msgs[1].tool_calls, vec![call]);
+    assert_eq!(msgs[1].content, None);
+    assert_eq!(msgs[1].reasoning.as_deref(), Some("I should look"));
+    assert_eq!(msgs[2].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(msgs[2].tool_name.as_deref(), Some("list_dir"));
+    let req = serde_json::to_value(msgs[1].to_request()).unwrap();
+    assert!(
+        req.get("reasoning").is_none(),
+        "reasoning is never sent back"
+    );
+    assert_eq!(req["tool_calls"][0]["function"]["name"], "list_dir");
+    let sess = s.session(&sess.id).await.unwrap();
+    assert_eq!((sess.prompt_tokens, sess.completion_tokens), (10, 5));
+}
+
+#[tokio::test]
+async fn append_to_missing_session_is_an_error() {
+    let (_d, s) = store().await;
+    assert!(matches!(
+        s.append_message("ghost", &NewMessage::new(Role::User, "x"))
+            .await,
+        Err(StoreError::SessionNotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn search_finds_words_and_ignores_fts_syntax() {
+    let (_d, s) = store().await;
+    let a = s.create_session(new_session("cli")).await.unwrap();
+    let b = s.create_session(new_session("cli")).await.unwrap();
+    s.append_message(&a.id, &NewMessage::new(Role::User, "the quick brown fox"))
+        .await
+        .unwrap();
+    s.append_message(
+        &b.id,
+        &NewMessage::new(Role::Assistant, "a lazy dog sleeps"),
+    )
+    .await
+    .unwrap();
+    let hits = s.search("brown fox", 10).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].session_id, a.id);
+    assert!(hits[0].snippet.contains("[brown]"), "{}", hits[0].snippet);
+    assert!(
+        s.search("fox dog", 10).await.unwrap().is_empty(),
+        "all words must match"
+    );
+    // Operators and quotes in user text are plain words, not syntax errors.
+    assert!(
+        s.search("\"dog\" AND OR NEAR(", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.search("DOG", 10).await.unwrap()[0].session_id, b.id);
+    assert!(s.delete_session(&b.id).await.unwrap());
+    assert!(
+        s.search("dog", 10).await.unwrap().is_empty(),
+        "deleted messages leave the index"
+    );
+    assert!(!s.delete_session(&b.id).await.unwrap());
+    assert_eq!(s.message_count(&b.id).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn reopen_keeps_data_and_is_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    let id = {
+        let s = Store::open(&path).await.unwrap();
+        let sess = s.create_session(new_session("cli")).await.unwrap();
+        s.append_message(&sess.id, &NewMessage::new(Role::User, "persist me"))
+            .await
+            .unwrap();
+        s.close().await;
+        sess.id
+    };
+    let s = Store::open(&path).await.unwrap();
+    assert_eq!(
+        s.messages(&id).await.unwrap()[0].content.as_deref(),
+        Some("persist me")
+    );
+    assert_eq!(s.integrity_problem().await.unwrap(), None);
+}

@@ -1,0 +1,319 @@
+//! Tools the agent can call: a registry of JSON-schema'd tools grouped in toolsets.
+//!
+//! Flow of one call: the agent loop asks [`Registry::call`] with the tool name and the raw
+//! argument string the model sent → the string is parsed as JSON (a parse failure is a
+//! [`ToolError`] the model can read) → the arguments are validated against the tool's
+//! schema → the handler runs with a [`ToolContext`] carrying the working directory, the
+//! turn's cancellation token and the [`Approver`] for dangerous commands → the result is
+//! JSON, returned to the model as the tool message content.
+
+pub mod approval;
+pub mod danger;
+pub mod files;
+pub mod terminal;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub use danger::{Verdict, check_command};
+
+/// A boxed future, so tools can live behind `dyn`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The error a tool reports to the model. It is never a crash: the agent loop turns it into
+/// a tool message `{"error": "..."}` and the model decides what to do next.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    pub fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
+pub type ToolResult = Result<Value, ToolError>;
+
+/// Static description of a tool: what the model sees.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub toolset: &'static str,
+    pub description: &'static str,
+    /// JSON Schema (draft 2020-12) of the arguments object.
+    pub parameters: Value,
+}
+
+/// What a reviewer (a human at the terminal, a policy, later the inbox) decided about a
+/// dangerous command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Run it this once.
+    Once,
+    /// Run it, and commands matching the same pattern for the rest of this session.
+    Session,
+    /// Run it, and this exact command from now on (saved to the allowlist).
+    Always,
+    /// Do not run it; the reason is told to the model.
+    Deny { reason: String },
+}
+
+impl ApprovalDecision {
+    pub fn allows(&self) -> bool {
+        !matches!(self, ApprovalDecision::Deny { .. })
+    }
+}
+
+/// A dangerous command waiting for a decision.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub session_id: String,
+    pub command: String,
+    pub workdir: PathBuf,
+    /// Stable key of the matched pattern (for session grants).
+    pub pattern_key: &'static str,
+    /// Plain-words description of why it is dangerous.
+    pub description: &'static str,
+}
+
+/// Decides dangerous commands. The CLI asks the human; `-q` denies; `--yolo` allows; the
+/// gateway (a later issue) routes to the human inbox.
+pub trait Approver: Send + Sync {
+    fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision>;
+}
+
+/// Denies every dangerous command; the default when nobody can be asked.
+pub struct DenyAll {
+    pub reason: String,
+}
+
+impl Approver for DenyAll {
+    fn approve(&self, _req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        let reason = self.reason.clone();
+        Box::pin(async move { ApprovalDecision::Deny { reason } })
+    }
+}
+
+/// Approves every (non hard-line) dangerous command: `--yolo`.
+pub struct AllowAll;
+
+impl Approver for AllowAll {
+    fn approve(&self, _req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        Box::pin(async { ApprovalDecision::Once })
+    }
+}
+
+/// Limits that tools apply; from the configuration.
+#[derive(Debug, Clone)]
+pub struct ToolLimits {
+    /// Default `terminal` timeout in seconds when the model gives none.
+    pub terminal_timeout_secs: u64,
+    /// Largest timeout the model may ask for.
+    pub terminal_max_timeout_secs: u64,
+    /// Characters of command output returned to the model before it is cut.
+    pub output_limit_chars: usize,
+    /// Largest file `read_file` returns in one call, in bytes.
+    pub read_limit_bytes: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        Self {
+            terminal_timeout_secs: 180,
+            terminal_max_timeout_secs: 3600,
+            output_limit_chars: 50_000,
+            read_limit_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Everything a tool handler may use. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub session_id: String,
+    pub workdir: PathBuf,
+    /// Cancelled when the turn is interrupted: handlers stop at once and kill their children.
+    pub cancel: CancellationToken,
+    pub approver: Arc<dyn Approver>,
+    pub limits: ToolLimits,
+}
+
+impl ToolContext {
+    /// Resolves a path argument against the working directory.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.workdir.join(p)
+        }
+    }
+}
+
+/// A tool implementation.
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &ToolSpec;
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult>;
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    // Compiled lazily: most runs call only a few tools, and start-up time matters.
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+/// All known tools, by name.
+#[derive(Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, Entry>,
+}
+
+/// Toolsets enabled when the user names none.
+pub const DEFAULT_TOOLSETS: &[&str] = &["terminal", "file"];
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The registry with every built-in tool.
+    pub fn builtin() -> Self {
+        let mut r = Self::new();
+        r.register(Arc::new(terminal::TerminalTool::new()));
+        for t in files::all() {
+            r.register(t);
+        }
+        r
+    }
+
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name;
+        self.tools.insert(
+            name,
+            Entry {
+                tool,
+                validator: OnceLock::new(),
+            },
+        );
+    }
+
+    /// Names of all toolsets, sorted.
+    pub fn toolsets(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.tools.values().map(|e| e.tool.spec().toolset).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Checks toolset names; returns the unknown ones.
+    pub fn unknown_toolsets<'a>(&self, names: &'a [String]) -> Vec<&'a str> {
+        let known = self.toolsets();
+        names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !known.contains(n))
+            .collect()
+    }
+
+    /// Specs of the tools in the enabled toolsets.
+    pub fn specs<'a>(&'a self, toolsets: &'a [String]) -> impl Iterator<Item = &'a ToolSpec> + 'a {
+        self.tools
+            .values()
+            .map(|e| e.tool.spec())
+            .filter(move |s| toolsets.iter().any(|t| t == s.toolset))
+    }
+
+    /// OpenAI `tools` array for the enabled toolsets.
+    pub fn schemas(&self, toolsets: &[String]) -> Vec<Value> {
+        self.specs(toolsets)
+            .map(|s| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": s.name,
+                        "description": s.description,
+                        "parameters": s.parameters,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Runs one tool call: parse, check it is enabled, validate, run.
+    pub async fn call(
+        &self,
+        name: &str,
+        raw_args: &str,
+        toolsets: &[String],
+        ctx: ToolContext,
+    ) -> ToolResult {
+        let entry = self
+            .tools
+            .get(name)
+            .filter(|e| toolsets.iter().any(|t| t == e.tool.spec().toolset))
+            .ok_or_else(|| {
+                let names: Vec<_> = self.specs(toolsets).map(|s| s.name).collect();
+                ToolError::new(format!(
+                    "unknown tool `{name}`; the available tools are: {}",
+                    names.join(", ")
+                ))
+            })?;
+        let args = parse_arguments(raw_args)?;
+        let validator = entry
+            .validator
+            .get_or_init(|| {
+                jsonschema::validator_for(&entry.tool.spec().parameters).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ToolError::new(format!("tool `{name}` has a broken schema: {e}")))?;
+        let problems: Vec<String> = validator
+            .iter_errors(&args)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ToolError::new(format!(
+                "invalid arguments for `{name}`: {}",
+                problems.join("; ")
+            )));
+        }
+        entry.tool.call(args, ctx).await
+    }
+}
+
+/// Parses the argument string the model sent. Models sometimes send an empty string for a
+/// tool without parameters; that is read as `{}`.
+pub fn parse_arguments(raw: &str) -> Result<Value, ToolError> {
+    if raw.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(ToolError::new(
+            "tool arguments must be a JSON object; send them again as an object",
+        )),
+        Err(e) => Err(ToolError::new(format!(
+            "tool arguments are not valid JSON ({e}); send them again as a JSON object"
+        ))),
+    }
+}
+
+/// Turns a tool result into the tool message content the model reads.
+pub fn result_to_content(r: &ToolResult) -> String {
+    match r {
+        Ok(v) => v.to_string(),
+        Err(e) => json!({ "error": e.0 }).to_string(),
+    }
+}
