@@ -1,1 +1,73 @@
-fn main() {}
+//! `tern`: the command-line entry point.
+//!
+//! Flow: clap parses the command → [`context::Context`] resolves `$TERN_HOME`, loads
+//! `config.toml` with the environment on top, opens the store, and builds the agent → the
+//! subcommand runs on a single-threaded tokio runtime (light and quick to start; the agent's
+//! concurrency is async, and blocking work goes to tokio's blocking pool) → errors print as
+//! `error: …` on stderr with a non-zero exit code.
+
+mod approve;
+mod args;
+mod chat;
+mod context;
+mod doctor;
+mod render;
+mod sessions;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command, ConfigCommand};
+
+/// Exit code of a run stopped by Ctrl-C or SIGTERM, as shells report for SIGINT.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let home = cli.home.clone();
+    match cli.command {
+        Command::Chat(args) => chat::run(home, args).await,
+        Command::Config {
+            command: ConfigCommand::Show,
+        } => {
+            let (h, eff) = context::load_config(home)?;
+            println!("# tern home: {}", h.root.display());
+            println!(
+                "# config file: {}{}",
+                h.config_path().display(),
+                if eff.file_found {
+                    ""
+                } else {
+                    " (not found; defaults apply)"
+                }
+            );
+            println!("# session store: {}", h.db_path().display());
+            println!();
+            print!("{}", tern_config::render_masked(&eff));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => doctor::run(home).await,
+        Command::Sessions { command } => sessions::run(home, command).await,
+    }
+}

@@ -35,6 +35,8 @@ pub enum StoreError {
     SessionNotFound(String),
     #[error("a session with id {0} already exists")]
     SessionExists(String),
+    #[error("more than one session id starts with {0}; give more characters")]
+    AmbiguousPrefix(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
@@ -310,6 +312,33 @@ impl Store {
         self.get_session(id)
             .await?
             .ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
+    }
+
+    /// Resolves a full id or a unique prefix of one (at least 4 characters), as git does.
+    pub async fn resolve_session(&self, id_or_prefix: &str) -> Result<Session> {
+        if let Some(s) = self.get_session(id_or_prefix).await? {
+            return Ok(s);
+        }
+        if id_or_prefix.len() < 4
+            || !id_or_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(StoreError::SessionNotFound(id_or_prefix.to_owned()));
+        }
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE id LIKE ? || '%' ORDER BY id LIMIT 2"
+        ))
+        .bind(id_or_prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        match rows.as_slice() {
+            [one] => session_from_row(one),
+            [] => Err(StoreError::SessionNotFound(id_or_prefix.to_owned())),
+            _ => Err(StoreError::AmbiguousPrefix(id_or_prefix.to_owned())),
+        }
     }
 
     /// The most recently updated session.

@@ -174,3 +174,36 @@ async fn reopen_keeps_data_and_is_healthy() {
     );
     assert_eq!(s.integrity_problem().await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn sessions_resolve_by_unique_prefix() {
+    let (_d, s) = store().await;
+    for id in ["abcd1111", "abcd2222", "ffff0000"] {
+        s.create_session(NewSession {
+            id: Some(id.into()),
+            ..new_session("cli")
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(s.resolve_session("ffff").await.unwrap().id, "ffff0000");
+    assert_eq!(s.resolve_session("abcd2222").await.unwrap().id, "abcd2222");
+    assert!(matches!(
+        s.resolve_session("abcd").await,
+        Err(StoreError::AmbiguousPrefix(_))
+    ));
+    assert!(
+        matches!(
+            s.resolve_session("ff").await,
+            Err(StoreError::SessionNotFound(_))
+        ),
+        "too short"
+    );
+    assert!(
+        matches!(
+            s.resolve_session("ab%").await,
+            Err(StoreError::SessionNotFound(_))
+        ),
+        "no LIKE wildcards"
+    );
+}

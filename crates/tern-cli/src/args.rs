@@ -1,0 +1,116 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tern",
+    version,
+    about = "tern: a durable AI-agent runtime",
+    long_about = "tern runs AI agents that call tools through any OpenAI-compatible model, \
+                  with every session and message kept in a local store.\n\n\
+                  Configure the model with OPENAI_BASE_URL, OPENAI_API_KEY and TERN_MODEL, or \
+                  in $TERN_HOME/config.toml; check the set-up with `tern doctor`."
+)]
+pub struct Cli {
+    /// tern's home directory (config.toml, the store, logs)
+    #[arg(long, global = true, env = "TERN_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Talk to the agent: an interactive session, or one turn with -q
+    Chat(ChatArgs),
+    /// Show the effective configuration
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Check the configuration, the store and the model endpoint
+    Doctor,
+    /// List, show, search, delete and export stored sessions
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print the effective configuration, secrets masked, with where each value came from
+    Show,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// Run one turn with this message, print the final answer and exit ("-" reads stdin)
+    #[arg(short = 'q', long = "query", value_name = "MESSAGE")]
+    pub query: Option<String>,
+
+    /// Continue this session (an id or a unique prefix of one)
+    #[arg(long, value_name = "ID", conflicts_with = "continue_latest")]
+    pub session: Option<String>,
+
+    /// Continue the most recently used session
+    #[arg(long = "continue", short = 'c')]
+    pub continue_latest: bool,
+
+    /// Model name (overrides TERN_MODEL and config.toml)
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+
+    /// Comma-separated toolsets to enable (default from config: terminal,file)
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub toolsets: Option<Vec<String>>,
+
+    /// Allow dangerous commands without asking (hard-line commands stay blocked)
+    #[arg(long)]
+    pub yolo: bool,
+
+    /// Working directory for tools (default: the current directory)
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// List sessions, most recently used first
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session and its messages
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-text search over message content
+    Search {
+        /// Words that must all appear
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a session and its messages
+    Delete { id: String },
+    /// Export a session as JSON lines (the session, then one message per line)
+    Export {
+        id: String,
+        /// Write to this file instead of stdout
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,83 @@
+//! Loading what every command needs: home, configuration, store, agent.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tern_agent::{Agent, AgentSettings};
+use tern_config::{Effective, Home};
+use tern_store::Store;
+use tern_tools::{Registry, ToolLimits};
+
+pub fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+/// Home and effective configuration.
+pub fn load_config(explicit: Option<PathBuf>) -> anyhow::Result<(Home, Effective)> {
+    let home = Home::resolve(explicit, &env_var)?;
+    let eff = tern_config::load(&home, &env_var)?;
+    Ok((home, eff))
+}
+
+/// Writes logs to `$TERN_HOME/logs/tern.log` (level from `TERN_LOG`, default `info`). The
+/// returned guard flushes on drop.
+pub fn init_logging(home: &Home) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    let dir = home.logs_dir();
+    std::fs::create_dir_all(&dir).ok()?;
+    let appender = tracing_appender::rolling::never(dir, "tern.log");
+    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .try_init()
+        .ok()?;
+    Some(guard)
+}
+
+pub async fn open_store(home: &Home) -> anyhow::Result<Store> {
+    home.ensure()?;
+    Store::open(&home.db_path())
+        .await
+        .with_context(|| format!("opening the session store {}", home.db_path().display()))
+}
+
+pub fn tool_limits(eff: &Effective) -> ToolLimits {
+    let t = &eff.config.tools;
+    ToolLimits {
+        terminal_timeout_secs: t.terminal_timeout_secs,
+        terminal_max_timeout_secs: t.terminal_max_timeout_secs,
+        output_limit_chars: t.output_limit_chars,
+        read_limit_bytes: t.read_limit_bytes,
+    }
+}
+
+/// The agent; a missing model configuration is kept as the error message a turn reports.
+pub fn build_agent(eff: &Effective, store: Store) -> anyhow::Result<Agent> {
+    let (llm, model, stream) = match eff.resolved_model() {
+        Ok(m) => {
+            let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
+            cfg.api_key = m.api_key.clone();
+            cfg.timeout = Duration::from_secs(m.timeout_secs);
+            cfg.max_retries = m.max_retries;
+            (Ok(tern_llm::Client::new(cfg)?), m.name, m.stream)
+        }
+        Err(e) => (Err(e.to_string()), String::new(), false),
+    };
+    Ok(Agent::new(
+        store,
+        llm,
+        Arc::new(Registry::builtin()),
+        AgentSettings {
+            model,
+            max_iterations: eff.config.agent.max_iterations,
+            stream,
+            system_prompt: eff.config.agent.system_prompt.clone(),
+            limits: tool_limits(eff),
+        },
+    ))
+}
