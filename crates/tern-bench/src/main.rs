@@ -1,1 +1,264 @@
-fn main() {}
+//! `tern-bench`: the figures in `docs/benchmarks.md`.
+//!
+//! Flow: start the fake model with an instant responder (a tool call for a user message, a
+//! text answer after the tool result) → run the release `tern chat -q` as a real process N
+//! times in a fresh `$TERN_HOME`, timing each from spawn to exit, reading its peak RSS from
+//! `wait4`, and taking the fake model's arrival time of the first request → fill a store with
+//! a 10,000-message session and time loading its transcript.
+//!
+//! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
+//! [--runs N] [--tern PATH]`
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use tern_fake_model::{FakeModel, Reply};
+use tern_llm::{Role, ToolCall};
+use tern_store::{NewMessage, NewSession, Store};
+
+struct Args {
+    runs: usize,
+    tern: PathBuf,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut runs = 30;
+    let mut tern = std::env::current_exe()?
+        .parent()
+        .context("the bench binary has no directory")?
+        .join("tern");
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => runs = it.next().context("--runs needs a number")?.parse()?,
+            "--tern" => tern = it.next().context("--tern needs a path")?.into(),
+            "-h" | "--help" => {
+                println!("tern-bench [--runs N] [--tern PATH]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    if !tern.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p tern-cli`",
+            tern.display()
+        );
+    }
+    Ok(Args { runs, tern })
+}
+
+/// Runs a command to completion; returns wall time and peak RSS in KiB.
+fn run_measured(cmd: &mut Command) -> anyhow::Result<(Duration, i64, Instant)> {
+    let start = Instant::now();
+    let child = cmd.spawn()?;
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own child, not yet reaped (std's Child never waited on it); the
+    // pointers are to live locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    if r != pid {
+        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("tern exited with status {status}");
+    }
+    std::mem::forget(child);
+    Ok((wall, usage.ru_maxrss, start))
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn summary(name: &str, unit: &str, mut v: Vec<f64>) {
+    v.sort_by(f64::total_cmp);
+    println!(
+        "| {name} | {:.1} {unit} | {:.1} {unit} | {:.1} {unit} | {:.1} {unit} |",
+        pct(&v, 0.5),
+        pct(&v, 0.95),
+        v[0],
+        v[v.len() - 1]
+    );
+}
+
+fn instant_responder(body: &Value) -> Reply {
+    let last = body["messages"].as_array().and_then(|m| m.last());
+    if last.is_some_and(|m| m["role"] == "user") {
+        Reply::tool_call("call_1", "terminal", r#"{"command":"echo bench"}"#)
+    } else {
+        Reply::text("done")
+    }
+}
+
+async fn bench_one_shot(args: &Args) -> anyhow::Result<()> {
+    let fake = FakeModel::start().await?;
+    fake.set_responder(instant_responder);
+    let dir = tempfile::tempdir()?;
+    let home = dir.path().join("home");
+    let tern = args.tern.clone();
+    let base = fake.base_url();
+    let make = move |home: &Path| {
+        let mut c = Command::new(&tern);
+        c.args(["chat", "-q", "run the bench tool"])
+            .env("TERN_HOME", home)
+            .env("OPENAI_BASE_URL", &base)
+            .env("TERN_MODEL", "fake-model")
+            .env_remove("OPENAI_API_KEY")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    // The first run creates the store and runs its migrations.
+    let h = home.clone();
+    let m = make.clone();
+    let (cold, cold_rss, _) =
+        tokio::task::spawn_blocking(move || run_measured(&mut m(&h))).await??;
+    let (mut walls, mut rss, mut first_req) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.runs {
+        let before = fake.requests().len();
+        let h = home.clone();
+        let m = make.clone();
+        let (wall, maxrss, start) =
+            tokio::task::spawn_blocking(move || run_measured(&mut m(&h))).await??;
+        let reqs = fake.requests();
+        if reqs.len() != before + 2 {
+            bail!(
+                "expected 2 model requests per run, got {}",
+                reqs.len() - before
+            );
+        }
+        walls.push(wall.as_secs_f64() * 1000.0);
+        rss.push(maxrss as f64 / 1024.0);
+        first_req.push(reqs[before].at.duration_since(start).as_secs_f64() * 1000.0);
+    }
+    println!(
+        "## `tern chat -q` through one tool call ({} warm runs, instant fake model)\n",
+        args.runs
+    );
+    println!("| figure | median | p95 | min | max |\n|---|---|---|---|---|");
+    summary("wall time, start to exit", "ms", walls);
+    summary("peak RSS", "MiB", rss);
+    summary("process start to first model request", "ms", first_req);
+    println!(
+        "\nFirst run on an empty home (creates the store): {:.1} ms, {:.1} MiB peak RSS.\n",
+        cold.as_secs_f64() * 1000.0,
+        cold_rss as f64 / 1024.0
+    );
+    Ok(())
+}
+
+async fn bench_load() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(&dir.path().join("tern.db")).await?;
+    let s = store
+        .create_session(NewSession {
+            source: "bench".into(),
+            ..Default::default()
+        })
+        .await?;
+    // A realistic mix: user, assistant with a tool call, tool result, assistant text.
+    let mut batch = Vec::new();
+    for i in 0..2_500 {
+        batch.push(NewMessage::new(
+            Role::User,
+            format!("please look at file number {i} and summarise it"),
+        ));
+        batch.push(NewMessage {
+            role: Some(Role::Assistant),
+            tool_calls: vec![ToolCall::new(
+                format!("call_{i}"),
+                "read_file",
+                format!(r#"{{"path":"src/file_{i}.rs"}}"#),
+            )],
+            reasoning: Some("I should read the file first.".into()),
+            prompt_tokens: Some(1200),
+            completion_tokens: Some(40),
+            ..Default::default()
+        });
+        batch.push(NewMessage::tool_result(
+            &format!("call_{i}"),
+            "read_file",
+            format!(
+                r#"{{"path":"src/file_{i}.rs","content":"{}","total_lines":40}}"#,
+                "fn main() {} ".repeat(30)
+            ),
+        ));
+        batch.push(NewMessage::new(
+            Role::Assistant,
+            format!("File {i} defines an empty main function, repeated."),
+        ));
+        if batch.len() >= 1000 {
+            store.append_messages(&s.id, &batch).await?;
+            batch.clear();
+        }
+    }
+    store.append_messages(&s.id, &batch).await?;
+    let n = store.message_count(&s.id).await?;
+    let mut times = Vec::new();
+    let reps: usize = std::env::var("TERN_BENCH_LOAD_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    for _ in 0..reps {
+        let t = Instant::now();
+        let msgs = store.messages(&s.id).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(msgs.len() as i64, n);
+    }
+    println!("## Loading a {n}-message session (`Store::messages`, {reps} runs)\n");
+    println!("| figure | median | p95 | min | max |\n|---|---|---|---|---|");
+    summary("load transcript", "ms", times);
+    Ok(())
+}
+
+/// `tern-bench serve`: the instant fake model until Ctrl-C, for profiling by hand. A user
+/// message whose text starts with `sh:` makes it call `terminal` with the rest as command.
+async fn serve() -> anyhow::Result<()> {
+    let fake = FakeModel::start().await?;
+    fake.set_responder(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last());
+        match last {
+            Some(m) if m["role"] == "user" => {
+                let text = m["content"].as_str().unwrap_or_default();
+                let cmd = text.strip_prefix("sh:").unwrap_or("echo bench");
+                Reply::tool_call(
+                    "call_1",
+                    "terminal",
+                    serde_json::json!({ "command": cmd }).to_string(),
+                )
+            }
+            _ => Reply::text("done"),
+        }
+    });
+    println!("OPENAI_BASE_URL={} TERN_MODEL=fake-model", fake.base_url());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match std::env::args().nth(1).as_deref() {
+        Some("serve") => return serve().await,
+        Some("load") => return bench_load().await,
+        _ => {}
+    }
+    let args = parse_args()?;
+    println!(
+        "tern-bench on {} CPUs, {}\n",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        std::env::consts::ARCH
+    );
+    bench_one_shot(&args).await?;
+    bench_load().await?;
+    Ok(())
+}

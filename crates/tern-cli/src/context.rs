@@ -27,7 +27,10 @@ pub fn init_logging(home: &Home) -> Option<tracing_appender::non_blocking::Worke
     let dir = home.logs_dir();
     std::fs::create_dir_all(&dir).ok()?;
     let appender = tracing_appender::rolling::never(dir, "tern.log");
-    let (writer, guard) = tracing_appender::non_blocking(appender);
+    // A short queue: the default preallocates 128k lines (4 MB) for a CLI that logs little.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(1024)
+        .finish(appender);
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -41,7 +44,8 @@ pub fn init_logging(home: &Home) -> Option<tracing_appender::non_blocking::Worke
 
 pub async fn open_store(home: &Home) -> anyhow::Result<Store> {
     home.ensure()?;
-    Store::open(&home.db_path())
+    // One connection: a CLI run uses the store sequentially, and each connection is a thread.
+    Store::open_with(&home.db_path(), 1)
         .await
         .with_context(|| format!("opening the session store {}", home.db_path().display()))
 }

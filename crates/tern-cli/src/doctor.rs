@@ -120,7 +120,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 model.base_url,
                 ids.len()
             ));
-            if !ids.is_empty() && !ids.iter().any(|i| *i == model.name) {
+            if !ids.is_empty() && !ids.contains(&model.name) {
                 let shown: Vec<_> = ids.iter().take(8).map(String::as_str).collect();
                 r.warn(
                     &format!(

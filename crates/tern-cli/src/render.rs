@@ -96,17 +96,20 @@ pub fn sink(style: Style) -> EventSink {
                     *open = false;
                 }
                 // A server that does not stream: print the final answer whole.
-                if style.stream_answer && !*streamed && tool_calls == 0 {
-                    if let Some(c) = &content {
-                        println!("{c}");
-                    }
+                if style.stream_answer
+                    && !*streamed
+                    && tool_calls == 0
+                    && let Some(c) = &content
+                {
+                    println!("{c}");
                 }
                 *streamed = false;
                 // Text that comes with tool calls is the model thinking aloud: show it dimmed.
-                if !style.stream_answer && tool_calls > 0 {
-                    if let Some(c) = content.filter(|c| !c.trim().is_empty()) {
-                        let _ = writeln!(err, "{}", style.dim(&one_line(&c, 200)));
-                    }
+                if !style.stream_answer
+                    && tool_calls > 0
+                    && let Some(c) = content.filter(|c| !c.trim().is_empty())
+                {
+                    let _ = writeln!(err, "{}", style.dim(&one_line(&c, 200)));
                 }
             }
             AgentEvent::ToolStarted {

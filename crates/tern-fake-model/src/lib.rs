@@ -387,10 +387,10 @@ async fn completions(
                 body.clone(),
             )
                 .into_response();
-            if let Some(s) = retry_after {
-                if let Ok(v) = s.to_string().parse() {
-                    resp.headers_mut().insert(header::RETRY_AFTER, v);
-                }
+            if let Some(s) = retry_after
+                && let Ok(v) = s.to_string().parse()
+            {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
             resp
         }

@@ -257,11 +257,9 @@ impl Client {
                     .map_err(|e| (e, None))?;
             }
         }
-        if !done {
-            if let Some(data) = parser.finish().filter(|d| d.trim() != "[DONE]") {
-                acc.apply(&data, on_event, delivered)
-                    .map_err(|e| (e, None))?;
-            }
+        if !done && let Some(data) = parser.finish().filter(|d| d.trim() != "[DONE]") {
+            acc.apply(&data, on_event, delivered)
+                .map_err(|e| (e, None))?;
         }
         Ok(acc.finish())
     }

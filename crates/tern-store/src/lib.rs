@@ -206,18 +206,12 @@ pub fn now_ms() -> i64 {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-// Macros rather than consts so that every query stays a `&'static str` literal (sqlx refuses
+// A macro rather than a const so that every query stays a `&'static str` literal (sqlx refuses
 // SQL built at run time unless audited).
 macro_rules! session_cols {
     () => {
         "id, title, source, model, parent_id, system_prompt, status, \
          prompt_tokens, completion_tokens, created_at, updated_at"
-    };
-}
-macro_rules! message_cols {
-    () => {
-        "id, session_id, seq, role, content, tool_calls, tool_call_id, \
-         tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at"
     };
 }
 
@@ -230,6 +224,12 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the store at `path` and brings its schema up to date.
     pub async fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, 4).await
+    }
+
+    /// Like [`Store::open`] with a pool of at most `max_connections`. sqlx runs each SQLite
+    /// connection on a thread of its own, so a one-shot CLI run uses one.
+    pub async fn open_with(path: &Path, max_connections: u32) -> Result<Self> {
         let display = path.display().to_string();
         let open_err = |source| StoreError::Open {
             path: display.clone(),
@@ -242,9 +242,12 @@ impl Store {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(Duration::from_secs(10))
+            // Reads through a memory map instead of copying pages in with pread (10,000
+            // messages: 49 → 43 ms median here). Pages count toward RSS only once read.
+            .pragma("mmap_size", "268435456");
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(max_connections.max(1))
             .min_connections(0)
             .connect_with(opts)
             .await
@@ -513,16 +516,33 @@ impl Store {
     }
 
     /// The whole transcript of a session, in order.
+    ///
+    /// SQLite builds the transcript as one JSON array and serde reads it back: sqlx moves
+    /// every value of every row between threads with an allocation each, which made row-wise
+    /// loading of a 10,000-message session several times slower. (PostgreSQL has the same
+    /// aggregate as `json_agg(json_build_object(…) ORDER BY seq)`.)
     pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            message_cols!(),
-            " FROM messages WHERE session_id = ? ORDER BY seq"
-        ))
+        let json: Option<String> = sqlx::query_scalar(
+            "SELECT json_group_array(json_object(\
+               'id', id, 'seq', seq, 'role', role, \
+               'content', content, 'tool_calls', json(tool_calls), \
+               'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
+               'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
+               'completion_tokens', completion_tokens, 'created_at', created_at) ORDER BY seq) \
+             FROM messages WHERE session_id = ?",
+        )
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        rows.iter().map(message_from_row).collect()
+        let Some(json) = json else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<MessageRow> = serde_json::from_str(&json)
+            .map_err(|e| StoreError::Corrupt(format!("messages of session {session_id}: {e}")))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| r.into_message(session_id))
+            .collect())
     }
 
     pub async fn message_count(&self, session_id: &str) -> Result<i64> {
@@ -603,29 +623,41 @@ fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Session> {
     })
 }
 
-fn message_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Message> {
-    let role: String = r.try_get("role")?;
-    let tool_calls: Option<String> = r.try_get("tool_calls")?;
-    let tool_calls = match tool_calls {
-        Some(s) => serde_json::from_str(&s)
-            .map_err(|e| StoreError::Corrupt(format!("tool_calls of a message: {e}")))?,
-        None => Vec::new(),
-    };
-    Ok(Message {
-        id: r.try_get("id")?,
-        session_id: r.try_get("session_id")?,
-        seq: r.try_get("seq")?,
-        role: parse_role(&role)?,
-        content: r.try_get("content")?,
-        tool_calls,
-        tool_call_id: r.try_get("tool_call_id")?,
-        tool_name: r.try_get("tool_name")?,
-        reasoning: r.try_get("reasoning")?,
-        turn_id: r.try_get("turn_id")?,
-        prompt_tokens: r.try_get("prompt_tokens")?,
-        completion_tokens: r.try_get("completion_tokens")?,
-        created_at: r.try_get("created_at")?,
-    })
+/// A message as `messages` reads it from SQLite's JSON.
+#[derive(serde::Deserialize)]
+struct MessageRow {
+    id: i64,
+    seq: i64,
+    role: Role,
+    content: Option<String>,
+    tool_calls: Option<Vec<ToolCall>>,
+    tool_call_id: Option<String>,
+    tool_name: Option<String>,
+    reasoning: Option<String>,
+    turn_id: Option<String>,
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    created_at: i64,
+}
+
+impl MessageRow {
+    fn into_message(self, session_id: &str) -> Message {
+        Message {
+            id: self.id,
+            session_id: session_id.to_owned(),
+            seq: self.seq,
+            role: self.role,
+            content: self.content,
+            tool_calls: self.tool_calls.unwrap_or_default(),
+            tool_call_id: self.tool_call_id,
+            tool_name: self.tool_name,
+            reasoning: self.reasoning,
+            turn_id: self.turn_id,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            created_at: self.created_at,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -74,10 +74,10 @@ impl Approver for Grants {
                 }
                 ApprovalDecision::Always => {
                     self.state().allowlist.insert(command.clone());
-                    if let Some(p) = &self.persist {
-                        if let Err(e) = p(&command) {
-                            tracing::warn!(error = %e, "could not save the allowlist entry");
-                        }
+                    if let Some(p) = &self.persist
+                        && let Err(e) = p(&command)
+                    {
+                        tracing::warn!(error = %e, "could not save the allowlist entry");
                     }
                 }
                 _ => {}
