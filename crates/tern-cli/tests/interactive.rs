@@ -20,7 +20,10 @@ impl Screen {
                 if let Some(pos) = s.get(from..).and_then(|rest| rest.find(text)) {
                     return from + pos + text.len();
                 }
-                assert!(Instant::now() < deadline, "timed out waiting for {text:?}; screen:\n{s}");
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {text:?}; screen:\n{s}"
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -36,14 +39,21 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
     let pidfile = work.join("tool.pid");
 
     let fake = FakeModel::start().await.unwrap();
-    fake.push(Reply::tool_call("d1", "terminal", r#"{"command":"rm -rf victim"}"#))
-        .push(Reply::text("Deleted the victim directory."))
-        .push(Reply::tool_call(
-            "long",
-            "terminal",
-            format!(r#"{{"command":"echo $$ > {}; sleep 30"}}"#, pidfile.display()),
-        ))
-        .push(Reply::text("Still here after the interrupt."));
+    fake.push(Reply::tool_call(
+        "d1",
+        "terminal",
+        r#"{"command":"rm -rf victim"}"#,
+    ))
+    .push(Reply::text("Deleted the victim directory."))
+    .push(Reply::tool_call(
+        "long",
+        "terminal",
+        format!(
+            r#"{{"command":"echo $$ > {}; sleep 30"}}"#,
+            pidfile.display()
+        ),
+    ))
+    .push(Reply::text("Still here after the interrupt."));
 
     let pty = native_pty_system()
         .openpty(PtySize {
@@ -76,7 +86,9 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
             if n == 0 {
                 break;
             }
-            buf.lock().unwrap().push_str(&String::from_utf8_lossy(&b[..n]));
+            buf.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&b[..n]));
         }
     });
 
@@ -115,12 +127,21 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
     .await
     .unwrap();
 
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(status.success(), "screen:\n{}", screen.0.0.lock().unwrap());
     assert!(!work.join("victim").exists(), "approved command ran");
     let config = std::fs::read_to_string(home.join("config.toml")).unwrap();
-    assert!(config.contains("\"rm -rf victim\""), "always was saved:\n{config}");
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(
+        config.contains("\"rm -rf victim\""),
+        "always was saved:\n{config}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
         "the interrupted tool's process is gone"

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::{BoxFuture, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+use crate::{FnTool, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
 
 const TOOLSET: &str = "file";
 
@@ -38,10 +38,10 @@ const MAX_LISTED_MATCHES: usize = 20;
 /// The tools of the `file` toolset.
 pub fn all() -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(ReadFileTool::new()),
-        Arc::new(WriteFileTool::new()),
-        Arc::new(PatchFileTool::new()),
-        Arc::new(ListDirTool::new()),
+        Arc::new(FnTool::new(read_file_spec(), read_file)),
+        Arc::new(FnTool::new(write_file_spec(), write_file)),
+        Arc::new(FnTool::new(patch_file_spec(), patch_file)),
+        Arc::new(FnTool::new(list_dir_spec(), list_dir)),
     ]
 }
 
@@ -50,65 +50,41 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
 // ---------------------------------------------------------------------------------------
 
 /// `read_file`: numbered lines of a UTF-8 text file, a window at a time.
-pub struct ReadFileTool {
-    spec: ToolSpec,
-}
-
-impl ReadFileTool {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "read_file",
-                toolset: TOOLSET,
-                description: "Read a UTF-8 text file. Returns its lines numbered like `cat -n` \
-                    (line number right-aligned to 6 characters, a tab, then the line); the numbers \
-                    and the tab are not part of the file, so never copy them into patch_file. \
-                    Returns up to `limit` lines (default 2000) starting at line `offset` (1-based, \
-                    default 1). When `truncated` is true, more lines follow: call again with the \
-                    offset given in `note`. Binary files are refused. Relative paths are resolved \
-                    against the working directory. Prefer this tool over `cat` in the terminal.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "File to read, relative to the working directory or absolute."
-                        },
-                        "offset": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "default": 1,
-                            "description": "1-based number of the first line to return."
-                        },
-                        "limit": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "default": DEFAULT_READ_LINES,
-                            "description": "Maximum number of lines to return."
-                        }
-                    },
-                    "required": ["path"],
-                    "additionalProperties": false
-                }),
+fn read_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "read_file",
+        toolset: TOOLSET,
+        description: "Read a UTF-8 text file. Returns its lines numbered like `cat -n` \
+            (line number right-aligned to 6 characters, a tab, then the line); the numbers \
+            and the tab are not part of the file, so never copy them into patch_file. \
+            Returns up to `limit` lines (default 2000) starting at line `offset` (1-based, \
+            default 1). When `truncated` is true, more lines follow: call again with the \
+            offset given in `note`. Binary files are refused. Relative paths are resolved \
+            against the working directory. Prefer this tool over `cat` in the terminal.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "File to read, relative to the working directory or absolute."
+                },
+                "offset": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "default": 1,
+                    "description": "1-based number of the first line to return."
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "default": DEFAULT_READ_LINES,
+                    "description": "Maximum number of lines to return."
+                }
             },
-        }
-    }
-}
-
-impl Default for ReadFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for ReadFileTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(read_file(args, ctx))
+            "required": ["path"],
+            "additionalProperties": false
+        }),
     }
 }
 
@@ -424,55 +400,31 @@ fn decode_text(bytes: Vec<u8>) -> Option<String> {
 // ---------------------------------------------------------------------------------------
 
 /// `write_file`: creates or replaces a whole file, atomically.
-pub struct WriteFileTool {
-    spec: ToolSpec,
-}
-
-impl WriteFileTool {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "write_file",
-                toolset: TOOLSET,
-                description: "Create a file, or replace an existing file's whole content, with \
-                    `content` (the complete text, written exactly as given). Missing parent \
-                    directories are created. The write is atomic and keeps an existing file's \
-                    permissions. To change part of an existing file, use patch_file instead: it \
-                    is cheaper and cannot lose the rest of the file.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "File to write, relative to the working directory or absolute."
-                        },
-                        "content": {
-                            "type": "string",
-                            "description": "The complete new content of the file."
-                        }
-                    },
-                    "required": ["path", "content"],
-                    "additionalProperties": false
-                }),
+fn write_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "write_file",
+        toolset: TOOLSET,
+        description: "Create a file, or replace an existing file's whole content, with \
+            `content` (the complete text, written exactly as given). Missing parent \
+            directories are created. The write is atomic and keeps an existing file's \
+            permissions. To change part of an existing file, use patch_file instead: it \
+            is cheaper and cannot lose the rest of the file.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "File to write, relative to the working directory or absolute."
+                },
+                "content": {
+                    "type": "string",
+                    "description": "The complete new content of the file."
+                }
             },
-        }
-    }
-}
-
-impl Default for WriteFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for WriteFileTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(write_file(args, ctx))
+            "required": ["path", "content"],
+            "additionalProperties": false
+        }),
     }
 }
 
@@ -585,67 +537,43 @@ fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathBuf, fs::Fil
 // ---------------------------------------------------------------------------------------
 
 /// `patch_file`: exact-text replacement in an existing file.
-pub struct PatchFileTool {
-    spec: ToolSpec,
-}
-
-impl PatchFileTool {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "patch_file",
-                toolset: TOOLSET,
-                description: "Edit an existing file by replacing exact text. `old_string` must \
-                    match the file exactly, including indentation, blank lines and line breaks \
-                    (copy it from read_file output without the line-number prefix and tab), and \
-                    must occur exactly once unless `replace_all` is true; include a few \
-                    surrounding lines to make it unique. `new_string` replaces it (an empty \
-                    string deletes it). Read the file first. Returns the number of replacements, \
-                    the first changed line and a diff of the first change.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "File to edit, relative to the working directory or absolute."
-                        },
-                        "old_string": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "Exact text to replace."
-                        },
-                        "new_string": {
-                            "type": "string",
-                            "description": "Replacement text; must differ from old_string."
-                        },
-                        "replace_all": {
-                            "type": "boolean",
-                            "default": false,
-                            "description": "Replace every occurrence instead of requiring exactly one."
-                        }
-                    },
-                    "required": ["path", "old_string", "new_string"],
-                    "additionalProperties": false
-                }),
+fn patch_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "patch_file",
+        toolset: TOOLSET,
+        description: "Edit an existing file by replacing exact text. `old_string` must \
+            match the file exactly, including indentation, blank lines and line breaks \
+            (copy it from read_file output without the line-number prefix and tab), and \
+            must occur exactly once unless `replace_all` is true; include a few \
+            surrounding lines to make it unique. `new_string` replaces it (an empty \
+            string deletes it). Read the file first. Returns the number of replacements, \
+            the first changed line and a diff of the first change.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "File to edit, relative to the working directory or absolute."
+                },
+                "old_string": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Exact text to replace."
+                },
+                "new_string": {
+                    "type": "string",
+                    "description": "Replacement text; must differ from old_string."
+                },
+                "replace_all": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "Replace every occurrence instead of requiring exactly one."
+                }
             },
-        }
-    }
-}
-
-impl Default for PatchFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for PatchFileTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(patch_file(args, ctx))
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        }),
     }
 }
 
@@ -930,63 +858,39 @@ fn push_side(out: &mut String, mark: char, lines: &[String]) {
 // ---------------------------------------------------------------------------------------
 
 /// `list_dir`: the entries of one directory.
-pub struct ListDirTool {
-    spec: ToolSpec,
-}
-
-impl ListDirTool {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "list_dir",
-                toolset: TOOLSET,
-                description: "List the entries of one directory (not recursive): name, type \
-                    (file, dir, symlink or other) and size in bytes for files. Directories come \
-                    first, then everything else, each sorted by name. Hidden entries (names \
-                    starting with '.') are skipped unless include_hidden is true. For recursive \
-                    searches use the terminal (`rg --files`, `find`).",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "minLength": 1,
-                            "default": ".",
-                            "description": "Directory to list, relative to the working directory or absolute."
-                        },
-                        "max_entries": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": MAX_LIST_ENTRIES,
-                            "default": DEFAULT_LIST_ENTRIES,
-                            "description": "Maximum number of entries to return."
-                        },
-                        "include_hidden": {
-                            "type": "boolean",
-                            "default": false,
-                            "description": "Also list entries whose names start with '.'."
-                        }
-                    },
-                    "additionalProperties": false
-                }),
+fn list_dir_spec() -> ToolSpec {
+    ToolSpec {
+        name: "list_dir",
+        toolset: TOOLSET,
+        description: "List the entries of one directory (not recursive): name, type \
+            (file, dir, symlink or other) and size in bytes for files. Directories come \
+            first, then everything else, each sorted by name. Hidden entries (names \
+            starting with '.') are skipped unless include_hidden is true. For recursive \
+            searches use the terminal (`rg --files`, `find`).",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "default": ".",
+                    "description": "Directory to list, relative to the working directory or absolute."
+                },
+                "max_entries": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LIST_ENTRIES,
+                    "default": DEFAULT_LIST_ENTRIES,
+                    "description": "Maximum number of entries to return."
+                },
+                "include_hidden": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "Also list entries whose names start with '.'."
+                }
             },
-        }
-    }
-}
-
-impl Default for ListDirTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for ListDirTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(list_dir(args, ctx))
+            "additionalProperties": false
+        }),
     }
 }
 
@@ -1236,19 +1140,19 @@ mod tests {
     }
 
     async fn read(ctx: &ToolContext, args: Value) -> ToolResult {
-        ReadFileTool::new().call(args, ctx.clone()).await
+        read_file(args, ctx.clone()).await
     }
 
     async fn write(ctx: &ToolContext, args: Value) -> ToolResult {
-        WriteFileTool::new().call(args, ctx.clone()).await
+        write_file(args, ctx.clone()).await
     }
 
     async fn patch(ctx: &ToolContext, args: Value) -> ToolResult {
-        PatchFileTool::new().call(args, ctx.clone()).await
+        patch_file(args, ctx.clone()).await
     }
 
     async fn list(ctx: &ToolContext, args: Value) -> ToolResult {
-        ListDirTool::new().call(args, ctx.clone()).await
+        list_dir(args, ctx.clone()).await
     }
 
     fn numbered(range: std::ops::RangeInclusive<usize>) -> String {

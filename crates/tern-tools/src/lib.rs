@@ -162,6 +162,32 @@ pub trait Tool: Send + Sync {
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult>;
 }
 
+/// A tool made of its spec and an async handler function; every built-in tool is one.
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    handler: F,
+}
+
+impl<F> FnTool<F> {
+    pub fn new(spec: ToolSpec, handler: F) -> Self {
+        Self { spec, handler }
+    }
+}
+
+impl<F, Fut> Tool for FnTool<F>
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync,
+    Fut: Future<Output = ToolResult> + Send + 'static,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin((self.handler)(args, ctx))
+    }
+}
+
 struct Entry {
     tool: Arc<dyn Tool>,
     // Compiled lazily: most runs call only a few tools, and start-up time matters.
@@ -185,7 +211,7 @@ impl Registry {
     /// The registry with every built-in tool.
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        r.register(Arc::new(terminal::TerminalTool::new()));
+        r.register(Arc::new(FnTool::new(terminal::spec(), terminal::run)));
         for t in files::all() {
             r.register(t);
         }

@@ -20,59 +20,34 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use crate::danger::{Verdict, check_command};
-use crate::{
-    ApprovalDecision, ApprovalRequest, BoxFuture, Tool, ToolContext, ToolError, ToolResult,
-    ToolSpec,
-};
+use crate::{ApprovalDecision, ApprovalRequest, ToolContext, ToolError, ToolResult, ToolSpec};
 
-pub struct TerminalTool {
-    spec: ToolSpec,
-}
-
-impl Default for TerminalTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl TerminalTool {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "terminal",
-                toolset: "terminal",
-                description: "Run a shell command (bash) in the foreground and return its combined \
-                    stdout and stderr with the exit code. Use it for builds, tests, git, package \
-                    managers and inspecting the system. Commands run non-interactively (stdin is \
-                    closed); avoid programs that wait for input or open a pager. Long output is cut \
-                    in the middle. Dangerous commands (recursive deletes, force pushes, disk writes) \
-                    need a human's approval and may be denied; some are never allowed.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "command": {"type": "string", "minLength": 1, "description": "The command line to run with bash -c."},
-                        "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 180)."},
-                        "workdir": {"type": "string", "description": "Directory to run in; relative to the session's working directory. Default: the working directory."}
-                    },
-                    "required": ["command"],
-                    "additionalProperties": false
-                }),
+/// What the model sees of `terminal`.
+pub fn spec() -> ToolSpec {
+    ToolSpec {
+        name: "terminal",
+        toolset: "terminal",
+        description: "Run a shell command (bash) in the foreground and return its combined \
+            stdout and stderr with the exit code. Use it for builds, tests, git, package \
+            managers and inspecting the system. Commands run non-interactively (stdin is \
+            closed); avoid programs that wait for input or open a pager. Long output is cut \
+            in the middle. Dangerous commands (recursive deletes, force pushes, disk writes) \
+            need a human's approval and may be denied; some are never allowed.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "minLength": 1, "description": "The command line to run with bash -c."},
+                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 180)."},
+                "workdir": {"type": "string", "description": "Directory to run in; relative to the session's working directory. Default: the working directory."}
             },
-        }
+            "required": ["command"],
+            "additionalProperties": false
+        }),
     }
 }
 
-impl Tool for TerminalTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(run(args, ctx))
-    }
-}
-
-async fn run(args: Value, ctx: ToolContext) -> ToolResult {
+/// Runs one `terminal` call.
+pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
     let command = args["command"].as_str().unwrap_or_default().to_owned();
     let timeout = args["timeout"]
         .as_u64()
