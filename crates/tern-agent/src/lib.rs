@@ -17,6 +17,7 @@
 //! Every message is committed before the next model call, so a `kill -9` loses at most the
 //! model answer in flight.
 
+mod interrupt;
 mod prompt;
 
 use std::collections::HashMap;
@@ -27,12 +28,17 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use serde::Serialize;
+use tern_hooks::{
+    AgentLoopStopped, HookEvent, PostLlmCall, PostToolCall, PreLlmCall, PreToolCall, TokenUsage,
+    ToolGate, TurnEnd, TurnEndStatus, TurnStart,
+};
 use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role, StreamEvent, Usage};
 use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
-use tokio_util::sync::CancellationToken;
 
+pub use interrupt::Interrupt;
 pub use prompt::default_system_prompt;
+pub use tern_hooks::{HookBus, StopReason};
 
 /// The marker appended when a turn is interrupted.
 pub const INTERRUPTED_MARKER: &str = "[interrupted]";
@@ -105,7 +111,10 @@ pub type EventSink = Arc<dyn Fn(AgentEvent) + Send + Sync>;
 pub struct TurnRequest {
     pub session_id: String,
     pub input: String,
-    pub cancel: CancellationToken,
+    /// Stops the turn; the first reason given is reported in `agent_loop_stopped`.
+    pub interrupt: Interrupt,
+    /// Replaces the system prompt for this turn only.
+    pub system_prompt: Option<String>,
     pub approver: Arc<dyn Approver>,
     pub workdir: PathBuf,
     /// Enabled toolsets for this turn.
@@ -140,6 +149,7 @@ pub struct Agent {
     llm: Result<Client, String>,
     registry: Arc<Registry>,
     settings: AgentSettings,
+    hooks: Arc<HookBus>,
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
@@ -156,8 +166,19 @@ impl Agent {
             llm,
             registry,
             settings,
+            hooks: Arc::new(HookBus::new()),
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Publishes the turn's lifecycle events on `hooks`.
+    pub fn with_hooks(mut self, hooks: Arc<HookBus>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    pub fn hooks(&self) -> &Arc<HookBus> {
+        &self.hooks
     }
 
     pub fn store(&self) -> &Store {
@@ -205,8 +226,8 @@ impl Agent {
         let _turn = lock.lock().await;
         let session = self.store.session(&req.session_id).await?;
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
-        if req.cancel.is_cancelled() {
-            // Stopped while still queued: nothing ran and nothing is stored.
+        if req.interrupt.is_triggered() {
+            // Stopped while still queued: nothing ran, nothing is stored, no event fires.
             return Ok(TurnOutcome {
                 turn_id,
                 status: TurnStatus::Interrupted,
@@ -218,15 +239,52 @@ impl Agent {
         self.store
             .set_status(&session.id, SessionStatus::Running)
             .await?;
+        let source = session.source.clone();
         let result = self
             .turn(
                 llm,
                 &req,
                 &turn_id,
-                session.system_prompt.clone(),
+                &source,
+                req.system_prompt.clone().or(session.system_prompt.clone()),
                 session.title.is_none(),
             )
             .await;
+        self.hooks.emit(HookEvent::TurnEnd(TurnEnd {
+            session_id: req.session_id.clone(),
+            source: source.clone(),
+            turn_id: turn_id.clone(),
+            status: match &result {
+                Ok(o) if o.status == TurnStatus::Interrupted => TurnEndStatus::Interrupted,
+                Ok(o) if o.status == TurnStatus::MaxIterations => TurnEndStatus::Failed,
+                Ok(_) => TurnEndStatus::Completed,
+                Err(_) => TurnEndStatus::Failed,
+            },
+            iterations: result.as_ref().map_or(0, |o| o.iterations),
+            usage: result
+                .as_ref()
+                .map_or(TokenUsage::default(), |o| tokens(&o.usage)),
+            error: match &result {
+                Ok(o) if o.status == TurnStatus::MaxIterations => {
+                    Some("max_iterations reached without a final answer".into())
+                }
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            },
+        }));
+        if let Ok(o) = &result {
+            if o.status == TurnStatus::Interrupted {
+                // Exactly once per real interrupt: only a turn that was running gets here.
+                self.hooks
+                    .emit(HookEvent::AgentLoopStopped(AgentLoopStopped {
+                        session_id: req.session_id.clone(),
+                        source,
+                        reason: req.interrupt.reason().unwrap_or(StopReason::ApiStop),
+                        invalidation_reason: req.interrupt.invalidation().to_owned(),
+                        turn_id: turn_id.clone(),
+                    }));
+            }
+        }
         // The status goes back to idle whatever happened; a failure here must not hide the
         // turn's own result.
         if let Err(e) = self
@@ -244,6 +302,7 @@ impl Agent {
         llm: &Client,
         req: &TurnRequest,
         turn_id: &str,
+        source: &str,
         session_prompt: Option<String>,
         needs_title: bool,
     ) -> Result<TurnOutcome, AgentError> {
@@ -269,6 +328,12 @@ impl Agent {
         if needs_title {
             self.store.set_title(sid, &title_from(&req.input)).await?;
         }
+        self.hooks.emit(HookEvent::TurnStart(TurnStart {
+            session_id: sid.to_owned(),
+            source: source.to_owned(),
+            turn_id: turn_id.to_owned(),
+            input: req.input.clone(),
+        }));
 
         let system = session_prompt
             .or_else(|| self.settings.system_prompt.clone())
@@ -300,12 +365,37 @@ impl Agent {
                 stream: self.settings.stream,
                 stream_options: None,
             };
+            self.hooks.emit(HookEvent::PreLlmCall(PreLlmCall {
+                session_id: sid.to_owned(),
+                source: source.to_owned(),
+                turn_id: turn_id.to_owned(),
+                iteration,
+                model: self.settings.model.clone(),
+                message_count: request.messages.len(),
+            }));
+            let t0 = Instant::now();
             let answer = tokio::select! {
-                r = llm.chat(request, &on_stream) => r?,
-                () = req.cancel.cancelled() => {
+                r = llm.chat(request, &on_stream) => r,
+                () = req.interrupt.token().cancelled() => {
                     return self.interrupted(sid, turn_id, &[], usage, iteration).await;
                 }
             };
+            self.hooks.emit(HookEvent::PostLlmCall(PostLlmCall {
+                session_id: sid.to_owned(),
+                source: source.to_owned(),
+                turn_id: turn_id.to_owned(),
+                iteration,
+                model: self.settings.model.clone(),
+                duration_ms: t0.elapsed().as_millis() as u64,
+                tool_calls: answer.as_ref().map_or(0, |a| a.tool_calls.len()),
+                usage: answer
+                    .as_ref()
+                    .ok()
+                    .and_then(|a| a.usage.as_ref())
+                    .map(tokens),
+                error: answer.as_ref().err().map(ToString::to_string),
+            }));
+            let answer = answer?;
             if let Some(u) = &answer.usage {
                 usage.add(u);
             }
@@ -341,9 +431,16 @@ impl Agent {
             }
 
             let answered = self
-                .run_tools(req, turn_id, &answer.tool_calls, &emit, &mut transcript)
+                .run_tools(
+                    req,
+                    turn_id,
+                    source,
+                    &answer.tool_calls,
+                    &emit,
+                    &mut transcript,
+                )
                 .await?;
-            if req.cancel.is_cancelled() {
+            if req.interrupt.is_triggered() {
                 let open: Vec<_> = answer.tool_calls[answered..].to_vec();
                 return self
                     .interrupted(sid, turn_id, &open, usage, iteration)
@@ -381,6 +478,7 @@ impl Agent {
         &self,
         req: &TurnRequest,
         turn_id: &str,
+        source: &str,
         calls: &[tern_llm::ToolCall],
         emit: &(dyn Fn(AgentEvent) + Send + Sync),
         transcript: &mut Vec<Message>,
@@ -388,25 +486,42 @@ impl Agent {
         let mut pending: FuturesOrdered<_> = calls
             .iter()
             .map(|call| {
-                let ctx = ToolContext {
-                    session_id: req.session_id.clone(),
-                    workdir: req.workdir.clone(),
-                    cancel: req.cancel.child_token(),
-                    approver: req.approver.clone(),
-                    limits: self.settings.limits.clone(),
-                };
                 emit(AgentEvent::ToolStarted {
                     call_id: call.id.clone(),
                     name: call.function.name.clone(),
                     arguments: call.function.arguments.clone(),
                 });
-                let cancel = req.cancel.clone();
+                let cancel = req.interrupt.token().clone();
                 async move {
                     let t0 = Instant::now();
-                    let r = tokio::select! {
-                        r = self.registry.call(&call.function.name, &call.function.arguments, &req.toolsets, ctx) => Some(r),
-                        // A tool that ignores its token is dropped; its guards clean up.
-                        () = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(2)).await } => None,
+                    let gate = self
+                        .hooks
+                        .pre_tool_call(PreToolCall {
+                            session_id: req.session_id.clone(),
+                            source: source.to_owned(),
+                            turn_id: turn_id.to_owned(),
+                            call_id: call.id.clone(),
+                            tool: call.function.name.clone(),
+                            arguments: call.function.arguments.clone(),
+                        })
+                        .await;
+                    let ctx = ToolContext {
+                        session_id: req.session_id.clone(),
+                        workdir: req.workdir.clone(),
+                        cancel: cancel.child_token(),
+                        approver: req.approver.clone(),
+                        limits: self.settings.limits.clone(),
+                        preapproved: matches!(gate, ToolGate::Allow { .. }),
+                    };
+                    let r = match gate {
+                        ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(
+                            format!("blocked by the {hook} hook: {message}"),
+                        ))),
+                        _ => tokio::select! {
+                            r = self.registry.call(&call.function.name, &call.function.arguments, &req.toolsets, ctx) => Some(r),
+                            // A tool that ignores its token is dropped; its guards clean up.
+                            () = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(2)).await } => None,
+                        },
                     };
                     (call, r, t0.elapsed())
                 }
@@ -416,6 +531,16 @@ impl Agent {
         while let Some((call, r, took)) = pending.next().await {
             let Some(r) = r else { break };
             let content = result_to_content(&r);
+            self.hooks.emit(HookEvent::PostToolCall(PostToolCall {
+                session_id: req.session_id.clone(),
+                source: source.to_owned(),
+                turn_id: turn_id.to_owned(),
+                call_id: call.id.clone(),
+                tool: call.function.name.clone(),
+                ok: r.is_ok(),
+                duration_ms: took.as_millis() as u64,
+                result: content.chars().take(4096).collect(),
+            }));
             emit(AgentEvent::ToolFinished {
                 call_id: call.id.clone(),
                 name: call.function.name.clone(),
@@ -494,6 +619,13 @@ impl Agent {
         let stored = self.store.append_messages(sid, &msgs).await?;
         transcript.extend(stored);
         Ok(())
+    }
+}
+
+fn tokens(u: &Usage) -> TokenUsage {
+    TokenUsage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
     }
 }
 

@@ -62,7 +62,8 @@ impl Env {
         TurnRequest {
             session_id: self.session.clone(),
             input: input.into(),
-            cancel: CancellationToken::new(),
+            interrupt: Interrupt::new(),
+            system_prompt: None,
             approver: Arc::new(DenyAll {
                 reason: "nobody to ask in tests".into(),
             }),
@@ -305,7 +306,7 @@ async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
         ("slow", "terminal", cmd),
     ]));
     let mut req = e.request("start something long");
-    let cancel = req.cancel.clone();
+    let cancel = req.interrupt.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     req.events = Some(Arc::new(move |ev| {
         let _ = tx.send(ev);
@@ -323,7 +324,7 @@ async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    cancel.cancel();
+    cancel.trigger(StopReason::ApiStop);
     let out = turn.await.unwrap().unwrap();
     assert_eq!(out.status, TurnStatus::Interrupted);
     let pid: i32 = std::fs::read_to_string(&pidfile)
@@ -366,14 +367,14 @@ async fn interrupt_during_the_model_call_aborts_it() {
     let e = env().await;
     e.fake.push(Reply::hang());
     let req = e.request("hello?");
-    let cancel = req.cancel.clone();
+    let cancel = req.interrupt.clone();
     let agent = e.agent.clone();
     let turn = tokio::spawn(async move { agent.run_turn(req).await });
     e.fake
         .wait_requests(1, Duration::from_secs(10))
         .await
         .unwrap();
-    cancel.cancel();
+    cancel.trigger(StopReason::ApiStop);
     let out = tokio::time::timeout(Duration::from_secs(10), turn)
         .await
         .unwrap()
@@ -535,7 +536,8 @@ async fn no_model_configured_says_what_to_set() {
         .run_turn(TurnRequest {
             session_id: sid.clone(),
             input: "hi".into(),
-            cancel: CancellationToken::new(),
+            interrupt: Interrupt::new(),
+            system_prompt: None,
             approver: Arc::new(DenyAll {
                 reason: String::new(),
             }),
@@ -549,5 +551,183 @@ async fn no_model_configured_says_what_to_set() {
     assert!(
         store.messages(&sid).await.unwrap().is_empty(),
         "nothing stored"
+    );
+}
+
+/// Records every event; gates tool calls by a fixed verdict.
+struct Recorder {
+    events: Mutex<Vec<tern_hooks::Envelope>>,
+    gate: Option<tern_hooks::ToolGate>,
+}
+
+impl tern_hooks::Subscriber for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+    fn on_event(&self, event: &tern_hooks::Envelope) {
+        self.events.lock().unwrap().push(event.clone());
+    }
+    fn gate_tool_call(&self, _event: &tern_hooks::Envelope) -> Option<tern_hooks::ToolGate> {
+        self.gate.clone()
+    }
+}
+
+impl Recorder {
+    fn names(&self) -> Vec<&'static str> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.event.name())
+            .collect()
+    }
+}
+
+fn hooked(e: &mut Env, gate: Option<tern_hooks::ToolGate>) -> Arc<Recorder> {
+    let rec = Arc::new(Recorder {
+        events: Mutex::new(Vec::new()),
+        gate,
+    });
+    let bus = Arc::new(HookBus::new());
+    bus.subscribe(rec.clone());
+    let mut cfg = ClientConfig::new(e.fake.base_url());
+    cfg.backoff_base = Duration::from_millis(5);
+    let agent = Agent::new(
+        e.agent.store().clone(),
+        Ok(Client::new(cfg).unwrap()),
+        Arc::new(Registry::builtin()),
+        e.agent.settings().clone(),
+    );
+    e.agent = Arc::new(agent.with_hooks(bus));
+    rec
+}
+
+#[tokio::test]
+async fn hooks_see_the_turn_in_order() {
+    let mut e = env().await;
+    let rec = hooked(&mut e, None);
+    e.fake
+        .push(Reply::tool_call("c1", "list_dir", "{}").usage(3, 2))
+        .push(Reply::text("done"));
+    e.turn("look around").await;
+    assert_eq!(
+        rec.names(),
+        [
+            "turn_start",
+            "pre_llm_call",
+            "post_llm_call",
+            "pre_tool_call",
+            "post_tool_call",
+            "pre_llm_call",
+            "post_llm_call",
+            "turn_end"
+        ]
+    );
+    let events = rec.events.lock().unwrap();
+    let end = serde_json::to_value(&events[7]).unwrap();
+    assert_eq!(end["status"], "completed");
+    assert_eq!(end["iterations"], 2);
+    assert_eq!(end["source"], "test");
+    assert_eq!(end["usage"]["prompt_tokens"], 3);
+    let pre = serde_json::to_value(&events[3]).unwrap();
+    assert_eq!(
+        (pre["tool"].as_str(), pre["call_id"].as_str()),
+        (Some("list_dir"), Some("c1"))
+    );
+}
+
+#[tokio::test]
+async fn agent_loop_stopped_fires_once_with_the_reason_and_never_for_a_queued_turn() {
+    let mut e = env().await;
+    let rec = hooked(&mut e, None);
+    e.fake.push(Reply::tool_call(
+        "slow",
+        "terminal",
+        r#"{"command":"sleep 30"}"#,
+    ));
+    let running = e.request("long");
+    let queued = e.request("queued behind it");
+    let (i1, i2) = (running.interrupt.clone(), queued.interrupt.clone());
+    let (a, b) = (e.agent.clone(), e.agent.clone());
+    let t1 = tokio::spawn(async move { a.run_turn(running).await });
+    e.fake
+        .wait_requests(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let t2 = tokio::spawn(async move { b.run_turn(queued).await });
+    while !rec.names().contains(&"pre_tool_call") {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The queued turn is stopped first: it never ran, so no event.
+    i2.trigger(StopReason::ApiStop);
+    i1.trigger(StopReason::SessionReset);
+    i1.trigger(StopReason::ApiStop); // a second trigger changes nothing
+    assert_eq!(t1.await.unwrap().unwrap().status, TurnStatus::Interrupted);
+    assert_eq!(t2.await.unwrap().unwrap().status, TurnStatus::Interrupted);
+    let events = rec.events.lock().unwrap();
+    let stopped: Vec<_> = events
+        .iter()
+        .filter(|e| e.event.name() == "agent_loop_stopped")
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert_eq!(stopped[0]["reason"], "session_reset");
+    assert_eq!(stopped[0]["invalidation_reason"], "session");
+    assert_eq!(stopped[0]["session_id"], e.session.as_str());
+    let turn_ends = events
+        .iter()
+        .filter(|e| e.event.name() == "turn_end")
+        .count();
+    assert_eq!(turn_ends, 1, "the queued turn never started");
+}
+
+#[tokio::test]
+async fn a_pre_tool_call_block_reaches_the_model() {
+    let mut e = env().await;
+    hooked(
+        &mut e,
+        Some(tern_hooks::ToolGate::Block {
+            hook: "policy".into(),
+            message: "no listing on Fridays".into(),
+        }),
+    );
+    e.fake
+        .push(Reply::tool_call("c1", "list_dir", "{}"))
+        .push(Reply::text("ok"));
+    e.turn("list").await;
+    let t = e.transcript().await;
+    assert_eq!(
+        tool_content(&t[2])["error"],
+        "blocked by the policy hook: no listing on Fridays"
+    );
+}
+
+#[tokio::test]
+async fn a_pre_tool_call_allow_lets_a_dangerous_command_through_but_not_a_hard_line_one() {
+    let mut e = env().await;
+    hooked(
+        &mut e,
+        Some(tern_hooks::ToolGate::Allow {
+            hook: "policy".into(),
+        }),
+    );
+    std::fs::create_dir(e.work.join("build")).unwrap();
+    e.fake
+        .push(Reply::tool_calls([
+            ("d", "terminal", r#"{"command":"rm -rf build"}"#.to_owned()),
+            ("h", "terminal", r#"{"command":"rm -rf /"}"#.to_owned()),
+        ]))
+        .push(Reply::text("ok"));
+    e.turn("clean").await;
+    assert!(
+        !e.work.join("build").exists(),
+        "allowed without asking (the approver denies all)"
+    );
+    let t = e.transcript().await;
+    assert!(
+        tool_content(&t[3])["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("blocked")
     );
 }

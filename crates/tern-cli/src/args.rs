@@ -34,6 +34,13 @@ pub enum Command {
     },
     /// Check the configuration, the store and the model endpoint
     Doctor,
+    /// Run the gateway: the always-on HTTP daemon (Hermes-compatible API, OpenAI endpoint)
+    Gateway(GatewayArgs),
+    /// Create, list and revoke the gateway's agent API keys
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// List, show, search, delete and export stored sessions
     Sessions {
         #[command(subcommand)]
@@ -113,4 +120,34 @@ pub enum SessionsCommand {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// Address to listen on (default from config: 127.0.0.1:8642)
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Log format on stderr
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key and print it (the only time it is shown)
+    Create { name: String },
+    /// List keys (names and prefixes, never the keys)
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke the active key with this name
+    Revoke { name: String },
 }

@@ -12,12 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, anyhow, bail};
 use rustyline::error::ReadlineError;
-use tern_agent::{Agent, AgentError, TurnOutcome, TurnRequest, TurnStatus};
+use tern_agent::{Agent, AgentError, Interrupt, StopReason, TurnOutcome, TurnRequest, TurnStatus};
 use tern_config::{Effective, Home};
 use tern_store::{NewSession, Session, Store};
 use tern_tools::approval::Grants;
 use tern_tools::{AllowAll, Approver, DenyAll};
-use tokio_util::sync::CancellationToken;
 
 use crate::approve::TerminalApprover;
 use crate::args::ChatArgs;
@@ -111,14 +110,15 @@ impl Chat {
         approver: Arc<dyn Approver>,
         style: Style,
     ) -> Result<TurnOutcome, AgentError> {
-        let cancel = CancellationToken::new();
-        let watcher = tokio::spawn(cancel_on_signal(cancel.clone()));
+        let interrupt = Interrupt::new();
+        let watcher = tokio::spawn(interrupt_on_signal(interrupt.clone()));
         let r = self
             .agent
             .run_turn(TurnRequest {
                 session_id: session.to_owned(),
                 input,
-                cancel,
+                interrupt,
+                system_prompt: None,
                 approver,
                 workdir: self.workdir.clone(),
                 toolsets: self.toolsets.clone(),
@@ -130,7 +130,7 @@ impl Chat {
     }
 }
 
-async fn cancel_on_signal(cancel: CancellationToken) {
+async fn interrupt_on_signal(interrupt: Interrupt) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let sigterm = async {
         match &mut term {
@@ -144,7 +144,7 @@ async fn cancel_on_signal(cancel: CancellationToken) {
         _ = tokio::signal::ctrl_c() => {}
         () = sigterm => {}
     }
-    cancel.cancel();
+    interrupt.trigger(StopReason::UserInterrupt);
 }
 
 pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCode> {

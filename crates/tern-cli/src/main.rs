@@ -11,6 +11,7 @@ mod args;
 mod chat;
 mod context;
 mod doctor;
+mod gateway;
 mod render;
 mod sessions;
 
@@ -85,6 +86,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(home).await,
+        Command::Gateway(args) => gateway::run(home, args).await,
+        Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
     }
 }

@@ -211,6 +211,13 @@ pub struct Config {
     pub agent: AgentConfig,
     pub tools: ToolsConfig,
     pub approvals: ApprovalsConfig,
+    pub gateway: GatewayConfig,
+    /// `[[hooks]]`: commands run on lifecycle events (see `docs/hooks.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<CommandHookConfig>,
+    /// `[[webhooks]]`: URLs that lifecycle events are POSTed to (see `docs/hooks.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 /// `[model]`: which OpenAI-compatible endpoint and model to talk to.
@@ -304,6 +311,120 @@ pub struct ApprovalsConfig {
     pub allowlist: Vec<String>,
 }
 
+/// `[gateway]`: the HTTP API server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// `HOST:PORT` to listen on. Loopback by default: the API runs agents with tools.
+    pub listen: String,
+    /// Turns running at once across all sessions; further turns wait.
+    pub max_concurrent_turns: usize,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// On shutdown, how long running turns get to finish before they are interrupted.
+    pub drain_timeout_secs: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: "127.0.0.1:8642".to_owned(),
+            max_concurrent_turns: 16,
+            max_body_bytes: 1_048_576,
+            drain_timeout_secs: 30,
+        }
+    }
+}
+
+/// The lifecycle event names hooks can subscribe to, besides `"*"` (all).
+///
+/// A copy of `tern_hooks::EVENT_NAMES`: tern-config sits below tern-hooks and cannot depend
+/// on it; a test in tern-hooks keeps the two lists equal.
+pub const HOOK_EVENT_NAMES: &[&str] = &[
+    "session_start",
+    "session_end",
+    "session_reset",
+    "turn_start",
+    "turn_end",
+    "pre_llm_call",
+    "post_llm_call",
+    "pre_tool_call",
+    "post_tool_call",
+    "agent_loop_stopped",
+];
+
+/// One `[[hooks]]` entry: a shell command run with the event's JSON on stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandHookConfig {
+    /// A name for logs; defaults to the command cut to 40 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Event names, or `"*"` for all.
+    pub events: Vec<String>,
+    /// Run with `sh -c`.
+    pub command: String,
+    /// After this the hook's process group is killed.
+    #[serde(default = "default_hook_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_hook_timeout_ms() -> u64 {
+    5000
+}
+
+/// One `[[webhooks]]` entry: a URL that events are POSTed to, signed with `secret`.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// A name for logs; defaults to the URL without its query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `http://` or `https://`.
+    pub url: String,
+    /// The HMAC-SHA256 key for `X-Tern-Signature`; at least 16 characters.
+    pub secret: String,
+    /// Event names, or `"*"` for all.
+    #[serde(default = "default_webhook_events")]
+    pub events: Vec<String>,
+    /// Per attempt.
+    #[serde(default = "default_hook_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Attempts in all, the first included.
+    #[serde(default = "default_webhook_max_attempts")]
+    pub max_attempts: u32,
+    /// The first retry waits this long; each next one twice as long, at most 30 s.
+    #[serde(default = "default_webhook_retry_base_ms")]
+    pub retry_base_ms: u64,
+}
+
+fn default_webhook_events() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+fn default_webhook_max_attempts() -> u32 {
+    5
+}
+
+fn default_webhook_retry_base_ms() -> u64 {
+    500
+}
+
+// Hand-written so the secret never ends up in logs or panic messages.
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("name", &self.name)
+            .field("url", &mask_url(&self.url))
+            .field("secret", &mask_secret(&self.secret))
+            .field("events", &self.events)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_base_ms", &self.retry_base_ms)
+            .finish()
+    }
+}
+
 /// Where an effective value came from, for `tern config show`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -330,6 +451,10 @@ pub const KEYS: &[&str] = &[
     "tools.output_limit_chars",
     "tools.read_limit_bytes",
     "approvals.allowlist",
+    "gateway.listen",
+    "gateway.max_concurrent_turns",
+    "gateway.max_body_bytes",
+    "gateway.drain_timeout_secs",
 ];
 
 /// The configuration in force after all layers are applied.
@@ -473,6 +598,18 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         }
     }
 
+    // A blank hook name means "not set", so logs fall back to the command or URL.
+    for name in config
+        .hooks
+        .iter_mut()
+        .map(|h| &mut h.name)
+        .chain(config.webhooks.iter_mut().map(|h| &mut h.name))
+    {
+        if name.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            *name = None;
+        }
+    }
+
     let mut sources: BTreeMap<&'static str, Source> = KEYS
         .iter()
         .map(|&k| {
@@ -607,22 +744,117 @@ fn origin(eff: &Effective, key: &str) -> String {
     }
 }
 
-fn validate(eff: &Effective) -> Result<(), ConfigError> {
-    let c = &eff.config;
-    if let Some(url) = &c.model.base_url {
-        let lower = url.to_ascii_lowercase();
-        let rest = lower
-            .strip_prefix("http://")
-            .or_else(|| lower.strip_prefix("https://"));
-        if rest.is_none_or(str::is_empty) {
+/// Describes entry `index` of an array of tables (`[[hooks]]`, `[[webhooks]]`) and one of
+/// its fields, for error messages. Those entries only ever come from the file.
+fn entry_origin(eff: &Effective, array: &str, index: usize, field: &str) -> String {
+    format!("{array}[{index}].{field} in {}", eff.config_path.display())
+}
+
+/// Whether `url` starts with `http://` or `https://` (any case) and has something after it.
+fn is_http_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+        .is_some_and(|rest| !rest.is_empty())
+}
+
+/// Whether `addr` looks like `HOST:PORT` (`[::1]:PORT` for IPv6). Host names are allowed,
+/// so this is not a full parse; binding reports anything subtler.
+fn is_host_port(addr: &str) -> bool {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
+        None => false,
+    }
+}
+
+/// Checks a subscriber's `events`: not empty, each a known event name or `"*"`.
+fn validate_events(
+    eff: &Effective,
+    array: &str,
+    index: usize,
+    events: &[String],
+) -> Result<(), ConfigError> {
+    if events.is_empty() {
+        return Err(ConfigError::Invalid(format!(
+            "{} must not be empty: list event names, or \"*\" for all",
+            entry_origin(eff, array, index, "events")
+        )));
+    }
+    if let Some(bad) = events
+        .iter()
+        .find(|e| e.as_str() != "*" && !HOOK_EVENT_NAMES.contains(&e.as_str()))
+    {
+        return Err(ConfigError::Invalid(format!(
+            "{}: unknown event {bad:?} (known: {}; or \"*\" for all)",
+            entry_origin(eff, array, index, "events"),
+            HOOK_EVENT_NAMES.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn validate_hooks(eff: &Effective) -> Result<(), ConfigError> {
+    for (i, hook) in eff.config.hooks.iter().enumerate() {
+        validate_events(eff, "hooks", i, &hook.events)?;
+        if hook.command.trim().is_empty() {
             return Err(ConfigError::Invalid(format!(
-                "{} is not a URL: {:?} (it must start with http:// or https://, e.g. http://localhost:11434/v1)",
-                origin(eff, "model.base_url"),
-                url
+                "{} must not be empty",
+                entry_origin(eff, "hooks", i, "command")
+            )));
+        }
+        if hook.timeout_ms < 1 {
+            return Err(ConfigError::Invalid(format!(
+                "{} must be at least 1 (got 0)",
+                entry_origin(eff, "hooks", i, "timeout_ms")
             )));
         }
     }
-    let at_least_one: [(&str, u64); 6] = [
+    for (i, hook) in eff.config.webhooks.iter().enumerate() {
+        if !is_http_url(hook.url.trim()) {
+            return Err(ConfigError::Invalid(format!(
+                "{} is not a URL: {:?} (it must start with http:// or https://)",
+                entry_origin(eff, "webhooks", i, "url"),
+                mask_url(&hook.url)
+            )));
+        }
+        let secret_len = hook.secret.chars().count();
+        if secret_len < 16 {
+            // Never echo the secret itself, not even a short one.
+            return Err(ConfigError::Invalid(format!(
+                "{} is too short: it must have at least 16 characters (got {secret_len})",
+                entry_origin(eff, "webhooks", i, "secret")
+            )));
+        }
+        validate_events(eff, "webhooks", i, &hook.events)?;
+        for (field, value) in [
+            ("timeout_ms", hook.timeout_ms),
+            ("max_attempts", u64::from(hook.max_attempts)),
+            ("retry_base_ms", hook.retry_base_ms),
+        ] {
+            if value < 1 {
+                return Err(ConfigError::Invalid(format!(
+                    "{} must be at least 1 (got 0)",
+                    entry_origin(eff, "webhooks", i, field)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate(eff: &Effective) -> Result<(), ConfigError> {
+    let c = &eff.config;
+    if let Some(url) = &c.model.base_url
+        && !is_http_url(url)
+    {
+        return Err(ConfigError::Invalid(format!(
+            "{} is not a URL: {:?} (it must start with http:// or https://, e.g. http://localhost:11434/v1)",
+            origin(eff, "model.base_url"),
+            url
+        )));
+    }
+    let at_least_one: [(&str, u64); 7] = [
         ("model.timeout_secs", c.model.timeout_secs),
         ("agent.max_iterations", u64::from(c.agent.max_iterations)),
         ("tools.terminal_timeout_secs", c.tools.terminal_timeout_secs),
@@ -638,6 +870,10 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
         (
             "tools.read_limit_bytes",
             u64::try_from(c.tools.read_limit_bytes).unwrap_or(u64::MAX),
+        ),
+        (
+            "gateway.max_concurrent_turns",
+            u64::try_from(c.gateway.max_concurrent_turns).unwrap_or(u64::MAX),
         ),
     ];
     for (key, value) in at_least_one {
@@ -656,7 +892,21 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             c.tools.terminal_max_timeout_secs
         )));
     }
-    Ok(())
+    if !is_host_port(c.gateway.listen.trim()) {
+        return Err(ConfigError::Invalid(format!(
+            "{} is not HOST:PORT: {:?} (e.g. 127.0.0.1:8642)",
+            origin(eff, "gateway.listen"),
+            c.gateway.listen
+        )));
+    }
+    if c.gateway.max_body_bytes < 1024 {
+        return Err(ConfigError::Invalid(format!(
+            "{} must be at least 1024 (got {})",
+            origin(eff, "gateway.max_body_bytes"),
+            c.gateway.max_body_bytes
+        )));
+    }
+    validate_hooks(eff)
 }
 
 /// Masks a secret for display: the first 3 and last 4 characters of secrets
@@ -670,6 +920,28 @@ pub fn mask_secret(s: &str) -> String {
         format!("{head}…{tail}")
     } else {
         "****".to_owned()
+    }
+}
+
+/// Masks the password of a URL's `user:password@` part, if any, for display.
+pub fn mask_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => match authority[..at].find(':') {
+            Some(colon) => format!(
+                "{}{}:****{}",
+                &url[..scheme_end],
+                &authority[..colon],
+                &rest[at..]
+            ),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 
@@ -692,7 +964,7 @@ pub fn render_masked(eff: &Effective) -> String {
     }
 
     let opt = |v: &Option<String>| v.as_deref().map(quote);
-    let sections: [(&str, Vec<RenderedValue>); 4] = [
+    let sections: [(&str, Vec<RenderedValue>); 5] = [
         (
             "model",
             vec![
@@ -746,6 +1018,24 @@ pub fn render_masked(eff: &Effective) -> String {
                 Some(quote_array(&c.approvals.allowlist)),
             )],
         ),
+        (
+            "gateway",
+            vec![
+                ("gateway.listen", Some(quote(&c.gateway.listen))),
+                (
+                    "gateway.max_concurrent_turns",
+                    Some(c.gateway.max_concurrent_turns.to_string()),
+                ),
+                (
+                    "gateway.max_body_bytes",
+                    Some(c.gateway.max_body_bytes.to_string()),
+                ),
+                (
+                    "gateway.drain_timeout_secs",
+                    Some(c.gateway.drain_timeout_secs.to_string()),
+                ),
+            ],
+        ),
     ];
 
     for (name, entries) in sections {
@@ -778,7 +1068,40 @@ pub fn render_masked(eff: &Effective) -> String {
             out.push_str(&format!("{text}{:pad$}   # {note}\n", ""));
         }
     }
+    render_subscribers(c, &mut out);
     out
+}
+
+/// Renders `[[hooks]]` and `[[webhooks]]` with their effective values (defaults filled in),
+/// webhook secrets masked. Entries only come from the file, so there are no per-key sources.
+fn render_subscribers(c: &Config, out: &mut String) {
+    let opt_name = |name: &Option<String>| match name {
+        Some(n) => format!("name = {}\n", quote(n)),
+        None => String::new(),
+    };
+    if c.hooks.is_empty() {
+        out.push_str("\n# no [[hooks]] configured\n");
+    }
+    for hook in &c.hooks {
+        out.push_str(&format!("\n[[hooks]]   # from {CONFIG_FILE}\n"));
+        out.push_str(&opt_name(&hook.name));
+        out.push_str(&format!("events = {}\n", quote_array(&hook.events)));
+        out.push_str(&format!("command = {}\n", quote(&hook.command)));
+        out.push_str(&format!("timeout_ms = {}\n", hook.timeout_ms));
+    }
+    if c.webhooks.is_empty() {
+        out.push_str("\n# no [[webhooks]] configured\n");
+    }
+    for hook in &c.webhooks {
+        out.push_str(&format!("\n[[webhooks]]   # from {CONFIG_FILE}\n"));
+        out.push_str(&opt_name(&hook.name));
+        out.push_str(&format!("url = {}\n", quote(&mask_url(&hook.url))));
+        out.push_str(&format!("secret = {}\n", quote(&mask_secret(&hook.secret))));
+        out.push_str(&format!("events = {}\n", quote_array(&hook.events)));
+        out.push_str(&format!("timeout_ms = {}\n", hook.timeout_ms));
+        out.push_str(&format!("max_attempts = {}\n", hook.max_attempts));
+        out.push_str(&format!("retry_base_ms = {}\n", hook.retry_base_ms));
+    }
 }
 
 /// A TOML basic string; always one line, unlike a multi-line string literal,
@@ -1074,6 +1397,12 @@ mod tests {
         assert_eq!(c.tools.output_limit_chars, 50_000);
         assert_eq!(c.tools.read_limit_bytes, 262_144);
         assert!(c.approvals.allowlist.is_empty());
+        assert_eq!(c.gateway.listen, "127.0.0.1:8642");
+        assert_eq!(c.gateway.max_concurrent_turns, 16);
+        assert_eq!(c.gateway.max_body_bytes, 1_048_576);
+        assert_eq!(c.gateway.drain_timeout_secs, 30);
+        assert!(c.hooks.is_empty());
+        assert!(c.webhooks.is_empty());
         assert_eq!(eff.sources.len(), KEYS.len());
         assert!(eff.sources.values().all(|s| *s == Source::Default));
         assert_eq!(eff.config_path, home.config_path());
@@ -1117,6 +1446,12 @@ read_limit_bytes = 200
 
 [approvals]
 allowlist = ["ls", "git status"]
+
+[gateway]
+listen = "0.0.0.0:9000"
+max_concurrent_turns = 2
+max_body_bytes = 4096
+drain_timeout_secs = 0
 "#,
         );
         let eff = load(&home, &no_env).unwrap();
@@ -1140,6 +1475,15 @@ allowlist = ["ls", "git status"]
         assert_eq!(c.tools.output_limit_chars, 100);
         assert_eq!(c.tools.read_limit_bytes, 200);
         assert_eq!(c.approvals.allowlist, vec!["ls", "git status"]);
+        assert_eq!(
+            c.gateway,
+            GatewayConfig {
+                listen: "0.0.0.0:9000".to_owned(),
+                max_concurrent_turns: 2,
+                max_body_bytes: 4096,
+                drain_timeout_secs: 0,
+            }
+        );
         assert!(eff.sources.values().all(|s| *s == Source::File));
     }
 
@@ -1689,6 +2033,331 @@ allowlist = [
         let text = fs::read_to_string(&real).unwrap();
         assert!(text.starts_with("# linked\n"), "{text}");
         assert!(text.contains("\"ls\""), "{text}");
+    }
+
+    // ---- gateway, hooks, webhooks ----
+
+    const HOOKS_TOML: &str = r#"
+[gateway]
+max_concurrent_turns = 4
+
+[[hooks]]
+name = "audit"
+events = ["turn_start", "turn_end"]
+command = "cat >> /tmp/audit.jsonl"
+timeout_ms = 250
+
+[[hooks]]
+events = ["*"]
+command = "true"
+
+[[webhooks]]
+url = "https://hooks.example/tern"
+secret = "0123456789abcdef-secret"
+
+[[webhooks]]
+name = "ops"
+url = "http://user:hunter2pass@ops.example:8080/in?x=1"
+secret = "another-secret-of-length"
+events = ["agent_loop_stopped"]
+timeout_ms = 1000
+max_attempts = 2
+retry_base_ms = 10
+"#;
+
+    #[test]
+    fn hooks_and_webhooks_parse_with_defaults() {
+        let (_d, home) = temp_home();
+        write_config(&home, HOOKS_TOML);
+        let eff = load(&home, &no_env).unwrap();
+        let c = &eff.config;
+        assert_eq!(c.gateway.max_concurrent_turns, 4);
+        assert_eq!(c.gateway.listen, "127.0.0.1:8642");
+        assert_eq!(eff.source("gateway.max_concurrent_turns"), Source::File);
+        assert_eq!(eff.source("gateway.listen"), Source::Default);
+        assert_eq!(
+            c.hooks,
+            vec![
+                CommandHookConfig {
+                    name: Some("audit".to_owned()),
+                    events: vec!["turn_start".to_owned(), "turn_end".to_owned()],
+                    command: "cat >> /tmp/audit.jsonl".to_owned(),
+                    timeout_ms: 250,
+                },
+                CommandHookConfig {
+                    name: None,
+                    events: vec!["*".to_owned()],
+                    command: "true".to_owned(),
+                    timeout_ms: 5000,
+                },
+            ]
+        );
+        assert_eq!(
+            c.webhooks[0],
+            WebhookConfig {
+                name: None,
+                url: "https://hooks.example/tern".to_owned(),
+                secret: "0123456789abcdef-secret".to_owned(),
+                events: vec!["*".to_owned()],
+                timeout_ms: 5000,
+                max_attempts: 5,
+                retry_base_ms: 500,
+            }
+        );
+        let ops = &c.webhooks[1];
+        assert_eq!(ops.name.as_deref(), Some("ops"));
+        assert_eq!(ops.events, vec!["agent_loop_stopped"]);
+        assert_eq!(
+            (ops.timeout_ms, ops.max_attempts, ops.retry_base_ms),
+            (1000, 2, 10)
+        );
+    }
+
+    #[test]
+    fn blank_hook_names_mean_unset() {
+        let (_d, home) = temp_home();
+        write_config(
+            &home,
+            "[[hooks]]\nname = \" \"\nevents = [\"*\"]\ncommand = \"true\"\n",
+        );
+        let eff = load(&home, &no_env).unwrap();
+        assert_eq!(eff.config.hooks[0].name, None);
+    }
+
+    #[test]
+    fn hooks_reject_unknown_and_missing_fields() {
+        let (_d, home) = temp_home();
+        for (text, expect) in [
+            (
+                "[[hooks]]\nevents = [\"*\"]\ncommand = \"true\"\ntimeout = 5\n",
+                "timeout",
+            ),
+            ("[[hooks]]\nevents = [\"*\"]\n", "command"),
+            ("[[hooks]]\ncommand = \"true\"\n", "events"),
+            (
+                "[[webhooks]]\nurl = \"http://x\"\nsecret = \"0123456789abcdef\"\nretries = 1\n",
+                "retries",
+            ),
+            ("[[webhooks]]\nurl = \"http://x\"\n", "secret"),
+            ("[[webhooks]]\nsecret = \"0123456789abcdef\"\n", "url"),
+            ("[gateway]\nport = 80\n", "port"),
+        ] {
+            write_config(&home, text);
+            let err = load(&home, &no_env).unwrap_err();
+            assert!(matches!(err, ConfigError::Parse { .. }), "{text}: {err:?}");
+            let msg = err.to_string();
+            assert!(msg.contains(expect), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn hook_validation_names_the_key() {
+        let (_d, home) = temp_home();
+        let ok_hook = "[[hooks]]\nevents = [\"*\"]\ncommand = \"true\"\n";
+        let secret = "secret = \"0123456789abcdef\"\n";
+        for (text, expect) in [
+            (
+                "[[hooks]]\nevents = []\ncommand = \"true\"\n".to_owned(),
+                "hooks[0].events in ",
+            ),
+            (
+                format!("{ok_hook}[[hooks]]\nevents = [\"turn_begin\"]\ncommand = \"true\"\n"),
+                "hooks[1].events in ",
+            ),
+            (
+                "[[hooks]]\nevents = [\"*\"]\ncommand = \"  \"\n".to_owned(),
+                "hooks[0].command in ",
+            ),
+            (
+                "[[hooks]]\nevents = [\"*\"]\ncommand = \"true\"\ntimeout_ms = 0\n".to_owned(),
+                "hooks[0].timeout_ms in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"ftp://x\"\n{secret}"),
+                "webhooks[0].url in ",
+            ),
+            (
+                "[[webhooks]]\nurl = \"http://x\"\nsecret = \"short-secret\"\n".to_owned(),
+                "webhooks[0].secret in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"http://x\"\n{secret}events = [\"nope\"]\n"),
+                "webhooks[0].events in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"http://x\"\n{secret}events = []\n"),
+                "webhooks[0].events in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"http://x\"\n{secret}timeout_ms = 0\n"),
+                "webhooks[0].timeout_ms in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"http://x\"\n{secret}max_attempts = 0\n"),
+                "webhooks[0].max_attempts in ",
+            ),
+            (
+                format!("[[webhooks]]\nurl = \"http://x\"\n{secret}retry_base_ms = 0\n"),
+                "webhooks[0].retry_base_ms in ",
+            ),
+            (
+                "[gateway]\nmax_concurrent_turns = 0\n".to_owned(),
+                "gateway.max_concurrent_turns in ",
+            ),
+            (
+                "[gateway]\nmax_body_bytes = 1023\n".to_owned(),
+                "gateway.max_body_bytes in ",
+            ),
+            (
+                "[gateway]\nlisten = \"8642\"\n".to_owned(),
+                "gateway.listen in ",
+            ),
+            (
+                "[gateway]\nlisten = \"localhost:http\"\n".to_owned(),
+                "gateway.listen in ",
+            ),
+        ] {
+            write_config(&home, &text);
+            let err = load(&home, &no_env).unwrap_err();
+            assert!(matches!(err, ConfigError::Invalid(_)), "{text}: {err:?}");
+            let msg = err.to_string();
+            assert!(msg.contains(expect), "{text}: {msg}");
+            assert!(msg.contains("config.toml"), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn unknown_event_error_lists_the_known_ones() {
+        let (_d, home) = temp_home();
+        write_config(
+            &home,
+            "[[hooks]]\nevents = [\"turn_end\", \"turn_begin\"]\ncommand = \"true\"\n",
+        );
+        let msg = load(&home, &no_env).unwrap_err().to_string();
+        assert!(msg.contains("unknown event \"turn_begin\""), "{msg}");
+        for name in HOOK_EVENT_NAMES {
+            assert!(msg.contains(name), "{name} missing: {msg}");
+        }
+    }
+
+    #[test]
+    fn short_secret_is_not_echoed() {
+        let (_d, home) = temp_home();
+        write_config(
+            &home,
+            "[[webhooks]]\nurl = \"http://x\"\nsecret = \"tiny-s3cret\"\n",
+        );
+        let msg = load(&home, &no_env).unwrap_err().to_string();
+        assert!(!msg.contains("tiny-s3cret"), "{msg}");
+        assert!(msg.contains("at least 16 characters (got 11)"), "{msg}");
+    }
+
+    #[test]
+    fn gateway_listen_accepts_hosts_and_ipv6() {
+        let (_d, home) = temp_home();
+        for listen in ["localhost:8642", "[::1]:8642", "0.0.0.0:0"] {
+            write_config(&home, &format!("[gateway]\nlisten = \"{listen}\"\n"));
+            let eff = load(&home, &no_env).unwrap();
+            assert_eq!(eff.config.gateway.listen, listen);
+        }
+    }
+
+    #[test]
+    fn render_shows_gateway_hooks_and_masked_webhooks() {
+        let (_d, home) = temp_home();
+        write_config(&home, HOOKS_TOML);
+        let eff = load(&home, &no_env).unwrap();
+        let out = render_masked(&eff);
+        let line = |needle: &str| -> String {
+            out.lines()
+                .find(|l| l.starts_with(needle))
+                .unwrap_or_else(|| panic!("no line {needle:?} in\n{out}"))
+                .to_owned()
+        };
+        assert!(out.contains("\n[gateway]\n"), "{out}");
+        assert!(line("listen = \"127.0.0.1:8642\"").ends_with("# default"));
+        assert!(line("max_concurrent_turns = 4").ends_with("# from config.toml"));
+        assert!(line("max_body_bytes = 1048576").ends_with("# default"));
+        assert!(line("drain_timeout_secs = 30").ends_with("# default"));
+
+        assert_eq!(out.matches("[[hooks]]").count(), 2, "{out}");
+        assert!(out.contains("name = \"audit\"\n"), "{out}");
+        assert!(
+            out.contains(
+                "events = [\"turn_start\", \"turn_end\"]\n\
+                 command = \"cat >> /tmp/audit.jsonl\"\n\
+                 timeout_ms = 250\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("command = \"true\"\ntimeout_ms = 5000\n"),
+            "{out}"
+        );
+
+        assert_eq!(out.matches("[[webhooks]]").count(), 2, "{out}");
+        assert!(!out.contains("0123456789abcdef-secret"), "{out}");
+        assert!(!out.contains("another-secret-of-length"), "{out}");
+        assert!(!out.contains("hunter2pass"), "{out}");
+        assert!(out.contains("secret = \"012…cret\"\n"), "{out}");
+        assert!(out.contains("secret = \"ano…ngth\"\n"), "{out}");
+        assert!(
+            out.contains("url = \"http://user:****@ops.example:8080/in?x=1\"\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "events = [\"*\"]\ntimeout_ms = 5000\nmax_attempts = 5\nretry_base_ms = 500\n"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn render_says_when_no_hooks_are_configured() {
+        let (_d, home) = temp_home();
+        let out = render_masked(&load(&home, &no_env).unwrap());
+        assert!(out.contains("# no [[hooks]] configured"), "{out}");
+        assert!(out.contains("# no [[webhooks]] configured"), "{out}");
+        assert!(out.contains("\n[gateway]\n"), "{out}");
+    }
+
+    #[test]
+    fn webhook_debug_masks_the_secret() {
+        let hook = WebhookConfig {
+            name: None,
+            url: "https://a:b-password@x.example/".to_owned(),
+            secret: "supersecretvalue9876".to_owned(),
+            events: vec!["*".to_owned()],
+            timeout_ms: 1,
+            max_attempts: 1,
+            retry_base_ms: 1,
+        };
+        let dbg = format!("{hook:?}");
+        assert!(!dbg.contains("supersecret"), "{dbg}");
+        assert!(!dbg.contains("b-password"), "{dbg}");
+        assert!(dbg.contains("sup…9876"), "{dbg}");
+    }
+
+    #[test]
+    fn mask_url_rules() {
+        assert_eq!(
+            mask_url("https://x.example/a?b=c"),
+            "https://x.example/a?b=c"
+        );
+        assert_eq!(mask_url("http://u:p@h/x"), "http://u:****@h/x");
+        assert_eq!(mask_url("http://u@h/x"), "http://u@h/x");
+        // An @ in the path is not userinfo.
+        assert_eq!(mask_url("http://h/a:b@c"), "http://h/a:b@c");
+        assert_eq!(mask_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn serialize_round_trips_with_hooks() {
+        let config: Config = toml::from_str(HOOKS_TOML).unwrap();
+        let text = toml::to_string(&config).unwrap();
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back, config);
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub enum StoreError {
     SessionExists(String),
     #[error("more than one session id starts with {0}; give more characters")]
     AmbiguousPrefix(String),
+    #[error("an active key named {0} already exists; revoke it first or choose another name")]
+    KeyExists(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
@@ -181,6 +183,17 @@ impl NewMessage {
         self.turn_id = Some(turn_id.to_owned());
         self
     }
+}
+
+/// An agent API key, without its secret.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApiKey {
+    pub id: String,
+    pub name: String,
+    /// The first characters of the key, to recognise it.
+    pub prefix: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
 }
 
 /// A full-text search hit.
@@ -587,6 +600,74 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Stores a new key's hash under `name`.
+    pub async fn create_key(&self, name: &str, key_hash: &str, prefix: &str) -> Result<ApiKey> {
+        let key = ApiKey {
+            id: uuid::Uuid::now_v7().simple().to_string(),
+            name: name.to_owned(),
+            prefix: prefix.to_owned(),
+            created_at: now_ms(),
+            revoked_at: None,
+        };
+        let r = sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(&key.id)
+        .bind(&key.name)
+        .bind(key_hash)
+        .bind(&key.prefix)
+        .bind(key.created_at)
+        .execute(&self.pool)
+        .await;
+        match r {
+            Ok(_) => Ok(key),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::KeyExists(name.to_owned()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// All keys, active and revoked, oldest first.
+    pub async fn list_keys(&self) -> Result<Vec<ApiKey>> {
+        let rows = sqlx::query(
+            "SELECT id, name, prefix, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ApiKey {
+                    id: r.try_get(0)?,
+                    name: r.try_get(1)?,
+                    prefix: r.try_get(2)?,
+                    created_at: r.try_get(3)?,
+                    revoked_at: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Revokes the active key named `name`; `false` if there is none.
+    pub async fn revoke_key(&self, name: &str) -> Result<bool> {
+        let r =
+            sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL")
+                .bind(now_ms())
+                .bind(name)
+                .execute(&self.pool)
+                .await?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    /// `(name, hash)` of every active key.
+    pub async fn active_key_hashes(&self) -> Result<Vec<(String, String)>> {
+        Ok(
+            sqlx::query_as("SELECT name, key_hash FROM api_keys WHERE revoked_at IS NULL")
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     pub async fn close(&self) {

@@ -207,3 +207,25 @@ async fn sessions_resolve_by_unique_prefix() {
         "no LIKE wildcards"
     );
 }
+
+#[tokio::test]
+async fn keys_are_created_listed_and_revoked() {
+    let (_d, s) = store().await;
+    s.create_key("ci", "hash1", "tern_ab").await.unwrap();
+    assert!(matches!(
+        s.create_key("ci", "hash2", "tern_cd").await,
+        Err(StoreError::KeyExists(_))
+    ));
+    assert_eq!(
+        s.active_key_hashes().await.unwrap(),
+        vec![("ci".to_owned(), "hash1".to_owned())]
+    );
+    assert!(s.revoke_key("ci").await.unwrap());
+    assert!(!s.revoke_key("ci").await.unwrap());
+    assert!(s.active_key_hashes().await.unwrap().is_empty());
+    // The name is free again; the revoked key stays listed.
+    s.create_key("ci", "hash3", "tern_ef").await.unwrap();
+    let keys = s.list_keys().await.unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(keys[0].revoked_at.is_some() && keys[1].revoked_at.is_none());
+}

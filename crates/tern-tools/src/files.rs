@@ -1130,6 +1130,7 @@ mod tests {
                 reason: "tests never approve".into(),
             }),
             limits: ToolLimits::default(),
+            preapproved: false,
         }
     }
 

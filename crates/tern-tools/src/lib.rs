@@ -142,6 +142,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     pub approver: Arc<dyn Approver>,
     pub limits: ToolLimits,
+    /// A `pre_tool_call` hook allowed this call: a dangerous command runs without asking
+    /// (hard-line commands stay blocked).
+    pub preapproved: bool,
 }
 
 impl ToolContext {

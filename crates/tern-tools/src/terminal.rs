@@ -75,6 +75,7 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
                  not even with approval. Do not try to run it another way."
             )));
         }
+        Verdict::Dangerous { .. } if ctx.preapproved => {}
         Verdict::Dangerous { key, description } => {
             let decision = tokio::select! {
                 d = ctx.approver.approve(ApprovalRequest {
@@ -295,6 +296,7 @@ mod tests {
             cancel: CancellationToken::new(),
             approver,
             limits: ToolLimits::default(),
+            preapproved: false,
         }
     }
 

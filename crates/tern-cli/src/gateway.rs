@@ -1,0 +1,188 @@
+//! `tern gateway` and `tern keys`.
+//!
+//! Flow of `tern gateway`: load the configuration → log to stderr → open the store → build
+//! the hook bus and the agent → make sure a key exists (first start: create one, write it to
+//! `$TERN_HOME/gateway.key` mode 0600, print the path) → bind and serve → on SIGTERM or
+//! SIGINT stop accepting work, drain running turns within the drain timeout, interrupt the
+//! rest, and exit once they have recorded their interruption.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_tools::approval::Grants;
+use tern_tools::{Approver, DenyAll};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{GatewayArgs, KeysCommand, LogFormat};
+use crate::context;
+
+fn init_stderr_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals; stop the gateway with SIGKILL");
+        return std::future::pending().await;
+    };
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal = name, "shutting down");
+    token.cancel();
+}
+
+pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<ExitCode> {
+    let (home, eff) = context::load_config(home)?;
+    init_stderr_logging(args.log_format);
+    home.ensure()?;
+    let store = tern_store::Store::open(&home.db_path())
+        .await
+        .with_context(|| format!("opening the session store {}", home.db_path().display()))?;
+    let hooks = Arc::new(
+        tern_hooks::HookBus::from_config(&eff.config.hooks, &eff.config.webhooks)
+            .context("in the [[hooks]] or [[webhooks]] configuration")?,
+    );
+    let model = match eff.resolved_model() {
+        Ok(m) => m.name,
+        Err(e) => {
+            tracing::warn!("{e}; turns will fail until a model is configured");
+            String::new()
+        }
+    };
+    let agent = Arc::new(context::build_agent(&eff, store.clone())?.with_hooks(hooks.clone()));
+
+    let server_key = context::env_var("TERN_SERVER_KEY").filter(|k| !k.is_empty());
+    let authenticator = Authenticator::new(store.clone(), server_key.as_deref())?;
+    if let Some(path) = auth::ensure_first_key(&store, &home.root, server_key.is_some()).await? {
+        tracing::info!(path = %path.display(), "no API key existed: created one named `default`; it is in this file (mode 0600)");
+        eprintln!(
+            "tern: created the first API key; it is in {}",
+            path.display()
+        );
+    }
+
+    let approver: Arc<dyn Approver> = Arc::new(Grants::new(
+        Arc::new(DenyAll {
+            reason: "nobody sits at a terminal in the gateway; allowlist the command in \
+                     config.toml or allow it with a pre_tool_call hook"
+                .into(),
+        }),
+        eff.config.approvals.allowlist.clone(),
+    ));
+    let g = &eff.config.gateway;
+    let listen = args.listen.clone().unwrap_or_else(|| g.listen.clone());
+    let gw = Gateway::new(
+        agent,
+        authenticator,
+        approver,
+        GatewaySettings {
+            max_concurrent_turns: g.max_concurrent_turns,
+            max_body_bytes: g.max_body_bytes,
+            drain_timeout: Duration::from_secs(g.drain_timeout_secs),
+            workdir: std::env::current_dir().context("reading the current directory")?,
+            toolsets: eff.config.agent.toolsets.clone(),
+            model,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| {
+            format!("cannot listen on {listen} (in use? choose another with --listen)")
+        })?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
+
+    let stop = CancellationToken::new();
+    tokio::spawn(shutdown_signal(stop.clone()));
+    let app = gw.router();
+    let server_stop = CancellationToken::new();
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(server_stop.clone().cancelled_owned())
+            .into_future(),
+    );
+    stop.cancelled().await;
+    gw.drain().await;
+    server_stop.cancel();
+    // Streams end with their turns; give connections a moment to close, then go.
+    if tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 5 s; exiting anyway");
+    }
+    hooks.flush(Duration::from_secs(5)).await;
+    store.close().await;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<ExitCode> {
+    let (home, _) = context::load_config(home)?;
+    let store = context::open_store(&home).await?;
+    match cmd {
+        KeysCommand::Create { name } => {
+            let name = name.trim();
+            if name.is_empty() || name.chars().count() > 64 {
+                bail!("a key name is 1 to 64 characters");
+            }
+            let key = auth::create_key(&store, name).await?;
+            println!("{key}");
+            eprintln!(
+                "Created key `{name}`. It is shown only now: store it safely. Use it as `Authorization: Bearer <key>`."
+            );
+        }
+        KeysCommand::List { json } => {
+            let keys = store.list_keys().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&keys)?);
+            } else if keys.is_empty() {
+                eprintln!(
+                    "no keys yet; create one with `tern keys create NAME` (the gateway creates one on its first start)"
+                );
+            } else {
+                println!(
+                    "{:<24}  {:<14}  {:<16}  STATUS",
+                    "NAME", "PREFIX", "CREATED (UTC)"
+                );
+                for k in keys {
+                    let status = match k.revoked_at {
+                        Some(t) => format!("revoked {}", crate::sessions::when(t)),
+                        None => "active".into(),
+                    };
+                    println!(
+                        "{:<24}  {:<14}  {:<16}  {status}",
+                        k.name,
+                        format!("{}…", k.prefix),
+                        crate::sessions::when(k.created_at)
+                    );
+                }
+            }
+        }
+        KeysCommand::Revoke { name } => {
+            if !store.revoke_key(&name).await? {
+                bail!("no active key named `{name}` (see `tern keys list`)");
+            }
+            eprintln!("revoked key `{name}`");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

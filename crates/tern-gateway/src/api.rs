@@ -1,0 +1,502 @@
+//! The Hermes-compatible session API (`/api/sessions…`), plus tern's stop and reset.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tern_agent::{AgentEvent, EventSink, StopReason, TurnOutcome, TurnRequest, TurnStatus};
+use tern_hooks::{HookEvent, SessionEnd, SessionEndReason, SessionReset, SessionStart};
+use tern_store::{Message, NewSession, Session, SessionStatus};
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::turns::{TurnGuard, wait_session_idle};
+use crate::{ApiJson, AppState};
+
+fn secs(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+pub(crate) fn session_json(s: &Session) -> Value {
+    json!({
+        "id": s.id,
+        "object": "hermes.session",
+        "title": s.title,
+        "source": s.source,
+        "model": s.model,
+        "parent_session_id": s.parent_id,
+        "system_prompt": s.system_prompt,
+        "status": s.status,
+        "created_at": secs(s.created_at),
+        "updated_at": secs(s.updated_at),
+        "usage": {
+            "input_tokens": s.prompt_tokens,
+            "output_tokens": s.completion_tokens,
+            "total_tokens": s.prompt_tokens + s.completion_tokens,
+        },
+    })
+}
+
+fn message_json(m: &Message) -> Value {
+    json!({
+        "id": m.id,
+        "session_id": m.session_id,
+        "role": m.role,
+        "content": m.content,
+        "tool_call_id": m.tool_call_id,
+        "tool_calls": if m.tool_calls.is_empty() { Value::Null } else { json!(m.tool_calls) },
+        "tool_name": m.tool_name,
+        "reasoning": m.reasoning,
+        "timestamp": secs(m.created_at),
+        "seq": m.seq,
+    })
+}
+
+async fn session_or_404(gw: &AppState, id: &str) -> Result<Session, ApiError> {
+    gw.store
+        .get_session(id)
+        .await?
+        .ok_or_else(|| ApiError::session_not_found(id))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Page {
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+pub(crate) async fn list_sessions(
+    State(gw): State<AppState>,
+    Query(p): Query<Page>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = p.limit.unwrap_or(20).clamp(1, 200);
+    let offset = p.offset.unwrap_or(0).max(0);
+    let mut list = gw.store.list_sessions(limit + 1, offset).await?;
+    let has_more = list.len() as i64 > limit;
+    list.truncate(limit as usize);
+    Ok(axum::Json(json!({
+        "object": "list",
+        "data": list.iter().map(session_json).collect::<Vec<_>>(),
+        "limit": limit,
+        "offset": offset,
+        "has_more": has_more,
+    })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct CreateSession {
+    id: Option<String>,
+    session_id: Option<String>,
+    model: Option<String>,
+    system_prompt: Option<String>,
+    title: Option<String>,
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+pub(crate) async fn create_session(
+    State(gw): State<AppState>,
+    body: Option<ApiJson<CreateSession>>,
+) -> Result<impl IntoResponse, ApiError> {
+    let body = body.map(|b| b.0).unwrap_or_default();
+    let id = body.id.or(body.session_id);
+    if let Some(id) = &id {
+        if !valid_id(id) {
+            return Err(ApiError::bad_request(
+                "invalid_session_id",
+                "A session id is 1-128 characters of letters, digits, '-', '_', '.' or ':'",
+            )
+            .param("id"));
+        }
+    }
+    let s = gw
+        .store
+        .create_session(NewSession {
+            id,
+            title: body.title,
+            source: "api".into(),
+            model: body.model.or_else(|| Some(gw.settings.model.clone())),
+            parent_id: None,
+            system_prompt: body.system_prompt,
+        })
+        .await?;
+    gw.hooks.emit(HookEvent::SessionStart(SessionStart {
+        session_id: s.id.clone(),
+        source: s.source.clone(),
+        model: s.model.clone(),
+        parent_id: None,
+    }));
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({"object": "hermes.session", "session": session_json(&s)})),
+    ))
+}
+
+pub(crate) async fn get_session(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let s = session_or_404(&gw, &id).await?;
+    Ok(axum::Json(
+        json!({"object": "hermes.session", "session": session_json(&s)}),
+    ))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct PatchSession {
+    title: Option<String>,
+}
+
+pub(crate) async fn patch_session(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PatchSession>,
+) -> Result<impl IntoResponse, ApiError> {
+    let title = body
+        .title
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request("missing_title", "Send a non-empty \"title\"").param("title")
+        })?;
+    gw.store.set_title(&id, &title).await?;
+    let s = session_or_404(&gw, &id).await?;
+    Ok(axum::Json(
+        json!({"object": "hermes.session", "session": session_json(&s)}),
+    ))
+}
+
+pub(crate) async fn delete_session(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let s = session_or_404(&gw, &id).await?;
+    if gw.turns.is_busy(&id) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "session_busy",
+            "A turn is running on this session; stop it first (POST /api/sessions/{id}/stop)",
+        ));
+    }
+    gw.store.delete_session(&id).await?;
+    gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
+        session_id: s.id.clone(),
+        source: s.source,
+        reason: SessionEndReason::Deleted,
+    }));
+    Ok(axum::Json(
+        json!({"object": "hermes.session.deleted", "id": s.id, "deleted": true}),
+    ))
+}
+
+pub(crate) async fn messages(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    session_or_404(&gw, &id).await?;
+    let msgs = gw.store.messages(&id).await?;
+    Ok(axum::Json(json!({
+        "object": "list",
+        "session_id": id,
+        "data": msgs.iter().map(message_json).collect::<Vec<_>>(),
+    })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ChatBody {
+    message: Option<Value>,
+    input: Option<Value>,
+    system_message: Option<String>,
+    instructions: Option<String>,
+}
+
+impl ChatBody {
+    fn input(&self) -> Result<String, ApiError> {
+        let text = self
+            .message
+            .as_ref()
+            .or(self.input.as_ref())
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or_default();
+        if text.is_empty() {
+            return Err(
+                ApiError::bad_request("missing_message", "Send a non-empty \"message\"")
+                    .param("message"),
+            );
+        }
+        Ok(text.to_owned())
+    }
+
+    fn system(&self) -> Option<String> {
+        self.system_message.clone().or(self.instructions.clone())
+    }
+}
+
+/// Admits and runs one turn; `sink` sees its progress.
+pub(crate) async fn run_turn(
+    gw: &AppState,
+    guard: &TurnGuard,
+    session_id: &str,
+    input: String,
+    system_prompt: Option<String>,
+    sink: Option<EventSink>,
+) -> Result<TurnOutcome, tern_agent::AgentError> {
+    let slot = guard.slot.clone();
+    let events: EventSink = Arc::new(move |ev: AgentEvent| {
+        if let AgentEvent::TurnStarted { turn_id } = &ev {
+            slot.mark_running(turn_id);
+        }
+        if let Some(s) = &sink {
+            s(ev);
+        }
+    });
+    gw.agent
+        .run_turn(TurnRequest {
+            session_id: session_id.to_owned(),
+            input,
+            interrupt: guard.slot.interrupt.clone(),
+            system_prompt,
+            approver: gw.approver.clone(),
+            workdir: gw.settings.workdir.clone(),
+            toolsets: gw.settings.toolsets.clone(),
+            events: Some(events),
+        })
+        .await
+}
+
+pub(crate) fn usage_json(o: &TurnOutcome) -> Value {
+    json!({
+        "input_tokens": o.usage.prompt_tokens,
+        "output_tokens": o.usage.completion_tokens,
+        "total_tokens": o.usage.prompt_tokens + o.usage.completion_tokens,
+    })
+}
+
+pub(crate) fn status_str(s: TurnStatus) -> &'static str {
+    match s {
+        TurnStatus::Completed => "completed",
+        TurnStatus::Interrupted => "interrupted",
+        TurnStatus::MaxIterations => "max_iterations",
+    }
+}
+
+pub(crate) async fn chat(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+    body: Option<ApiJson<ChatBody>>,
+) -> Result<impl IntoResponse, ApiError> {
+    session_or_404(&gw, &id).await?;
+    let body = body.map(|b| b.0).unwrap_or_default();
+    let input = body.input()?;
+    let guard = gw.turns.admit(&id)?;
+    let o = run_turn(&gw, &guard, &id, input, body.system(), None).await?;
+    Ok(axum::Json(json!({
+        "object": "hermes.session.chat.completion",
+        "session_id": id,
+        "turn_id": o.turn_id,
+        "status": status_str(o.status),
+        "message": {"role": "assistant", "content": o.text},
+        "usage": usage_json(&o),
+    })))
+}
+
+fn sse(name: &str, data: Value) -> Event {
+    Event::default().event(name).data(data.to_string())
+}
+
+/// Interrupts the turn when the client goes away before it ends.
+struct DisconnectGuard {
+    interrupt: tern_agent::Interrupt,
+    finished: Arc<AtomicBool>,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if !self.finished.load(Ordering::SeqCst) {
+            self.interrupt.trigger(StopReason::ClientDisconnect);
+        }
+    }
+}
+
+/// Streams `rx` until it closes, holding `guard` so a dropped stream interrupts the turn.
+pub(crate) fn guarded_stream(
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    guard: DisconnectGuardHandle,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::poll_fn(move |cx| {
+        let _keep = &guard;
+        rx.poll_recv(cx).map(|o| o.map(Ok))
+    })
+}
+
+pub(crate) struct DisconnectGuardHandle(#[allow(dead_code)] DisconnectGuard);
+
+pub(crate) fn disconnect_guard(
+    interrupt: tern_agent::Interrupt,
+) -> (DisconnectGuardHandle, Arc<AtomicBool>) {
+    let finished = Arc::new(AtomicBool::new(false));
+    (
+        DisconnectGuardHandle(DisconnectGuard {
+            interrupt,
+            finished: finished.clone(),
+        }),
+        finished,
+    )
+}
+
+pub(crate) async fn chat_stream(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+    body: Option<ApiJson<ChatBody>>,
+) -> Result<Response, ApiError> {
+    session_or_404(&gw, &id).await?;
+    let body = body.map(|b| b.0).unwrap_or_default();
+    let input = body.input()?;
+    let guard = gw.turns.admit(&id)?;
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let (dguard, finished) = disconnect_guard(guard.slot.interrupt.clone());
+    let sid = id.clone();
+    let events_tx = tx.clone();
+    let sink: EventSink = Arc::new(move |ev: AgentEvent| {
+        let e = match ev {
+            AgentEvent::TurnStarted { turn_id } => sse(
+                "run.started",
+                json!({"session_id": sid, "turn_id": turn_id}),
+            ),
+            AgentEvent::AssistantDelta { text } => sse("assistant.delta", json!({"delta": text})),
+            AgentEvent::ToolStarted {
+                call_id,
+                name,
+                arguments,
+            } => sse(
+                "tool.started",
+                json!({"call_id": call_id, "name": name, "arguments": arguments}),
+            ),
+            AgentEvent::ToolFinished {
+                call_id,
+                name,
+                ok,
+                duration_ms,
+                content,
+            } => sse(
+                if ok { "tool.completed" } else { "tool.failed" },
+                json!({"call_id": call_id, "name": name, "duration_ms": duration_ms, "result": content}),
+            ),
+            _ => return,
+        };
+        let _ = events_tx.send(e);
+    });
+    let gw2 = gw.clone();
+    let sid = id.clone();
+    tokio::spawn(async move {
+        let result = run_turn(&gw2, &guard, &sid, input, body.system(), Some(sink)).await;
+        finished.store(true, Ordering::SeqCst);
+        match result {
+            Ok(o) => {
+                if o.status != TurnStatus::Interrupted {
+                    let _ = tx.send(sse("assistant.completed", json!({"content": o.text})));
+                }
+                let _ = tx.send(sse(
+                    "run.completed",
+                    json!({"session_id": sid, "turn_id": o.turn_id, "status": status_str(o.status), "usage": usage_json(&o)}),
+                ));
+            }
+            Err(e) => {
+                let e = ApiError::from(e);
+                let _ = tx.send(sse("error", json!({"message": e.message, "code": e.code})));
+            }
+        }
+        let _ = tx.send(sse("done", json!({})));
+        drop(guard);
+    });
+    Ok(Sse::new(guarded_stream(rx, dguard))
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(30))
+                .text("keepalive"),
+        )
+        .into_response())
+}
+
+pub(crate) async fn stop(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    session_or_404(&gw, &id).await?;
+    let turn = gw.turns.stop(&id, StopReason::ApiStop);
+    Ok(axum::Json(json!({
+        "object": "hermes.session.stop",
+        "session_id": id,
+        "stopped": turn.is_some(),
+        "turn_id": turn,
+    })))
+}
+
+pub(crate) async fn reset(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let old = session_or_404(&gw, &id).await?;
+    let interrupted = gw.turns.stop_all_of(&id, StopReason::SessionReset);
+    // The interrupted turn records its marker before the session is finalized.
+    if tokio::time::timeout(Duration::from_secs(15), wait_session_idle(&gw.turns, &id))
+        .await
+        .is_err()
+    {
+        return Err(ApiError::internal(
+            "the running turn did not stop within 15 s",
+        ));
+    }
+    gw.store.set_status(&id, SessionStatus::Ended).await?;
+    let new = gw
+        .store
+        .create_session(NewSession {
+            id: None,
+            title: None,
+            source: old.source.clone(),
+            model: old.model.clone(),
+            parent_id: Some(old.id.clone()),
+            system_prompt: old.system_prompt.clone(),
+        })
+        .await?;
+    gw.hooks.emit(HookEvent::SessionReset(SessionReset {
+        session_id: old.id.clone(),
+        source: old.source.clone(),
+        new_session_id: new.id.clone(),
+        interrupted,
+    }));
+    gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
+        session_id: old.id.clone(),
+        source: old.source.clone(),
+        reason: SessionEndReason::NewSession,
+    }));
+    gw.hooks.emit(HookEvent::SessionStart(SessionStart {
+        session_id: new.id.clone(),
+        source: new.source.clone(),
+        model: new.model.clone(),
+        parent_id: Some(old.id.clone()),
+    }));
+    Ok(axum::Json(json!({
+        "object": "hermes.session.reset",
+        "session_id": old.id,
+        "new_session_id": new.id,
+        "interrupted": interrupted,
+        "session": session_json(&new),
+    })))
+}

@@ -1,0 +1,147 @@
+//! Agent API keys: generation, hashing, constant-time checks.
+//!
+//! A key is `tern_` followed by 64 hex characters (256 random bits). The store keeps only
+//! its SHA-256; a request's bearer token is hashed and compared, in constant time, with
+//! every active key's hash (and with `TERN_SERVER_KEY`'s, when set).
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tern_store::Store;
+
+/// Shortest `TERN_SERVER_KEY` accepted (as Hermes requires).
+pub const MIN_SERVER_KEY_LEN: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("the system random generator failed: {0}")]
+    Random(String),
+    #[error("TERN_SERVER_KEY must be at least {MIN_SERVER_KEY_LEN} characters")]
+    ServerKeyTooShort,
+    #[error(transparent)]
+    Store(#[from] tern_store::StoreError),
+    #[error("cannot write the key file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A new random key.
+pub fn generate_key() -> Result<String, KeyError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| KeyError::Random(e.to_string()))?;
+    Ok(format!("tern_{}", hex::encode(bytes)))
+}
+
+/// Hex SHA-256 of a key.
+pub fn hash_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// The part of a key shown in listings.
+pub fn key_prefix(key: &str) -> String {
+    key.chars().take(12).collect()
+}
+
+/// Creates a key named `name` and returns it (the only time it is seen).
+pub async fn create_key(store: &Store, name: &str) -> Result<String, KeyError> {
+    let key = generate_key()?;
+    store
+        .create_key(name, &hash_key(&key), &key_prefix(&key))
+        .await?;
+    Ok(key)
+}
+
+/// Checks bearer tokens.
+#[derive(Clone)]
+pub struct Authenticator {
+    store: Store,
+    server_key_hash: Option<[u8; 32]>,
+}
+
+impl Authenticator {
+    pub fn new(store: Store, server_key: Option<&str>) -> Result<Self, KeyError> {
+        let server_key_hash = match server_key {
+            Some(k) if k.chars().count() < MIN_SERVER_KEY_LEN => {
+                return Err(KeyError::ServerKeyTooShort);
+            }
+            Some(k) => Some(Sha256::digest(k.as_bytes()).into()),
+            None => None,
+        };
+        Ok(Self {
+            store,
+            server_key_hash,
+        })
+    }
+
+    /// The name of the key `token` is, or `None`. Keys can be created and revoked while the
+    /// gateway runs, so the active hashes are read on each check (one indexed query).
+    pub async fn check(&self, token: &str) -> Option<String> {
+        let candidate: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        if let Some(h) = &self.server_key_hash {
+            if bool::from(h.ct_eq(&candidate)) {
+                found = Some("TERN_SERVER_KEY".to_owned());
+            }
+        }
+        let keys = match self.store.active_key_hashes().await {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read API keys");
+                return found;
+            }
+        };
+        for (name, hash) in keys {
+            let Ok(bytes) = hex::decode(&hash) else {
+                continue;
+            };
+            // Every key is compared, whatever matched before, so timing says nothing about
+            // which key (or how much of one) matched.
+            if bytes.len() == 32 && bool::from(bytes.ct_eq(&candidate)) && found.is_none() {
+                found = Some(name);
+            }
+        }
+        found
+    }
+}
+
+/// On a first start with no key at all, creates one named `default` and writes it to
+/// `gateway.key` (mode 0600) under `home`; returns the file's path.
+pub async fn ensure_first_key(
+    store: &Store,
+    home: &Path,
+    server_key: bool,
+) -> Result<Option<PathBuf>, KeyError> {
+    if server_key || !store.active_key_hashes().await?.is_empty() {
+        return Ok(None);
+    }
+    let key = create_key(store, "default").await?;
+    let path = home.join("gateway.key");
+    let write = move |p: &Path| -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(p)?;
+        f.write_all(format!("{key}\n").as_bytes())?;
+        f.sync_all()
+    };
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || write(&p))
+        .await
+        .map_err(|e| KeyError::Write {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(|source| KeyError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(Some(path))
+}

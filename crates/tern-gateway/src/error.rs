@@ -1,0 +1,133 @@
+//! The error envelope of every endpoint: `{"error":{"message","type","param","code"}}`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub param: Option<&'static str>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        let kind = if status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            code,
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn param(mut self, p: &'static str) -> Self {
+        self.param = Some(p);
+        self
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "Invalid API key",
+        )
+    }
+
+    pub fn session_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            format!("Session not found: {id}"),
+        )
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn busy(retry_after: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_turns",
+            "Too many turns are running; retry later",
+        );
+        e.kind = "rate_limit_error";
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    pub fn shutting_down() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "The gateway is shutting down",
+        );
+        e.retry_after = Some(5);
+        e
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }});
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+impl From<tern_store::StoreError> for ApiError {
+    fn from(e: tern_store::StoreError) -> Self {
+        match e {
+            tern_store::StoreError::SessionNotFound(id) => Self::session_not_found(&id),
+            tern_store::StoreError::SessionExists(id) => Self::new(
+                StatusCode::CONFLICT,
+                "session_exists",
+                format!("Session already exists: {id}"),
+            ),
+            other => {
+                tracing::error!(error = %other, "store error");
+                Self::internal(other.to_string())
+            }
+        }
+    }
+}
+
+impl From<tern_agent::AgentError> for ApiError {
+    fn from(e: tern_agent::AgentError) -> Self {
+        use tern_agent::AgentError;
+        match e {
+            AgentError::ModelNotConfigured(m) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "model_not_configured", m)
+            }
+            AgentError::Model(m) => {
+                Self::new(StatusCode::BAD_GATEWAY, "model_error", m.to_string())
+            }
+            AgentError::Store(s) => s.into(),
+            AgentError::InvalidInput(m) => Self::bad_request("invalid_input", m),
+        }
+    }
+}

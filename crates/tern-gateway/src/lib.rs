@@ -1,0 +1,248 @@
+//! The gateway: tern's always-on HTTP daemon.
+//!
+//! Flow of a request: `/health` answers without a key; every other route passes the bearer
+//! check ([`auth::Authenticator`], constant-time against hashed keys) → bodies are read up to
+//! the configured limit (413 past it) and parsed (400 with the error envelope) → a chat
+//! request is admitted by the [`turns::TurnManager`] (429 past the concurrency cap), runs one
+//! agent turn that reads its transcript from the store, and answers when it ends — as JSON,
+//! as Hermes SSE events, or as OpenAI chunks. Stop, reset, a client that goes away, and
+//! shutdown interrupt turns through their slots' [`tern_agent::Interrupt`].
+//!
+//! Shutdown ([`Gateway::drain`]): new turns are refused, running ones get the drain timeout
+//! to finish, the rest are interrupted (each records its `[interrupted]` marker), then the
+//! server stops.
+
+mod api;
+pub mod auth;
+pub mod error;
+mod openai;
+pub mod turns;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{FromRequest, OptionalFromRequest, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tern_agent::{Agent, StopReason};
+use tern_hooks::HookBus;
+use tern_store::Store;
+use tern_tools::Approver;
+
+pub use auth::Authenticator;
+pub use error::ApiError;
+pub use turns::TurnManager;
+
+/// Settings of a running gateway.
+#[derive(Clone, Debug)]
+pub struct GatewaySettings {
+    pub max_concurrent_turns: usize,
+    pub max_body_bytes: usize,
+    pub drain_timeout: Duration,
+    /// Working directory for tools.
+    pub workdir: PathBuf,
+    pub toolsets: Vec<String>,
+    /// The model name reported by `/v1/models` and in answers.
+    pub model: String,
+}
+
+/// What every handler shares.
+pub struct Gateway {
+    pub agent: Arc<Agent>,
+    pub store: Store,
+    pub hooks: Arc<HookBus>,
+    pub turns: Arc<TurnManager>,
+    pub auth: Authenticator,
+    pub approver: Arc<dyn Approver>,
+    pub settings: GatewaySettings,
+}
+
+pub type AppState = Arc<Gateway>;
+
+impl Gateway {
+    pub fn new(
+        agent: Arc<Agent>,
+        auth: Authenticator,
+        approver: Arc<dyn Approver>,
+        settings: GatewaySettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store: agent.store().clone(),
+            hooks: agent.hooks().clone(),
+            turns: TurnManager::new(settings.max_concurrent_turns),
+            agent,
+            auth,
+            approver,
+            settings,
+        })
+    }
+
+    /// The HTTP routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let authed = Router::new()
+            .route(
+                "/api/sessions",
+                get(api::list_sessions).post(api::create_session),
+            )
+            .route(
+                "/api/sessions/{id}",
+                get(api::get_session)
+                    .patch(api::patch_session)
+                    .delete(api::delete_session),
+            )
+            .route("/api/sessions/{id}/messages", get(api::messages))
+            .route("/api/sessions/{id}/chat", post(api::chat))
+            .route("/api/sessions/{id}/chat/stream", post(api::chat_stream))
+            .route("/api/sessions/{id}/stop", post(api::stop))
+            .route("/api/sessions/{id}/reset", post(api::reset))
+            .route("/v1/chat/completions", post(openai::completions))
+            .route("/v1/models", get(openai::models))
+            .route_layer(middleware::from_fn_with_state(self.clone(), require_key));
+        Router::new()
+            .route("/health", get(health))
+            .route("/v1/health", get(health))
+            .merge(authed)
+            .fallback(not_found)
+            .with_state(self.clone())
+    }
+
+    /// Shutdown: refuse new turns, give running ones `drain_timeout`, interrupt the rest and
+    /// wait (bounded) until they have recorded their interruption.
+    pub async fn drain(&self) {
+        self.turns.begin_drain();
+        let busy = self.turns.running_count();
+        if busy > 0 {
+            tracing::info!(turns = busy, timeout = ?self.settings.drain_timeout, "draining running turns");
+        }
+        if tokio::time::timeout(self.settings.drain_timeout, self.turns.wait_idle())
+            .await
+            .is_err()
+        {
+            let sessions = self.turns.busy_sessions();
+            tracing::warn!(
+                turns = self.turns.running_count(),
+                "drain timeout: interrupting the remaining turns"
+            );
+            self.turns.stop_everything(StopReason::Shutdown);
+            if tokio::time::timeout(Duration::from_secs(10), self.turns.wait_idle())
+                .await
+                .is_err()
+            {
+                tracing::error!("turns did not stop within 10 s of their interrupt");
+            }
+            for s in sessions {
+                if let Ok(Some(sess)) = self.store.get_session(&s).await {
+                    self.hooks
+                        .emit(tern_hooks::HookEvent::SessionEnd(tern_hooks::SessionEnd {
+                            session_id: sess.id,
+                            source: sess.source,
+                            reason: tern_hooks::SessionEndReason::Shutdown,
+                        }));
+                }
+            }
+        }
+    }
+}
+
+async fn health() -> impl IntoResponse {
+    axum::Json(json!({
+        "status": "ok",
+        "platform": "tern",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        format!("No route for {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn require_key(State(gw): State<AppState>, req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        return ApiError::unauthorized().into_response();
+    };
+    match gw.auth.check(token).await {
+        Some(_) => next.run(req).await,
+        None => ApiError::unauthorized().into_response(),
+    }
+}
+
+/// A JSON body read up to the gateway's limit: 413 past it, 400 when it is not the JSON
+/// expected, both in the error envelope.
+pub struct ApiJson<T>(pub T);
+
+/// Reads a body up to the limit; `None` when it is empty.
+async fn read_json<T: DeserializeOwned>(
+    req: Request<Body>,
+    state: &AppState,
+) -> Result<Option<T>, ApiError> {
+    let limit = state.settings.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("The request body is larger than {limit} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| too_large())?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("The request body is not valid JSON for this endpoint: {e}"),
+        )
+    })
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, state: &AppState) -> Result<Self, Self::Rejection> {
+        read_json(req, state).await?.map(ApiJson).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_json",
+                "The request body is empty; send a JSON object",
+            )
+        })
+    }
+}
+
+impl<T: DeserializeOwned> OptionalFromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        req: Request<Body>,
+        state: &AppState,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(read_json(req, state).await?.map(ApiJson))
+    }
+}

@@ -1,0 +1,662 @@
+//! The gateway's HTTP API over real HTTP: every endpoint and error path, SSE order, stop,
+//! reset, client disconnect, the concurrency cap and the body limit.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tern_agent::{Agent, AgentSettings, HookBus};
+use tern_fake_model::{FakeModel, Reply};
+use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_llm::{Client, ClientConfig};
+use tern_store::Store;
+use tern_tools::{DenyAll, Registry, ToolLimits};
+
+struct Recorder(Mutex<Vec<Value>>);
+
+impl tern_hooks::Subscriber for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+    fn on_event(&self, e: &tern_hooks::Envelope) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(e).unwrap());
+    }
+}
+
+impl Recorder {
+    fn named(&self, name: &str) -> Vec<Value> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == name)
+            .cloned()
+            .collect()
+    }
+}
+
+struct Gw {
+    _dir: tempfile::TempDir,
+
+    url: String,
+    key: String,
+    fake: FakeModel,
+    rec: Arc<Recorder>,
+    http: reqwest::Client,
+}
+
+async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    let key = auth::create_key(&store, "test").await.unwrap();
+    let fake = FakeModel::start().await.unwrap();
+    let mut cfg = ClientConfig::new(fake.base_url());
+    cfg.backoff_base = Duration::from_millis(5);
+    let rec = Arc::new(Recorder(Mutex::new(Vec::new())));
+    let hooks = Arc::new(HookBus::new());
+    hooks.subscribe(rec.clone());
+    let agent = Arc::new(
+        Agent::new(
+            store.clone(),
+            Ok(Client::new(cfg).unwrap()),
+            Arc::new(Registry::builtin()),
+            AgentSettings {
+                model: "fake-model".into(),
+                max_iterations: 10,
+                stream: true,
+                system_prompt: None,
+                limits: ToolLimits::default(),
+            },
+        )
+        .with_hooks(hooks),
+    );
+    let gw = Gateway::new(
+        agent,
+        Authenticator::new(store, None).unwrap(),
+        Arc::new(DenyAll {
+            reason: "test".into(),
+        }),
+        GatewaySettings {
+            max_concurrent_turns: max_turns,
+            max_body_bytes: body_limit,
+            drain_timeout: Duration::from_secs(5),
+            workdir: work.clone(),
+            toolsets: vec!["terminal".into(), "file".into()],
+            model: "fake-model".into(),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = gw.router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Gw {
+        _dir: dir,
+
+        url,
+        key,
+        fake,
+        rec,
+        http: reqwest::Client::new(),
+    }
+}
+
+async fn start() -> Gw {
+    start_with(8, 1 << 20).await
+}
+
+impl Gw {
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.key)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.req(reqwest::Method::GET, path).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn new_session(&self) -> String {
+        let (s, v) = self.post("/api/sessions", json!({})).await;
+        assert_eq!(s, 201, "{v}");
+        v["session"]["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn wait_event(&self, name: &str, n: usize) {
+        for _ in 0..1000 {
+            if self.rec.named(name).len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no {name} event");
+    }
+}
+
+#[tokio::test]
+async fn health_is_open_and_everything_else_needs_a_key() {
+    let g = start().await;
+    let r = g
+        .http
+        .get(format!("{}/health", g.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["status"].as_str(), v["platform"].as_str()),
+        (Some("ok"), Some("tern"))
+    );
+    for path in ["/api/sessions", "/v1/models"] {
+        let r = g.http.get(format!("{}{path}", g.url)).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            v,
+            json!({"error": {"message": "Invalid API key", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}})
+        );
+        let r = g
+            .http
+            .get(format!("{}{path}", g.url))
+            .bearer_auth("tern_wrong")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    let (s, v) = g.get("/no/such/route").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+}
+
+#[tokio::test]
+async fn sessions_create_list_get_patch_delete() {
+    let g = start().await;
+    let (s, v) = g
+        .post(
+            "/api/sessions",
+            json!({"id": "my-session", "title": "First", "system_prompt": "Be brief."}),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["object"], "hermes.session");
+    assert_eq!(v["session"]["id"], "my-session");
+    let (s, v) = g
+        .post("/api/sessions", json!({"session_id": "my-session"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("session_exists"))
+    );
+    let (s, v) = g.post("/api/sessions", json!({"id": "bad id!"})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_session_id"))
+    );
+    g.new_session().await;
+    let (_, v) = g.get("/api/sessions?limit=1").await;
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"].as_array().unwrap().len(), 1);
+    assert_eq!(v["has_more"], true);
+    let (_, v) = g.get("/api/sessions?limit=10&offset=1").await;
+    assert_eq!(
+        (v["data"].as_array().unwrap().len(), v["has_more"].as_bool()),
+        (1, Some(false))
+    );
+
+    let r = g
+        .req(reqwest::Method::PATCH, "/api/sessions/my-session")
+        .json(&json!({"title": "Renamed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, v) = g.get("/api/sessions/my-session").await;
+    assert_eq!(v["session"]["title"], "Renamed");
+    assert_eq!(v["session"]["system_prompt"], "Be brief.");
+    let r = g
+        .req(reqwest::Method::PATCH, "/api/sessions/my-session")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+
+    let r = g
+        .req(reqwest::Method::DELETE, "/api/sessions/my-session")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (s, v) = g.get("/api/sessions/my-session").await;
+    assert_eq!(s, 404);
+    assert_eq!(
+        v,
+        json!({"error": {"message": "Session not found: my-session", "type": "invalid_request_error", "param": null, "code": "session_not_found"}})
+    );
+    assert_eq!(g.rec.named("session_end")[0]["reason"], "deleted");
+}
+
+#[tokio::test]
+async fn chat_runs_a_turn_with_a_tool_call() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake
+        .push(
+            Reply::tool_call("c1", "terminal", r#"{"command":"echo from-the-gateway"}"#)
+                .usage(10, 2),
+        )
+        .push(Reply::text("It printed from-the-gateway.").usage(20, 4));
+    let (s, v) = g
+        .post(
+            &format!("/api/sessions/{id}/chat"),
+            json!({"message": "run it"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["object"], "hermes.session.chat.completion");
+    assert_eq!(
+        v["message"],
+        json!({"role": "assistant", "content": "It printed from-the-gateway."})
+    );
+    assert_eq!(
+        v["usage"],
+        json!({"input_tokens": 30, "output_tokens": 6, "total_tokens": 36})
+    );
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    let data = m["data"].as_array().unwrap();
+    assert_eq!(data.len(), 4);
+    assert_eq!(data[1]["tool_calls"][0]["function"]["name"], "terminal");
+    assert!(
+        data[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("from-the-gateway")
+    );
+    assert_eq!(data[2]["tool_name"], "terminal");
+
+    let (s, v) = g
+        .post("/api/sessions/nope/chat", json!({"message": "x"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+    let (s, v) = g
+        .post(
+            &format!("/api/sessions/{id}/chat"),
+            json!({"message": "  "}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("missing_message"))
+    );
+    let r = g
+        .req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413() {
+    let g = start_with(8, 4096).await;
+    let id = g.new_session().await;
+    let (s, v) = g
+        .post(
+            &format!("/api/sessions/{id}/chat"),
+            json!({"message": "x".repeat(5000)}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (413, Some("request_too_large"))
+    );
+    assert!(g.fake.requests().is_empty());
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert!(m["data"].as_array().unwrap().is_empty(), "nothing stored");
+}
+
+#[tokio::test]
+async fn over_the_turn_cap_gets_429_with_retry_after() {
+    let g = start_with(1, 1 << 20).await;
+    let (a, b) = (g.new_session().await, g.new_session().await);
+    g.fake
+        .push(Reply::text("slow").delay(Duration::from_millis(800)));
+    let first = g
+        .req(reqwest::Method::POST, &format!("/api/sessions/{a}/chat"))
+        .json(&json!({"message": "1"}))
+        .send();
+    let first = tokio::spawn(first);
+    g.fake
+        .wait_requests(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let r = g
+        .req(reqwest::Method::POST, &format!("/api/sessions/{b}/chat"))
+        .json(&json!({"message": "2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "too_many_turns");
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+}
+
+/// Parses an SSE body into (event, data) pairs.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event:") {
+                    name = n.trim().to_owned();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim_start());
+                }
+            }
+            (!data.is_empty()).then(|| {
+                (
+                    name,
+                    serde_json::from_str(&data).unwrap_or(Value::String(data)),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_stream_sends_events_in_order() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake
+        .push(Reply::tool_call("c1", "list_dir", "{}"))
+        .push(Reply::text("All listed."));
+    let r = g
+        .req(
+            reqwest::Method::POST,
+            &format!("/api/sessions/{id}/chat/stream"),
+        )
+        .json(&json!({"message": "list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = sse_events(&r.text().await.unwrap());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let mut dedup = names.clone();
+    dedup.dedup();
+    assert_eq!(
+        dedup,
+        [
+            "run.started",
+            "tool.started",
+            "tool.completed",
+            "assistant.delta",
+            "assistant.completed",
+            "run.completed",
+            "done"
+        ]
+    );
+    let text: String = events
+        .iter()
+        .filter(|(n, _)| n == "assistant.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "All listed.");
+    let completed = &events.iter().find(|(n, _)| n == "run.completed").unwrap().1;
+    assert_eq!(completed["status"], "completed");
+    assert_eq!(events[1].1["name"], "list_dir");
+}
+
+#[tokio::test]
+async fn stop_interrupts_a_long_tool_and_says_so() {
+    let g = start().await;
+    let id = g.new_session().await;
+    let (s, v) = g.post(&format!("/api/sessions/{id}/stop"), json!({})).await;
+    assert_eq!(
+        (s, v["stopped"].as_bool()),
+        (200, Some(false)),
+        "nothing runs yet"
+    );
+    g.fake
+        .push(Reply::tool_call(
+            "long",
+            "terminal",
+            r#"{"command":"sleep 30"}"#,
+        ))
+        .push(Reply::text("never"));
+    let chat = tokio::spawn(
+        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+            .json(&json!({"message": "wait"}))
+            .send(),
+    );
+    g.wait_event("pre_tool_call", 1).await;
+    let (s, v) = g.post(&format!("/api/sessions/{id}/stop"), json!({})).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["stopped"], true);
+    assert!(v["turn_id"].is_string());
+    let r = tokio::time::timeout(Duration::from_secs(10), chat)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "interrupted");
+    g.wait_event("agent_loop_stopped", 1).await;
+    let stopped = g.rec.named("agent_loop_stopped");
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["reason"], "api_stop");
+    assert_eq!(stopped[0]["source"], "api");
+    let (_, v) = g.post(&format!("/api/sessions/{id}/stop"), json!({})).await;
+    assert_eq!(v["stopped"], false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        g.rec.named("agent_loop_stopped").len(),
+        1,
+        "no event when nothing ran"
+    );
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert_eq!(
+        m["data"].as_array().unwrap().last().unwrap()["content"],
+        "[interrupted]"
+    );
+}
+
+#[tokio::test]
+async fn reset_while_running_interrupts_and_starts_a_new_session() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 30"}"#,
+    ));
+    let chat = tokio::spawn(
+        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+            .json(&json!({"message": "wait"}))
+            .send(),
+    );
+    g.wait_event("pre_tool_call", 1).await;
+    let (s, v) = g
+        .post(&format!("/api/sessions/{id}/reset"), json!({}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["interrupted"], true);
+    let new_id = v["new_session_id"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, id);
+    assert_eq!(v["session"]["parent_session_id"], id.as_str());
+    chat.await.unwrap().unwrap();
+    let (_, old) = g.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(old["session"]["status"], "ended");
+    let stopped = g.rec.named("agent_loop_stopped");
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["reason"], "session_reset");
+    assert_eq!(g.rec.named("session_end")[0]["reason"], "new_session");
+    assert_eq!(
+        g.rec.named("session_reset")[0]["new_session_id"],
+        new_id.as_str()
+    );
+    // A reset while idle interrupts nothing.
+    let (_, v) = g
+        .post(&format!("/api/sessions/{new_id}/reset"), json!({}))
+        .await;
+    assert_eq!(v["interrupted"], false);
+    assert_eq!(g.rec.named("agent_loop_stopped").len(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_client_that_goes_away_interrupts_the_turn() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 30"}"#,
+    ));
+    let mut r = g
+        .req(
+            reqwest::Method::POST,
+            &format!("/api/sessions/{id}/chat/stream"),
+        )
+        .json(&json!({"message": "wait"}))
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while !seen.contains("tool.started") {
+        seen.push_str(&String::from_utf8_lossy(&r.chunk().await.unwrap().unwrap()));
+    }
+    drop(r);
+    g.wait_event("agent_loop_stopped", 1).await;
+    assert_eq!(
+        g.rec.named("agent_loop_stopped")[0]["reason"],
+        "client_disconnect"
+    );
+    g.wait_event("turn_end", 1).await;
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert_eq!(
+        m["data"].as_array().unwrap().last().unwrap()["content"],
+        "[interrupted]"
+    );
+}
+
+#[tokio::test]
+async fn openai_chat_completions_and_models() {
+    let g = start().await;
+    let (s, v) = g.get("/v1/models").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["data"][0]["id"], "fake-model");
+
+    g.fake.push(Reply::text("Hello from tern."));
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .json(&json!({"model": "tern", "messages": [
+            {"role": "system", "content": "Be nice."},
+            {"role": "user", "content": "earlier"},
+            {"role": "assistant", "content": "earlier answer"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sid = r.headers()["x-hermes-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], "Hello from tern.");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let sent = g.fake.requests()[0].messages().to_vec();
+    assert_eq!(sent[0]["content"], "Be nice.");
+    assert_eq!(sent[1]["content"], "earlier");
+    assert_eq!(sent[3]["content"], "hi");
+
+    // Continue the stored session, streaming.
+    g.fake.push(Reply::text("Second answer."));
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .header("X-Hermes-Session-Id", &sid)
+        .json(&json!({"model": "tern", "stream": true, "messages": [{"role": "user", "content": "again"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    let chunks: Vec<Value> = sse_events(&body)
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d.is_object())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Second answer.");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(
+        g.fake.requests()[1].messages().len(),
+        6,
+        "system + 3 stored + answer + new input"
+    );
+
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .header("X-Hermes-Session-Id", "missing")
+        .json(&json!({"messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let (s, v) = g
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "system", "content": "x"}]}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("missing_message"))
+    );
+}

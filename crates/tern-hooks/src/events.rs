@@ -1,0 +1,246 @@
+//! The events and their payloads. The JSON form is `{"event": NAME, "timestamp": MS, ...}`
+//! with the payload's fields at the top level; `docs/hooks.md` documents each.
+
+use serde::Serialize;
+
+/// Token counts of a turn or a model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionStart {
+    pub session_id: String,
+    /// Who created it: `cli`, `api`, `openai` (the `/v1/chat/completions` endpoint), …
+    pub source: String,
+    pub model: Option<String>,
+    /// The session this one continues (after a reset), if any.
+    pub parent_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionEndReason {
+    /// Finalized by a reset (`/new`); a new session continues.
+    NewSession,
+    /// The gateway stopped.
+    Shutdown,
+    /// Ended for inactivity.
+    Expired,
+    /// Deleted through the API or the CLI.
+    Deleted,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionEnd {
+    pub session_id: String,
+    pub source: String,
+    pub reason: SessionEndReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionReset {
+    pub session_id: String,
+    pub source: String,
+    pub new_session_id: String,
+    /// Whether a running turn was interrupted by the reset.
+    pub interrupted: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnStart {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    /// The user's input that starts the turn.
+    pub input: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEndStatus {
+    Completed,
+    Interrupted,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnEnd {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    pub status: TurnEndStatus,
+    /// Model calls made in the turn.
+    pub iterations: u32,
+    pub usage: TokenUsage,
+    /// Why the turn failed (`failed`), or stopped without an answer (`max_iterations`).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PreLlmCall {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    /// 1 for the first model call of the turn.
+    pub iteration: u32,
+    pub model: String,
+    /// Messages sent, the system prompt included.
+    pub message_count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PostLlmCall {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    pub iteration: u32,
+    pub model: String,
+    pub duration_ms: u64,
+    /// Tool calls in the answer (0 for a final answer).
+    pub tool_calls: usize,
+    pub usage: Option<TokenUsage>,
+    /// Set when the call failed after retries.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PreToolCall {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// The arguments exactly as the model sent them (a JSON string, possibly invalid).
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PostToolCall {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub ok: bool,
+    pub duration_ms: u64,
+    /// The tool message content given to the model, cut to 4,096 characters.
+    pub result: String,
+}
+
+/// Why a running turn was interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `POST /api/sessions/{id}/stop`.
+    ApiStop,
+    /// `POST /api/sessions/{id}/reset` while a turn ran.
+    SessionReset,
+    /// The client of a streaming turn went away.
+    ClientDisconnect,
+    /// Ctrl-C (or SIGTERM) in the CLI.
+    UserInterrupt,
+    /// The gateway shut down before the turn finished draining.
+    Shutdown,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentLoopStopped {
+    pub session_id: String,
+    pub source: String,
+    pub reason: StopReason,
+    /// What the interrupt makes stale, for subscribers that hold per-turn resources:
+    /// `turn` (only this turn's work), `session` (the session was finalized by a reset),
+    /// `process` (the gateway is going away).
+    pub invalidation_reason: String,
+    pub turn_id: String,
+}
+
+/// Every event. Later issues add the wait and process events here.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HookEvent {
+    SessionStart(SessionStart),
+    SessionEnd(SessionEnd),
+    SessionReset(SessionReset),
+    TurnStart(TurnStart),
+    TurnEnd(TurnEnd),
+    PreLlmCall(PreLlmCall),
+    PostLlmCall(PostLlmCall),
+    PreToolCall(PreToolCall),
+    PostToolCall(PostToolCall),
+    AgentLoopStopped(AgentLoopStopped),
+}
+
+impl HookEvent {
+    /// The event's name, as in `events = [...]` of a hook's configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HookEvent::SessionStart(_) => "session_start",
+            HookEvent::SessionEnd(_) => "session_end",
+            HookEvent::SessionReset(_) => "session_reset",
+            HookEvent::TurnStart(_) => "turn_start",
+            HookEvent::TurnEnd(_) => "turn_end",
+            HookEvent::PreLlmCall(_) => "pre_llm_call",
+            HookEvent::PostLlmCall(_) => "post_llm_call",
+            HookEvent::PreToolCall(_) => "pre_tool_call",
+            HookEvent::PostToolCall(_) => "post_tool_call",
+            HookEvent::AgentLoopStopped(_) => "agent_loop_stopped",
+        }
+    }
+
+    pub fn session_id(&self) -> &str {
+        match self {
+            HookEvent::SessionStart(e) => &e.session_id,
+            HookEvent::SessionEnd(e) => &e.session_id,
+            HookEvent::SessionReset(e) => &e.session_id,
+            HookEvent::TurnStart(e) => &e.session_id,
+            HookEvent::TurnEnd(e) => &e.session_id,
+            HookEvent::PreLlmCall(e) => &e.session_id,
+            HookEvent::PostLlmCall(e) => &e.session_id,
+            HookEvent::PreToolCall(e) => &e.session_id,
+            HookEvent::PostToolCall(e) => &e.session_id,
+            HookEvent::AgentLoopStopped(e) => &e.session_id,
+        }
+    }
+}
+
+/// Names of all events, for validating configuration.
+pub const EVENT_NAMES: &[&str] = &[
+    "session_start",
+    "session_end",
+    "session_reset",
+    "turn_start",
+    "turn_end",
+    "pre_llm_call",
+    "post_llm_call",
+    "pre_tool_call",
+    "post_tool_call",
+    "agent_loop_stopped",
+];
+
+/// An event with its time, as delivered to every subscriber.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Envelope {
+    #[serde(flatten)]
+    pub event: HookEvent,
+    /// Milliseconds since the Unix epoch.
+    pub timestamp: i64,
+}
+
+impl Envelope {
+    pub fn now(event: HookEvent) -> Self {
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        Self { event, timestamp }
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serializing plain structs of strings and numbers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
