@@ -92,14 +92,23 @@ impl Chat {
     }
 
     async fn new_session(&self) -> anyhow::Result<Session> {
-        Ok(self
+        let s = self
             .store()
             .create_session(NewSession {
                 source: "cli".into(),
                 model: self.model.clone(),
                 ..Default::default()
             })
-            .await?)
+            .await?;
+        self.agent
+            .hooks()
+            .emit(tern_hooks::HookEvent::SessionStart(tern_hooks::SessionStart {
+                session_id: s.id.clone(),
+                source: s.source.clone(),
+                model: s.model.clone(),
+                parent_id: None,
+            }));
+        Ok(s)
     }
 
     /// Runs a turn; Ctrl-C or SIGTERM cancels it.
@@ -156,7 +165,11 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
     // Fail before touching anything when no model is configured.
     let resolved = eff.resolved_model().map_err(|e| anyhow!("{e}"))?;
     let store = context::open_store(&home).await?;
-    let agent = context::build_agent(&eff, store)?;
+    let hooks = Arc::new(
+        tern_hooks::HookBus::from_config(&eff.config.hooks, &eff.config.webhooks)
+            .context("in the [[hooks]] or [[webhooks]] configuration")?,
+    );
+    let agent = context::build_agent(&eff, store)?.with_hooks(hooks.clone());
     let workdir = match &args.workdir {
         Some(w) => w.clone(),
         None => std::env::current_dir().context("reading the current directory")?,
@@ -199,10 +212,13 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         chat.new_session().await?
     };
 
-    match args.query.clone() {
+    let code = match args.query.clone() {
         Some(q) => one_shot(&chat, &session, q, args.yolo).await,
         None => repl(&chat, session, args.yolo).await,
-    }
+    };
+    // Deliveries still under way (command hooks, webhooks) finish before the process exits.
+    hooks.flush(std::time::Duration::from_secs(10)).await;
+    code
 }
 
 fn allowlisted(chat: &Chat, inner: Arc<dyn Approver>) -> Grants {

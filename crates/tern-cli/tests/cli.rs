@@ -380,6 +380,16 @@ async fn kill_9_during_a_turn_leaves_a_session_that_continues() {
 #[tokio::test]
 async fn sigint_interrupts_the_turn_and_exits_130() {
     let e = Env::new().await;
+    let events = e.dir.path().join("events.jsonl");
+    std::fs::create_dir_all(e.home()).unwrap();
+    std::fs::write(
+        e.home().join("config.toml"),
+        format!(
+            "[[hooks]]\nevents = [\"agent_loop_stopped\", \"turn_end\"]\ncommand = \"cat >> {}\"\n",
+            events.display()
+        ),
+    )
+    .unwrap();
     let pidfile = e.work().join("tool.pid");
     let cmd = format!(
         r#"{{"command":"echo $$ > {}; sleep 30"}}"#,
@@ -414,6 +424,17 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
     let msgs = e.messages(&id).await;
     assert_eq!(msgs.last().unwrap()["content"], "[interrupted]");
     assert_valid_transcript(&msgs);
+    // The hooks ran before the process exited: agent_loop_stopped once, as a user interrupt.
+    let logged: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stops: Vec<&Value> = logged.iter().filter(|v| v["event"] == "agent_loop_stopped").collect();
+    assert_eq!(stops.len(), 1, "{logged:?}");
+    assert_eq!(stops[0]["reason"], "user_interrupt");
+    assert_eq!(stops[0]["source"], "cli");
+    assert!(logged.iter().any(|v| v["event"] == "turn_end" && v["status"] == "interrupted"));
 }
 
 #[tokio::test]

@@ -90,11 +90,12 @@ impl CommandHook {
                 tracing::warn!(hook = %self.name, event, "command hook could not be waited for: {e}");
                 None
             }
-            Err(RunError::Timeout) => {
+            Err(RunError::Timeout { stderr }) => {
                 tracing::warn!(
                     hook = %self.name,
                     event,
                     timeout_ms = self.timeout.as_millis() as u64,
+                    stderr = stderr.lossy_tail(STDERR_LOG_CHARS),
                     "command hook timed out and was killed (its process group got SIGKILL)"
                 );
                 None
@@ -149,7 +150,7 @@ impl CommandHook {
     }
 
     async fn execute(&self, event: &'static str, json: &str) -> Result<Output, RunError> {
-        let mut cmd = tokio::process::Command::new("sh");
+        let mut cmd = tokio::process::Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(&self.command)
             .env("TERN_EVENT", event)
@@ -216,7 +217,7 @@ impl CommandHook {
                 group.kill();
                 // Reap the leader so it does not linger as a zombie; SIGKILL makes this quick.
                 let _ = child.wait().await;
-                Err(RunError::Timeout)
+                Err(RunError::Timeout { stderr: err })
             }
         }
     }
@@ -225,7 +226,10 @@ impl CommandHook {
 enum RunError {
     Spawn(std::io::Error),
     Wait(std::io::Error),
-    Timeout,
+    /// With what the hook wrote to stderr before it was killed.
+    Timeout {
+        stderr: Capped,
+    },
 }
 
 fn exit_signal(status: &ExitStatus) -> Option<i32> {

@@ -1,0 +1,290 @@
+//! `tern gateway` and `tern keys` as real processes: keys, the first start, JSON logs,
+//! SIGTERM while a turn runs, and command hooks in a live gateway.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tern_fake_model::{FakeModel, Reply};
+
+struct Env {
+    dir: tempfile::TempDir,
+    fake: FakeModel,
+}
+
+struct Running {
+    child: Child,
+    url: String,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Env {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        Self {
+            dir,
+            fake: FakeModel::start().await.unwrap(),
+        }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn config(&self, text: &str) {
+        std::fs::write(self.home().join("config.toml"), text).unwrap();
+    }
+
+    fn tern(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
+        for k in ["OPENAI_API_KEY", "TERN_SERVER_KEY", "TERN_LOG"] {
+            c.env_remove(k);
+        }
+        c.env("TERN_HOME", self.home())
+            .env("OPENAI_BASE_URL", self.fake.base_url())
+            .env("TERN_MODEL", "fake-model")
+            .current_dir(self.dir.path().join("work"))
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Starts the gateway on a free port and waits until it listens.
+    fn gateway(&self, extra_env: &[(&str, &str)]) -> Running {
+        let mut c = self.tern();
+        c.args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v["message"] == "tern gateway listening" {
+                        let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
+                    }
+                }
+                l2.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+            panic!("gateway did not start:\n{}", lines.lock().unwrap().join("\n"))
+        });
+        Running {
+            child,
+            url: format!("http://{addr}"),
+            stderr: lines,
+        }
+    }
+
+    fn first_key(&self) -> String {
+        std::fs::read_to_string(self.home().join("gateway.key")).unwrap().trim().to_owned()
+    }
+}
+
+async fn post(url: &str, key: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new().post(url).bearer_auth(key).json(&body).send().await.unwrap();
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(url: &str, key: &str) -> u16 {
+    reqwest::Client::new().get(url).bearer_auth(key).send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
+    let e = Env::new().await;
+    let gw = e.gateway(&[]);
+    let path = e.home().join("gateway.key");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let key = e.first_key();
+    assert!(key.starts_with("tern_") && key.len() == 69, "{key}");
+    let logs = gw.stderr.lock().unwrap().join("\n");
+    assert!(logs.contains("gateway.key") && !logs.contains(&key), "the path is printed, never the key");
+    assert!(logs.lines().all(|l| serde_json::from_str::<Value>(l).is_ok() || l.starts_with("tern: ")), "JSON lines:\n{logs}");
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 200);
+
+    let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
+    assert!(out.status.success());
+    let ci = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), &ci).await, 200, "a key created while running works");
+    let out = e.tern().args(["keys", "list"]).output().unwrap();
+    let listing = String::from_utf8(out.stdout).unwrap();
+    assert!(listing.contains("default") && listing.contains("ci") && !listing.contains(&ci), "{listing}");
+    let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "duplicate names are refused");
+    assert!(e.tern().args(["keys", "revoke", "ci"]).status().unwrap().success());
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), &ci).await, 401, "revoked at once");
+    let out = e.tern().args(["keys", "revoke", "ci"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // The key file is written once: a restart keeps the same key.
+    drop(gw);
+    let gw = e.gateway(&[]);
+    assert_eq!(e.first_key(), key);
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 200);
+}
+
+#[tokio::test]
+async fn server_key_from_the_environment() {
+    let e = Env::new().await;
+    let out = e.tern().env("TERN_SERVER_KEY", "short").args(["gateway", "--listen", "127.0.0.1:0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
+    let gw = e.gateway(&[("TERN_SERVER_KEY", "a-long-enough-server-key")]);
+    assert!(!e.home().join("gateway.key").exists(), "no key file with TERN_SERVER_KEY");
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), "a-long-enough-server-key").await, 200);
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), "a-long-enough-server-keyX").await, 401);
+}
+
+fn wait_for(path: &Path, what: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.contains(what) {
+                return s;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{} never contained {what}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues() {
+    let e = Env::new().await;
+    let events = e.dir.path().join("events.jsonl");
+    e.config(&format!(
+        "[gateway]\ndrain_timeout_secs = 1\n\n[[hooks]]\nname = \"log\"\nevents = [\"agent_loop_stopped\", \"session_end\"]\ncommand = \"cat >> {}\"\ntimeout_ms = 2000\n",
+        events.display()
+    ));
+    let gw = e.gateway(&[]);
+    let key = e.first_key();
+    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let id = v["session"]["id"].as_str().unwrap().to_owned();
+    e.fake.push(Reply::tool_call("long", "terminal", r#"{"command":"sleep 60"}"#));
+    let url = format!("{}/api/sessions/{id}/chat", gw.url);
+    let k2 = key.clone();
+    let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long job"})).await });
+    e.fake.wait_requests(1, Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut gw = gw;
+    let t0 = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gw.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = gw.child.wait().unwrap();
+    let took = t0.elapsed();
+    assert!(status.success(), "{}", gw.stderr.lock().unwrap().join("\n"));
+    assert!(took < Duration::from_secs(8), "exits soon after the 1 s drain timeout, took {took:?}");
+    let (s, v) = chat.await.unwrap();
+    assert_eq!((s, v["status"].as_str()), (200, Some("interrupted")), "{v}");
+    let logged = wait_for(&events, "agent_loop_stopped");
+    let stops: Vec<Value> = logged.lines().map(|l| serde_json::from_str(l).unwrap()).filter(|v: &Value| v["event"] == "agent_loop_stopped").collect();
+    assert_eq!(stops.len(), 1);
+    assert_eq!(stops[0]["reason"], "shutdown");
+    assert_eq!(stops[0]["invalidation_reason"], "process");
+    assert!(logged.contains("\"reason\":\"shutdown\""));
+
+    // Restart: the session loads, its transcript is valid, and it continues.
+    let gw = e.gateway(&[]);
+    e.fake.push(Reply::text("Back after the restart."));
+    let (s, v) = post(&format!("{}/api/sessions/{id}/chat", gw.url), &key, json!({"message": "still there?"})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["message"]["content"], "Back after the restart.");
+    let last = e.fake.requests().pop().unwrap();
+    let msgs = last.messages();
+    let tool = msgs.iter().find(|m| m["tool_call_id"] == "long").unwrap();
+    assert!(tool["content"].as_str().unwrap().contains("interrupted"));
+}
+
+#[tokio::test]
+async fn command_hooks_block_tools_and_never_delay_an_interrupt() {
+    let e = Env::new().await;
+    let seen = e.dir.path().join("stopped.jsonl");
+    e.config(&format!(
+        r#"[[hooks]]
+name = "policy"
+events = ["pre_tool_call"]
+command = "grep -q forbidden-word && echo '{{\"action\":\"block\",\"message\":\"that word is not allowed\"}}' || true"
+timeout_ms = 3000
+
+[[hooks]]
+name = "hangs"
+events = ["agent_loop_stopped"]
+command = "sleep 30"
+timeout_ms = 500
+
+[[hooks]]
+name = "fails"
+events = ["agent_loop_stopped"]
+command = "exit 3"
+
+[[hooks]]
+name = "records"
+events = ["agent_loop_stopped"]
+command = "cat >> {}"
+"#,
+        seen.display()
+    ));
+    let gw = e.gateway(&[]);
+    let key = e.first_key();
+    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let id = v["session"]["id"].as_str().unwrap().to_owned();
+
+    // pre_tool_call: the hook blocks a call, and the model reads its message.
+    e.fake
+        .push(Reply::tool_call("b", "terminal", r#"{"command":"echo forbidden-word"}"#))
+        .push(Reply::text("ok"));
+    let (s, _) = post(&format!("{}/api/sessions/{id}/chat", gw.url), &key, json!({"message": "try"})).await;
+    assert_eq!(s, 200);
+    let msgs = e.fake.requests()[1].messages().to_vec();
+    let blocked = msgs.iter().find(|m| m["tool_call_id"] == "b").unwrap();
+    assert!(blocked["content"].as_str().unwrap().contains("blocked by the policy hook: that word is not allowed"), "{blocked}");
+
+    // An interrupt with a hanging and a failing hook subscribed: stop answers at once and
+    // the turn ends promptly.
+    e.fake.push(Reply::tool_call("long", "terminal", r#"{"command":"sleep 60"}"#));
+    let url = format!("{}/api/sessions/{id}/chat", gw.url);
+    let k2 = key.clone();
+    let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long"})).await });
+    e.fake.wait_requests(3, Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let (s, v) = post(&format!("{}/api/sessions/{id}/stop", gw.url), &key, json!({})).await;
+    assert_eq!((s, v["stopped"].as_bool()), (200, Some(true)), "{v}");
+    let (_, v) = chat.await.unwrap();
+    assert_eq!(v["status"], "interrupted");
+    assert!(t0.elapsed() < Duration::from_secs(3), "hooks must not delay the interrupt: {:?}", t0.elapsed());
+    let logged = wait_for(&seen, "agent_loop_stopped");
+    assert_eq!(logged.lines().count(), 1);
+    let ev: Value = serde_json::from_str(logged.lines().next().unwrap()).unwrap();
+    assert_eq!(ev["reason"], "api_stop");
+    assert_eq!(ev["session_id"], id.as_str());
+    // The failing and hanging hooks are logged with their names.
+    let t0 = Instant::now();
+    loop {
+        let logs = gw.stderr.lock().unwrap().join("\n");
+        if logs.contains("hangs") && logs.contains("fails") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "hook failures not logged:\n{logs}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
