@@ -250,6 +250,19 @@ impl Agent {
                 session.title.is_none(),
             )
             .await;
+        if let Ok(o) = &result
+            && o.status == TurnStatus::Interrupted
+        {
+            // Exactly once per real interrupt: only a turn that was running gets here.
+            self.hooks
+                .emit(HookEvent::AgentLoopStopped(AgentLoopStopped {
+                    session_id: req.session_id.clone(),
+                    source: source.clone(),
+                    reason: req.interrupt.reason().unwrap_or(StopReason::ApiStop),
+                    invalidation_reason: req.interrupt.invalidation().to_owned(),
+                    turn_id: turn_id.clone(),
+                }));
+        }
         self.hooks.emit(HookEvent::TurnEnd(TurnEnd {
             session_id: req.session_id.clone(),
             source: source.clone(),
@@ -272,19 +285,6 @@ impl Agent {
                 Err(e) => Some(e.to_string()),
             },
         }));
-        if let Ok(o) = &result {
-            if o.status == TurnStatus::Interrupted {
-                // Exactly once per real interrupt: only a turn that was running gets here.
-                self.hooks
-                    .emit(HookEvent::AgentLoopStopped(AgentLoopStopped {
-                        session_id: req.session_id.clone(),
-                        source,
-                        reason: req.interrupt.reason().unwrap_or(StopReason::ApiStop),
-                        invalidation_reason: req.interrupt.invalidation().to_owned(),
-                        turn_id: turn_id.clone(),
-                    }));
-            }
-        }
         // The status goes back to idle whatever happened; a failure here must not hide the
         // turn's own result.
         if let Err(e) = self

@@ -679,6 +679,12 @@ async fn agent_loop_stopped_fires_once_with_the_reason_and_never_for_a_queued_tu
         .filter(|e| e.event.name() == "turn_end")
         .count();
     assert_eq!(turn_ends, 1, "the queued turn never started");
+    let names: Vec<_> = events.iter().map(|e| e.event.name()).collect();
+    assert_eq!(
+        &names[names.len() - 2..],
+        ["agent_loop_stopped", "turn_end"],
+        "subscribers hear of the interrupt first"
+    );
 }
 
 #[tokio::test]

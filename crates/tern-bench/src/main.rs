@@ -25,18 +25,22 @@ struct Args {
 }
 
 fn parse_args() -> anyhow::Result<Args> {
+    parse_args_from(1)
+}
+
+fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
     let mut runs = 30;
     let mut tern = std::env::current_exe()?
         .parent()
         .context("the bench binary has no directory")?
         .join("tern");
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args().skip(skip);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--runs" => runs = it.next().context("--runs needs a number")?.parse()?,
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
-                println!("tern-bench [--runs N] [--tern PATH]");
+                println!("tern-bench [gateway|load|serve] [--runs N] [--tern PATH]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -248,6 +252,10 @@ async fn main() -> anyhow::Result<()> {
     match std::env::args().nth(1).as_deref() {
         Some("serve") => return serve().await,
         Some("load") => return bench_load().await,
+        Some("gateway") => {
+            let args = parse_args_from(2)?;
+            return bench_gateway(&args).await;
+        }
         _ => {}
     }
     let args = parse_args()?;
@@ -260,5 +268,218 @@ async fn main() -> anyhow::Result<()> {
     );
     bench_one_shot(&args).await?;
     bench_load().await?;
+    Ok(())
+}
+
+/// VmRSS, VmHWM, RssAnon, RssFile of a process, in KiB.
+fn mem_kib(pid: u32) -> anyhow::Result<[u64; 4]> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok([
+        field("VmRSS:"),
+        field("VmHWM:"),
+        field("RssAnon:"),
+        field("RssFile:"),
+    ])
+}
+
+async fn chat(http: &reqwest::Client, url: &str, key: &str, session: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let r = http
+        .post(format!("{url}/api/sessions/{session}/chat"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({"message": "run the bench tool"}))
+        .send()
+        .await?;
+    if !r.status().is_success() {
+        bail!("chat answered {}: {}", r.status(), r.text().await?);
+    }
+    let v: Value = r.json().await?;
+    if v["message"]["content"] != "done" {
+        bail!("unexpected answer {v}");
+    }
+    Ok(t.elapsed().as_secs_f64() * 1000.0)
+}
+
+async fn new_session(http: &reqwest::Client, url: &str, key: &str) -> anyhow::Result<String> {
+    let v: Value = http
+        .post(format!("{url}/api/sessions"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    v["session"]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no session id")
+}
+
+/// `tern-bench gateway`: a release `tern gateway` against the instant fake model.
+async fn bench_gateway(args: &Args) -> anyhow::Result<()> {
+    let fake = FakeModel::start().await?;
+    fake.set_responder(instant_responder);
+    fake.record_bodies(false);
+    let dir = tempfile::tempdir()?;
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home)?;
+    std::fs::write(
+        home.join("config.toml"),
+        "[gateway]\nmax_concurrent_turns = 64\n",
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let key = "bench-key-0123456789abcdef";
+    let mut child = Command::new(&args.tern)
+        .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
+        .env("TERN_HOME", &home)
+        .env("OPENAI_BASE_URL", fake.base_url())
+        .env("TERN_MODEL", "fake-model")
+        .env("TERN_SERVER_KEY", key)
+        .env("TERN_LOG", "warn")
+        .envs(
+            std::env::var("BENCH_GW_ARENAS")
+                .ok()
+                .map(|v| ("MALLOC_ARENA_MAX".to_owned(), v)),
+        )
+        .env_remove("OPENAI_API_KEY")
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    let url = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let t0 = Instant::now();
+    while http.get(format!("{url}/health")).send().await.is_err() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            bail!("the gateway did not start");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let startup = t0.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_parts = mem_kib(pid)?;
+    let idle = idle_parts[0];
+
+    // Sequential turns on one session (its transcript grows by 4 messages a turn).
+    let session = new_session(&http, &url, key).await?;
+    chat(&http, &url, key, &session).await?; // warm-up
+    let mut seq = Vec::new();
+    for _ in 0..200 {
+        seq.push(chat(&http, &url, key, &session).await?);
+    }
+
+    // 50 sessions in parallel, 4 turns each.
+    let mut sessions = Vec::new();
+    for _ in 0..50 {
+        sessions.push(new_session(&http, &url, key).await?);
+    }
+    let t = Instant::now();
+    let tasks: Vec<_> = sessions
+        .iter()
+        .map(|s| {
+            let (http, url, s) = (http.clone(), url.clone(), s.clone());
+            tokio::spawn(async move {
+                let mut v = Vec::new();
+                for _ in 0..4 {
+                    v.push(chat(&http, &url, key, &s).await?);
+                }
+                anyhow::Ok(v)
+            })
+        })
+        .collect();
+    let mut par = Vec::new();
+    for t in tasks {
+        par.extend(t.await??);
+    }
+    let par_wall = t.elapsed();
+
+    // 1,000 turns over 200 sessions (5 each, 20 at a time), twice with new sessions: memory
+    // that grew with the sessions served would show as a second step.
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let mut many = Vec::new();
+        for _ in 0..200 {
+            many.push(new_session(&http, &url, key).await?);
+        }
+        for chunk in many.chunks(20) {
+            let tasks: Vec<_> = chunk
+                .iter()
+                .map(|s| {
+                    let (http, url, s) = (http.clone(), url.clone(), s.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..5 {
+                            chat(&http, &url, key, &s).await?;
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+        }
+        // Measured idle, as an always-on gateway spends most of its time.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        rounds.push(mem_kib(pid)?[0]);
+    }
+    let after_parts = mem_kib(pid)?;
+    let (after, peak) = (after_parts[0], after_parts[1]);
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let _ = child.wait();
+
+    println!("## `tern gateway` against an instant fake model (one tool call per turn)\n");
+    println!(
+        "Start to first `/health` answer: {:.0} ms.\n",
+        startup.as_secs_f64() * 1000.0
+    );
+    println!("| figure | median | p99 | min | max |\n|---|---|---|---|---|");
+    let p99 = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (pct(&v, 0.5), pct(&v, 0.99), v[0], v[v.len() - 1])
+    };
+    let (a, b, c, d) = p99(seq);
+    println!(
+        "| `POST /api/sessions/{{id}}/chat`, 200 sequential turns, one session | {a:.1} ms | {b:.1} ms | {c:.1} ms | {d:.1} ms |"
+    );
+    let (a, b, c, d) = p99(par);
+    println!(
+        "| the same, 50 sessions in parallel (200 turns) | {a:.1} ms | {b:.1} ms | {c:.1} ms | {d:.1} ms |"
+    );
+    println!(
+        "\n50 parallel sessions: 200 turns in {:.0} ms ({:.0} turns/s).\n",
+        par_wall.as_secs_f64() * 1000.0,
+        200.0 / par_wall.as_secs_f64()
+    );
+    println!("| memory | RSS |\n|---|---|");
+    println!("| idle, after start | {:.1} MiB |", idle as f64 / 1024.0);
+    println!(
+        "| after 1,000 turns over 200 sessions (+ the runs above) | {:.1} MiB ({:.2}× idle) |",
+        rounds[0] as f64 / 1024.0,
+        rounds[0] as f64 / idle as f64
+    );
+    println!(
+        "| after 1,000 more turns over 200 new sessions | {:.1} MiB ({:.2}× idle) |",
+        after as f64 / 1024.0,
+        after as f64 / idle as f64
+    );
+    println!("| peak (VmHWM) | {:.1} MiB |", peak as f64 / 1024.0);
+    println!(
+        "\nOf which anonymous / file-backed (binary, and store pages read through mmap): idle {:.1} / {:.1} MiB, after {:.1} / {:.1} MiB.",
+        idle_parts[2] as f64 / 1024.0,
+        idle_parts[3] as f64 / 1024.0,
+        after_parts[2] as f64 / 1024.0,
+        after_parts[3] as f64 / 1024.0
+    );
     Ok(())
 }

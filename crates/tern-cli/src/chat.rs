@@ -100,14 +100,14 @@ impl Chat {
                 ..Default::default()
             })
             .await?;
-        self.agent
-            .hooks()
-            .emit(tern_hooks::HookEvent::SessionStart(tern_hooks::SessionStart {
+        self.agent.hooks().emit(tern_hooks::HookEvent::SessionStart(
+            tern_hooks::SessionStart {
                 session_id: s.id.clone(),
                 source: s.source.clone(),
                 model: s.model.clone(),
                 parent_id: None,
-            }));
+            },
+        ));
         Ok(s)
     }
 

@@ -112,6 +112,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
 
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
+    gw.spawn_upkeep(stop.clone());
     let app = gw.router();
     let server_stop = CancellationToken::new();
     let server = tokio::spawn(

@@ -430,11 +430,18 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let stops: Vec<&Value> = logged.iter().filter(|v| v["event"] == "agent_loop_stopped").collect();
+    let stops: Vec<&Value> = logged
+        .iter()
+        .filter(|v| v["event"] == "agent_loop_stopped")
+        .collect();
     assert_eq!(stops.len(), 1, "{logged:?}");
     assert_eq!(stops[0]["reason"], "user_interrupt");
     assert_eq!(stops[0]["source"], "cli");
-    assert!(logged.iter().any(|v| v["event"] == "turn_end" && v["status"] == "interrupted"));
+    assert!(
+        logged
+            .iter()
+            .any(|v| v["event"] == "turn_end" && v["status"] == "interrupted")
+    );
 }
 
 #[tokio::test]

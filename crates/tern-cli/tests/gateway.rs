@@ -75,17 +75,22 @@ impl Env {
         let l2 = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v["message"] == "tern gateway listening" {
-                        let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
-                    }
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "tern gateway listening"
+                {
+                    let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
                 }
                 l2.lock().unwrap().push(line);
             }
         });
-        let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-            panic!("gateway did not start:\n{}", lines.lock().unwrap().join("\n"))
-        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "gateway did not start:\n{}",
+                    lines.lock().unwrap().join("\n")
+                )
+            });
         Running {
             child,
             url: format!("http://{addr}"),
@@ -94,18 +99,34 @@ impl Env {
     }
 
     fn first_key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key")).unwrap().trim().to_owned()
+        std::fs::read_to_string(self.home().join("gateway.key"))
+            .unwrap()
+            .trim()
+            .to_owned()
     }
 }
 
 async fn post(url: &str, key: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new().post(url).bearer_auth(key).json(&body).send().await.unwrap();
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     let s = r.status().as_u16();
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
 async fn get(url: &str, key: &str) -> u16 {
-    reqwest::Client::new().get(url).bearer_auth(key).send().await.unwrap().status().as_u16()
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
 
 #[tokio::test]
@@ -113,26 +134,51 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
     let e = Env::new().await;
     let gw = e.gateway(&[]);
     let path = e.home().join("gateway.key");
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
     let key = e.first_key();
     assert!(key.starts_with("tern_") && key.len() == 69, "{key}");
     let logs = gw.stderr.lock().unwrap().join("\n");
-    assert!(logs.contains("gateway.key") && !logs.contains(&key), "the path is printed, never the key");
-    assert!(logs.lines().all(|l| serde_json::from_str::<Value>(l).is_ok() || l.starts_with("tern: ")), "JSON lines:\n{logs}");
+    assert!(
+        logs.contains("gateway.key") && !logs.contains(&key),
+        "the path is printed, never the key"
+    );
+    assert!(
+        logs.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok() || l.starts_with("tern: ")),
+        "JSON lines:\n{logs}"
+    );
     assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 200);
 
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert!(out.status.success());
     let ci = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), &ci).await, 200, "a key created while running works");
+    assert_eq!(
+        get(&format!("{}/api/sessions", gw.url), &ci).await,
+        200,
+        "a key created while running works"
+    );
     let out = e.tern().args(["keys", "list"]).output().unwrap();
     let listing = String::from_utf8(out.stdout).unwrap();
-    assert!(listing.contains("default") && listing.contains("ci") && !listing.contains(&ci), "{listing}");
+    assert!(
+        listing.contains("default") && listing.contains("ci") && !listing.contains(&ci),
+        "{listing}"
+    );
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "duplicate names are refused");
-    assert!(e.tern().args(["keys", "revoke", "ci"]).status().unwrap().success());
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), &ci).await, 401, "revoked at once");
+    assert!(
+        e.tern()
+            .args(["keys", "revoke", "ci"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(
+        get(&format!("{}/api/sessions", gw.url), &ci).await,
+        401,
+        "revoked at once"
+    );
     let out = e.tern().args(["keys", "revoke", "ci"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     // The key file is written once: a restart keeps the same key.
@@ -145,24 +191,50 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
 #[tokio::test]
 async fn server_key_from_the_environment() {
     let e = Env::new().await;
-    let out = e.tern().env("TERN_SERVER_KEY", "short").args(["gateway", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let out = e
+        .tern()
+        .env("TERN_SERVER_KEY", "short")
+        .args(["gateway", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
     let gw = e.gateway(&[("TERN_SERVER_KEY", "a-long-enough-server-key")]);
-    assert!(!e.home().join("gateway.key").exists(), "no key file with TERN_SERVER_KEY");
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), "a-long-enough-server-key").await, 200);
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), "a-long-enough-server-keyX").await, 401);
+    assert!(
+        !e.home().join("gateway.key").exists(),
+        "no key file with TERN_SERVER_KEY"
+    );
+    assert_eq!(
+        get(
+            &format!("{}/api/sessions", gw.url),
+            "a-long-enough-server-key"
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        get(
+            &format!("{}/api/sessions", gw.url),
+            "a-long-enough-server-keyX"
+        )
+        .await,
+        401
+    );
 }
 
 fn wait_for(path: &Path, what: &str) -> String {
     let t0 = Instant::now();
     loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if s.contains(what) {
-                return s;
-            }
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.contains(what)
+        {
+            return s;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "{} never contained {what}", path.display());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{} never contained {what}",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -179,24 +251,42 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     let key = e.first_key();
     let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
-    e.fake.push(Reply::tool_call("long", "terminal", r#"{"command":"sleep 60"}"#));
+    e.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 60"}"#,
+    ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
     let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long job"})).await });
-    e.fake.wait_requests(1, Duration::from_secs(10)).await.unwrap();
+    e.fake
+        .wait_requests(1, Duration::from_secs(10))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let mut gw = gw;
     let t0 = Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gw.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(gw.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let status = gw.child.wait().unwrap();
     let took = t0.elapsed();
     assert!(status.success(), "{}", gw.stderr.lock().unwrap().join("\n"));
-    assert!(took < Duration::from_secs(8), "exits soon after the 1 s drain timeout, took {took:?}");
+    assert!(
+        took < Duration::from_secs(8),
+        "exits soon after the 1 s drain timeout, took {took:?}"
+    );
     let (s, v) = chat.await.unwrap();
     assert_eq!((s, v["status"].as_str()), (200, Some("interrupted")), "{v}");
     let logged = wait_for(&events, "agent_loop_stopped");
-    let stops: Vec<Value> = logged.lines().map(|l| serde_json::from_str(l).unwrap()).filter(|v: &Value| v["event"] == "agent_loop_stopped").collect();
+    let stops: Vec<Value> = logged
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["event"] == "agent_loop_stopped")
+        .collect();
     assert_eq!(stops.len(), 1);
     assert_eq!(stops[0]["reason"], "shutdown");
     assert_eq!(stops[0]["invalidation_reason"], "process");
@@ -205,7 +295,12 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     // Restart: the session loads, its transcript is valid, and it continues.
     let gw = e.gateway(&[]);
     e.fake.push(Reply::text("Back after the restart."));
-    let (s, v) = post(&format!("{}/api/sessions/{id}/chat", gw.url), &key, json!({"message": "still there?"})).await;
+    let (s, v) = post(
+        &format!("{}/api/sessions/{id}/chat", gw.url),
+        &key,
+        json!({"message": "still there?"}),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["message"]["content"], "Back after the restart.");
     let last = e.fake.requests().pop().unwrap();
@@ -250,28 +345,59 @@ command = "cat >> {}"
 
     // pre_tool_call: the hook blocks a call, and the model reads its message.
     e.fake
-        .push(Reply::tool_call("b", "terminal", r#"{"command":"echo forbidden-word"}"#))
+        .push(Reply::tool_call(
+            "b",
+            "terminal",
+            r#"{"command":"echo forbidden-word"}"#,
+        ))
         .push(Reply::text("ok"));
-    let (s, _) = post(&format!("{}/api/sessions/{id}/chat", gw.url), &key, json!({"message": "try"})).await;
+    let (s, _) = post(
+        &format!("{}/api/sessions/{id}/chat", gw.url),
+        &key,
+        json!({"message": "try"}),
+    )
+    .await;
     assert_eq!(s, 200);
     let msgs = e.fake.requests()[1].messages().to_vec();
     let blocked = msgs.iter().find(|m| m["tool_call_id"] == "b").unwrap();
-    assert!(blocked["content"].as_str().unwrap().contains("blocked by the policy hook: that word is not allowed"), "{blocked}");
+    assert!(
+        blocked["content"]
+            .as_str()
+            .unwrap()
+            .contains("blocked by the policy hook: that word is not allowed"),
+        "{blocked}"
+    );
 
     // An interrupt with a hanging and a failing hook subscribed: stop answers at once and
     // the turn ends promptly.
-    e.fake.push(Reply::tool_call("long", "terminal", r#"{"command":"sleep 60"}"#));
+    e.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 60"}"#,
+    ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
     let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long"})).await });
-    e.fake.wait_requests(3, Duration::from_secs(10)).await.unwrap();
+    e.fake
+        .wait_requests(3, Duration::from_secs(10))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
-    let (s, v) = post(&format!("{}/api/sessions/{id}/stop", gw.url), &key, json!({})).await;
+    let (s, v) = post(
+        &format!("{}/api/sessions/{id}/stop", gw.url),
+        &key,
+        json!({}),
+    )
+    .await;
     assert_eq!((s, v["stopped"].as_bool()), (200, Some(true)), "{v}");
     let (_, v) = chat.await.unwrap();
     assert_eq!(v["status"], "interrupted");
-    assert!(t0.elapsed() < Duration::from_secs(3), "hooks must not delay the interrupt: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "hooks must not delay the interrupt: {:?}",
+        t0.elapsed()
+    );
     let logged = wait_for(&seen, "agent_loop_stopped");
     assert_eq!(logged.lines().count(), 1);
     let ev: Value = serde_json::from_str(logged.lines().next().unwrap()).unwrap();
@@ -284,7 +410,67 @@ command = "cat >> {}"
         if logs.contains("hangs") && logs.contains("fails") {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "hook failures not logged:\n{logs}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "hook failures not logged:\n{logs}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[tokio::test]
+async fn a_webhook_receives_a_signed_event_from_the_gateway() {
+    use axum::body::Bytes;
+    use axum::http::HeaderMap;
+    let e = Env::new().await;
+    type Got = std::sync::Arc<std::sync::Mutex<Vec<(HeaderMap, Bytes)>>>;
+    let got: Got = Default::default();
+    let g2 = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: HeaderMap, b: Bytes| {
+            let g = g2.clone();
+            async move {
+                g.lock().unwrap().push((h, b));
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let secret = "webhook-secret-0123456789";
+    e.config(&format!(
+        "[[webhooks]]\nname = \"ops\"\nurl = \"http://{addr}/hook\"\nsecret = \"{secret}\"\nevents = [\"session_start\"]\n"
+    ));
+    let gw = e.gateway(&[]);
+    let key = e.first_key();
+    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let id = v["session"]["id"].as_str().unwrap().to_owned();
+    let t0 = Instant::now();
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no webhook delivery"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (headers, body) = got.lock().unwrap()[0].clone();
+    let ts: i64 = headers["x-tern-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let expected = tern_hooks::webhook_signature(secret, ts, &body);
+    assert_eq!(headers["x-tern-signature"].to_str().unwrap(), expected);
+    assert_ne!(
+        tern_hooks::webhook_signature("another-secret-0123456", ts, &body),
+        expected
+    );
+    let ev: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (ev["event"].as_str(), ev["session_id"].as_str()),
+        (Some("session_start"), Some(id.as_str()))
+    );
+    assert_eq!(headers["x-tern-event"], "session_start");
 }

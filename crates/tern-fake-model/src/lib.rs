@@ -187,6 +187,8 @@ struct Inner {
     requests: Vec<Recorded>,
     models: Vec<String>,
     required_key: Option<String>,
+    /// Keep only arrival times, not bodies (benchmarks send thousands of large requests).
+    light: bool,
 }
 
 #[derive(Default)]
@@ -263,6 +265,12 @@ impl FakeModel {
     /// Requires `Authorization: Bearer KEY` (401 otherwise).
     pub fn require_key(&self, key: &str) {
         self.shared.lock().required_key = Some(key.to_owned());
+    }
+
+    /// Records only each request's arrival time and path, not its body or headers: for
+    /// benchmarks, where cloning every growing transcript would cost more than the server.
+    pub fn record_bodies(&self, on: bool) {
+        self.shared.lock().light = !on;
     }
 
     /// Scripted replies not used yet.
@@ -346,9 +354,14 @@ async fn completions(
     };
     let reply = {
         let mut inner = shared.lock();
+        let (recorded_body, headers) = if inner.light {
+            (Value::Null, HeaderMap::new())
+        } else {
+            (body.clone(), headers)
+        };
         inner.requests.push(Recorded {
             path: "/v1/chat/completions".into(),
-            body: body.clone(),
+            body: recorded_body,
             headers,
             at: Instant::now(),
         });

@@ -114,14 +114,14 @@ pub(crate) async fn create_session(
 ) -> Result<impl IntoResponse, ApiError> {
     let body = body.map(|b| b.0).unwrap_or_default();
     let id = body.id.or(body.session_id);
-    if let Some(id) = &id {
-        if !valid_id(id) {
-            return Err(ApiError::bad_request(
-                "invalid_session_id",
-                "A session id is 1-128 characters of letters, digits, '-', '_', '.' or ':'",
-            )
-            .param("id"));
-        }
+    if let Some(id) = &id
+        && !valid_id(id)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_session_id",
+            "A session id is 1-128 characters of letters, digits, '-', '_', '.' or ':'",
+        )
+        .param("id"));
     }
     let s = gw
         .store

@@ -82,10 +82,10 @@ impl Authenticator {
     pub async fn check(&self, token: &str) -> Option<String> {
         let candidate: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
-        if let Some(h) = &self.server_key_hash {
-            if bool::from(h.ct_eq(&candidate)) {
-                found = Some("TERN_SERVER_KEY".to_owned());
-            }
+        if let Some(h) = &self.server_key_hash
+            && bool::from(h.ct_eq(&candidate))
+        {
+            found = Some("TERN_SERVER_KEY".to_owned());
         }
         let keys = match self.store.active_key_hashes().await {
             Ok(k) => k,

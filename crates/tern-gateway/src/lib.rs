@@ -84,6 +84,11 @@ impl Gateway {
         })
     }
 
+    /// Background upkeep; runs until `stop` is cancelled.
+    pub fn spawn_upkeep(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        tokio::spawn(self.turns.clone().trim_when_idle(stop));
+    }
+
     /// The HTTP routes.
     pub fn router(self: &Arc<Self>) -> Router {
         let authed = Router::new()

@@ -170,10 +170,8 @@ pub(crate) async fn completions(
         AgentEvent::AssistantMessage {
             content,
             tool_calls,
-        } if tool_calls == 0 => {
-            if !streamed2.load(Ordering::SeqCst) {
-                *pending2.lock().unwrap_or_else(|e| e.into_inner()) = content.unwrap_or_default();
-            }
+        } if tool_calls == 0 && !streamed2.load(Ordering::SeqCst) => {
+            *pending2.lock().unwrap_or_else(|e| e.into_inner()) = content.unwrap_or_default();
         }
         _ => {}
     });

@@ -163,6 +163,22 @@ impl TurnManager {
         }
     }
 
+    /// Gives memory freed by a burst of turns back to the OS once the gateway has been idle
+    /// for a second. glibc's malloc keeps freed heap pages otherwise, so the resident size
+    /// would stay at the burst's high-water mark. Runs until `stop` is cancelled.
+    pub async fn trim_when_idle(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                () = self.idle.notified() => {}
+                () = stop.cancelled() => return,
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            if self.slots().is_empty() {
+                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            }
+        }
+    }
+
     /// Waits until no turn is registered.
     pub async fn wait_idle(&self) {
         loop {
@@ -191,3 +207,15 @@ pub async fn wait_session_idle(turns: &TurnManager, session: &str) {
         let _ = tokio::time::timeout(std::time::Duration::from_millis(20), notified).await;
     }
 }
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    // SAFETY: malloc_trim only walks glibc's own heap bookkeeping; it takes the allocator's
+    // locks itself and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}

@@ -1,7 +1,6 @@
 //! The gateway's HTTP API over real HTTP: every endpoint and error path, SSE order, stop,
 //! reset, client disconnect, the concurrency cap and the body limit.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -454,6 +454,91 @@ mod tests {
         }
     }
 
+    /// The field names (first column) of the table in `section`, in order.
+    fn table_fields(section: &str) -> Vec<String> {
+        section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once('`'))
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+
+    /// The first ```json block of `section`.
+    fn json_example(section: &str) -> serde_json::Value {
+        let start = section.find("```json\n").expect("a json example") + 8;
+        let len = section[start..].find("```").expect("a closed json block");
+        serde_json::from_str(&section[start..start + len]).expect("the example is JSON")
+    }
+
+    /// The keys of `value` and, for nested objects, `key.nested`, in order.
+    fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        if let Some(map) = value.as_object() {
+            for (k, v) in map {
+                out.push(format!("{prefix}{k}"));
+                key_paths(v, &format!("{prefix}{k}."), out);
+            }
+        }
+    }
+
+    fn sorted_key_paths(value: &serde_json::Value) -> Vec<String> {
+        let mut keys = Vec::new();
+        key_paths(value, "", &mut keys);
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn docs_describe_every_event_and_field_exactly() {
+        let docs = include_str!("../../../docs/hooks.md");
+        let mut sample = every_event();
+        // Fill the optional fields so nested objects show up in the serialized sample.
+        for event in &mut sample {
+            if let HookEvent::PostLlmCall(e) = event {
+                e.usage = Some(TokenUsage::default());
+            }
+        }
+        for event in sample {
+            let name = event.name();
+            let heading = format!("\n### `{name}`\n");
+            let start = docs
+                .find(&heading)
+                .unwrap_or_else(|| panic!("docs/hooks.md has no section {heading:?}"));
+            let rest = &docs[start + heading.len()..];
+            let section = &rest[..rest.find("\n### ").unwrap_or(rest.len())];
+
+            let actual: serde_json::Value =
+                serde_json::from_str(&Envelope::now(event.clone()).to_json()).unwrap();
+            let top_level: Vec<String> = actual
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let mut documented = table_fields(section);
+            documented.sort();
+            assert_eq!(documented, top_level, "table of `{name}`");
+
+            let example = json_example(section);
+            assert_eq!(example["event"], name, "example of `{name}`");
+            assert_eq!(
+                sorted_key_paths(&example),
+                sorted_key_paths(&actual),
+                "example of `{name}`"
+            );
+            // Same JSON types, null standing in for any optional field's value.
+            for (key, value) in actual.as_object().unwrap() {
+                let documented = &example[key];
+                let same_kind = std::mem::discriminant(value) == std::mem::discriminant(documented)
+                    || documented.is_null()
+                    || value.is_null();
+                assert!(same_kind, "`{name}`.{key}: {documented} vs {value}");
+            }
+        }
+    }
+
     #[test]
     fn filter_star_and_names() {
         let f = EventFilter::parse("h", &["turn_end".to_owned()]).unwrap();
