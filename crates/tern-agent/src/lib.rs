@@ -54,6 +54,9 @@ pub enum AgentError {
     Store(#[from] StoreError),
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The session was finalized (reset); its successor continues it.
+    #[error("session {0} has ended (it was reset); continue in its successor")]
+    SessionEnded(String),
 }
 
 /// Settings of the loop, from the configuration.
@@ -102,6 +105,10 @@ pub enum AgentEvent {
     AssistantMessage {
         content: Option<String>,
         tool_calls: usize,
+    },
+    /// The turn's outcome is settled; nothing of it runs any more.
+    TurnFinished {
+        turn_id: String,
     },
 }
 
@@ -225,6 +232,9 @@ impl Agent {
         let lock = self.session_lock(&req.session_id);
         let _turn = lock.lock().await;
         let session = self.store.session(&req.session_id).await?;
+        if session.status == SessionStatus::Ended {
+            return Err(AgentError::SessionEnded(session.id));
+        }
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         if req.interrupt.is_triggered() {
             // Stopped while still queued: nothing ran, nothing is stored, no event fires.
@@ -234,6 +244,13 @@ impl Agent {
                 text: None,
                 usage: Usage::default(),
                 iterations: 0,
+            });
+        }
+        // Announced before anything is written, so whoever tracks running turns (the
+        // gateway's stop) sees this one from its first store write on.
+        if let Some(sink) = &req.events {
+            sink(AgentEvent::TurnStarted {
+                turn_id: turn_id.clone(),
             });
         }
         self.store
@@ -250,6 +267,11 @@ impl Agent {
                 session.title.is_none(),
             )
             .await;
+        if let Some(sink) = &req.events {
+            sink(AgentEvent::TurnFinished {
+                turn_id: turn_id.clone(),
+            });
+        }
         if let Ok(o) = &result
             && o.status == TurnStatus::Interrupted
         {
@@ -289,7 +311,7 @@ impl Agent {
         // turn's own result.
         if let Err(e) = self
             .store
-            .set_status(&session.id, SessionStatus::Idle)
+            .set_status_from(&session.id, SessionStatus::Running, SessionStatus::Idle)
             .await
         {
             tracing::error!(session = %session.id, error = %e, "could not mark the session idle");
@@ -312,9 +334,6 @@ impl Agent {
                 sink(e);
             }
         };
-        emit(AgentEvent::TurnStarted {
-            turn_id: turn_id.to_owned(),
-        });
         let mut transcript = self.store.messages(sid).await?;
         self.repair(sid, &mut transcript).await?;
         let user = self
@@ -494,17 +513,20 @@ impl Agent {
                 let cancel = req.interrupt.token().clone();
                 async move {
                     let t0 = Instant::now();
-                    let gate = self
-                        .hooks
-                        .pre_tool_call(PreToolCall {
-                            session_id: req.session_id.clone(),
-                            source: source.to_owned(),
-                            turn_id: turn_id.to_owned(),
-                            call_id: call.id.clone(),
-                            tool: call.function.name.clone(),
-                            arguments: call.function.arguments.clone(),
-                        })
-                        .await;
+                    let gate = self.hooks.pre_tool_call(PreToolCall {
+                        session_id: req.session_id.clone(),
+                        source: source.to_owned(),
+                        turn_id: turn_id.to_owned(),
+                        call_id: call.id.clone(),
+                        tool: call.function.name.clone(),
+                        arguments: call.function.arguments.clone(),
+                    });
+                    // An interrupt must not wait for a slow hook's verdict (dropping the
+                    // future kills the hooks' processes).
+                    let gate = tokio::select! {
+                        g = gate => g,
+                        () = cancel.cancelled() => return (call, None, t0.elapsed()),
+                    };
                     let ctx = ToolContext {
                         session_id: req.session_id.clone(),
                         workdir: req.workdir.clone(),

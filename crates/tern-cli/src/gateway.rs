@@ -45,8 +45,17 @@ async fn shutdown_signal(token: CancellationToken) {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    tracing::info!(signal = name, "shutting down");
+    tracing::info!(
+        signal = name,
+        "shutting down (a second signal exits at once)"
+    );
     token.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::warn!("second signal: exiting without waiting for running turns");
+    std::process::exit(1);
 }
 
 pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<ExitCode> {
@@ -56,6 +65,15 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let store = tern_store::Store::open(&home.db_path())
         .await
         .with_context(|| format!("opening the session store {}", home.db_path().display()))?;
+    let repaired = store.reset_running().await?;
+    if repaired > 0 {
+        // This gateway owns the store: a session still `running` was left by a process that
+        // died mid-turn. Its transcript is repaired on its next turn.
+        tracing::warn!(
+            sessions = repaired,
+            "sessions left running by an earlier process are idle again"
+        );
+    }
     let hooks = Arc::new(
         tern_hooks::HookBus::from_config(&eff.config.hooks, &eff.config.webhooks)
             .context("in the [[hooks]] or [[webhooks]] configuration")?,

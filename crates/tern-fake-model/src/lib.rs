@@ -119,6 +119,15 @@ impl Reply {
         Self::new(Kind::Hang)
     }
 
+    /// Adds text beside the tool calls (or replaces a text answer's text), as models that
+    /// think aloud before calling a tool do.
+    pub fn with_text(mut self, text: &str) -> Self {
+        if let Kind::Message { content, .. } = &mut self.kind {
+            *content = Some(text.to_owned());
+        }
+        self
+    }
+
     /// Waits before answering.
     pub fn delay(mut self, d: Duration) -> Self {
         self.delay = d;

@@ -18,7 +18,7 @@ use tern_store::{Message, NewSession, Session, SessionStatus};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
-use crate::turns::{TurnGuard, wait_session_idle};
+use crate::turns::TurnGuard;
 use crate::{ApiJson, AppState};
 
 fn secs(ms: i64) -> f64 {
@@ -185,6 +185,7 @@ pub(crate) async fn delete_session(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let s = session_or_404(&gw, &id).await?;
+    let _closing = gw.turns.mark_closing(&id);
     if gw.turns.is_busy(&id) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -259,8 +260,10 @@ pub(crate) async fn run_turn(
 ) -> Result<TurnOutcome, tern_agent::AgentError> {
     let slot = guard.slot.clone();
     let events: EventSink = Arc::new(move |ev: AgentEvent| {
-        if let AgentEvent::TurnStarted { turn_id } = &ev {
-            slot.mark_running(turn_id);
+        match &ev {
+            AgentEvent::TurnStarted { turn_id } => slot.mark_running(turn_id),
+            AgentEvent::TurnFinished { .. } => slot.mark_finished(),
+            _ => {}
         }
         if let Some(s) = &sink {
             s(ev);
@@ -278,6 +281,37 @@ pub(crate) async fn run_turn(
             events: Some(events),
         })
         .await
+}
+
+/// Runs a turn on a task of its own and waits for it. If the client goes away (the handler
+/// is dropped), the turn is interrupted through its slot, records its interruption and
+/// reports it, instead of being cut off at whatever await point it had reached.
+pub(crate) async fn run_detached(
+    gw: &AppState,
+    guard: TurnGuard,
+    session_id: &str,
+    input: String,
+    system_prompt: Option<String>,
+) -> Result<TurnOutcome, ApiError> {
+    let (dguard, finished) = disconnect_guard(guard.slot.interrupt.clone());
+    let (gw2, sid) = (gw.clone(), session_id.to_owned());
+    let task = tokio::spawn(async move {
+        let r = run_turn(&gw2, &guard, &sid, input, system_prompt, None).await;
+        drop(guard);
+        r
+    });
+    let r = task.await;
+    finished.store(true, Ordering::SeqCst);
+    drop(dguard);
+    match r {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => {
+            tracing::error!(error = %e, "a turn's task failed");
+            Err(ApiError::internal(
+                "the turn failed unexpectedly; see the gateway's log",
+            ))
+        }
+    }
 }
 
 pub(crate) fn usage_json(o: &TurnOutcome) -> Value {
@@ -305,7 +339,7 @@ pub(crate) async fn chat(
     let body = body.map(|b| b.0).unwrap_or_default();
     let input = body.input()?;
     let guard = gw.turns.admit(&id)?;
-    let o = run_turn(&gw, &guard, &id, input, body.system(), None).await?;
+    let o = run_detached(&gw, guard, &id, input, body.system()).await?;
     Ok(axum::Json(json!({
         "object": "hermes.session.chat.completion",
         "session_id": id,
@@ -453,17 +487,18 @@ pub(crate) async fn reset(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let old = session_or_404(&gw, &id).await?;
-    let interrupted = gw.turns.stop_all_of(&id, StopReason::SessionReset);
-    // The interrupted turn records its marker before the session is finalized.
-    if tokio::time::timeout(Duration::from_secs(15), wait_session_idle(&gw.turns, &id))
+    let (closing, interrupted) = gw.turns.close(&id, StopReason::SessionReset);
+    // The interrupted turns record their interruption before the session is finalized.
+    if tokio::time::timeout(Duration::from_secs(15), gw.turns.wait_idle(Some(&id)))
         .await
         .is_err()
     {
         return Err(ApiError::internal(
-            "the running turn did not stop within 15 s",
+            "the session's turns did not stop within 15 s",
         ));
     }
     gw.store.set_status(&id, SessionStatus::Ended).await?;
+    drop(closing);
     let new = gw
         .store
         .create_session(NewSession {

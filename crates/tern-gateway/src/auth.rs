@@ -129,6 +129,8 @@ pub async fn ensure_first_key(
             .truncate(true)
             .mode(0o600)
             .open(p)?;
+        // `mode` applies only when the file is created; an existing file keeps its own.
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         f.write_all(format!("{key}\n").as_bytes())?;
         f.sync_all()
     };

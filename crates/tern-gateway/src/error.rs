@@ -109,8 +109,9 @@ impl From<tern_store::StoreError> for ApiError {
                 format!("Session already exists: {id}"),
             ),
             other => {
+                // Details stay in the log; the client learns only that the store failed.
                 tracing::error!(error = %other, "store error");
-                Self::internal(other.to_string())
+                Self::internal("The session store failed; see the gateway's log")
             }
         }
     }
@@ -128,6 +129,11 @@ impl From<tern_agent::AgentError> for ApiError {
             }
             AgentError::Store(s) => s.into(),
             AgentError::InvalidInput(m) => Self::bad_request("invalid_input", m),
+            AgentError::SessionEnded(id) => Self::new(
+                StatusCode::CONFLICT,
+                "session_ended",
+                format!("Session {id} has ended (it was reset); continue in its successor"),
+            ),
         }
     }
 }

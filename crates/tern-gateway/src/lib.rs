@@ -115,6 +115,7 @@ impl Gateway {
             .route("/v1/health", get(health))
             .merge(authed)
             .fallback(not_found)
+            .layer(middleware::map_response(json_errors))
             .with_state(self.clone())
     }
 
@@ -126,7 +127,7 @@ impl Gateway {
         if busy > 0 {
             tracing::info!(turns = busy, timeout = ?self.settings.drain_timeout, "draining running turns");
         }
-        if tokio::time::timeout(self.settings.drain_timeout, self.turns.wait_idle())
+        if tokio::time::timeout(self.settings.drain_timeout, self.turns.wait_idle(None))
             .await
             .is_err()
         {
@@ -136,7 +137,7 @@ impl Gateway {
                 "drain timeout: interrupting the remaining turns"
             );
             self.turns.stop_everything(StopReason::Shutdown);
-            if tokio::time::timeout(Duration::from_secs(10), self.turns.wait_idle())
+            if tokio::time::timeout(Duration::from_secs(10), self.turns.wait_idle(None))
                 .await
                 .is_err()
             {
@@ -172,14 +173,54 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
-async fn require_key(State(gw): State<AppState>, req: Request, next: Next) -> Response {
-    let token = req
+/// Puts error responses that axum or a layer produced in plain text (405, a bad query string,
+/// a path that is not UTF-8) into the error envelope, so that every error is JSON.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
         .headers()
-        .get(header::AUTHORIZATION)
+        .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+    let code = match status.as_u16() {
+        400 => "invalid_request",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        413 => "request_too_large",
+        _ => "error",
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
+
+/// The token of an `Authorization: Bearer …` header (the scheme is case-insensitive).
+fn bearer(req: &Request) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+async fn require_key(State(gw): State<AppState>, req: Request, next: Next) -> Response {
+    let token = bearer(&req);
     let Some(token) = token else {
         return ApiError::unauthorized().into_response();
     };
@@ -216,7 +257,13 @@ async fn read_json<T: DeserializeOwned>(
     }
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
-        .map_err(|_| too_large())?;
+        .map_err(|e| {
+            if is_length_limit(&e) {
+                too_large()
+            } else {
+                ApiError::bad_request("invalid_body", format!("Cannot read the request body: {e}"))
+            }
+        })?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -226,6 +273,17 @@ async fn read_json<T: DeserializeOwned>(
             format!("The request body is not valid JSON for this endpoint: {e}"),
         )
     })
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {

@@ -22,7 +22,7 @@ use tern_llm::Role;
 use tern_store::{NewMessage, NewSession};
 use tokio::sync::mpsc;
 
-use crate::api::{disconnect_guard, guarded_stream, run_turn};
+use crate::api::{disconnect_guard, guarded_stream, run_detached, run_turn};
 use crate::error::ApiError;
 use crate::{ApiJson, AppState};
 
@@ -96,6 +96,8 @@ pub(crate) async fn completions(
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty());
+    // The place under the cap first: a refused request must not leave a new session behind.
+    let permit = gw.turns.permit()?;
     let session_id = match requested {
         Some(id) => {
             gw.store
@@ -106,13 +108,13 @@ pub(crate) async fn completions(
         }
         None => new_session_from(&gw, &body, last_user).await?,
     };
-    let guard = gw.turns.admit(&session_id)?;
+    let guard = gw.turns.register(&session_id, permit)?;
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     let header =
         HeaderValue::from_str(&session_id).map_err(|e| ApiError::internal(e.to_string()))?;
 
     if !body.stream {
-        let o = run_turn(&gw, &guard, &session_id, input, None, None).await?;
+        let o = run_detached(&gw, guard, &session_id, input, None).await?;
         let finish = match o.status {
             TurnStatus::Completed => "stop",
             TurnStatus::MaxIterations => "length",
@@ -156,24 +158,33 @@ pub(crate) async fn completions(
         }
     };
     let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), None));
-    let streamed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (tx2, chunk2, streamed2) = (tx.clone(), chunk.clone(), streamed.clone());
-    // Only the final answer is the client's content: text the model writes beside tool
-    // calls is not streamed (it would read as part of the answer).
-    let pending = Arc::new(std::sync::Mutex::new(String::new()));
-    let pending2 = pending.clone();
-    let sink: EventSink = Arc::new(move |ev: AgentEvent| match ev {
-        AgentEvent::AssistantDelta { text } => {
-            streamed2.store(true, Ordering::SeqCst);
-            let _ = tx2.send(chunk2(json!({"content": text}), None));
+    // Only the final answer is the client's content. Whether a model call ends in tool calls
+    // is known only when it ends, so each call's text is held until then: text written beside
+    // tool calls is dropped, the final answer is sent.
+    let held = Arc::new(std::sync::Mutex::new(String::new()));
+    let (tx2, chunk2) = (tx.clone(), chunk.clone());
+    let sink: EventSink = Arc::new(move |ev: AgentEvent| {
+        let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+        match ev {
+            AgentEvent::AssistantDelta { text } => held.push_str(&text),
+            AgentEvent::AssistantMessage {
+                content,
+                tool_calls,
+            } => {
+                let text = std::mem::take(&mut *held);
+                if tool_calls == 0 {
+                    let text = if text.is_empty() {
+                        content.unwrap_or_default()
+                    } else {
+                        text
+                    };
+                    if !text.is_empty() {
+                        let _ = tx2.send(chunk2(json!({"content": text}), None));
+                    }
+                }
+            }
+            _ => {}
         }
-        AgentEvent::AssistantMessage {
-            content,
-            tool_calls,
-        } if tool_calls == 0 && !streamed2.load(Ordering::SeqCst) => {
-            *pending2.lock().unwrap_or_else(|e| e.into_inner()) = content.unwrap_or_default();
-        }
-        _ => {}
     });
     let gw2 = gw.clone();
     let sid = session_id.clone();
@@ -182,10 +193,6 @@ pub(crate) async fn completions(
         finished.store(true, Ordering::SeqCst);
         match result {
             Ok(o) => {
-                let rest = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
-                if !rest.is_empty() {
-                    let _ = tx.send(chunk(json!({"content": rest}), None));
-                }
                 let finish = if o.status == TurnStatus::MaxIterations {
                     "length"
                 } else {

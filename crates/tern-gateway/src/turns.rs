@@ -1,12 +1,13 @@
 //! The turns running in the gateway: admission (a cap on concurrent turns), interrupts by
-//! session, and draining at shutdown.
+//! session, sessions being closed (reset, delete), and draining at shutdown.
 //!
-//! Each turn request registers a [`Slot`] holding its [`Interrupt`]; the slot is marked
-//! running when the agent actually starts the turn (after the session's queue), so a stop
-//! interrupts the running turn and says whether there was one.
+//! Each admitted turn registers a [`Slot`] holding its [`Interrupt`]. The agent's events move
+//! the slot from queued (waiting behind the session's running turn) to running and to
+//! finished, so a stop interrupts only a running turn and says truthfully whether there was
+//! one. Admission, the closing marks and draining share one lock, so no turn slips in while
+//! a session is being finalized or the gateway is draining.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tern_agent::{Interrupt, StopReason};
@@ -14,36 +15,59 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 
-/// One turn request, queued or running.
-#[derive(Default)]
+/// Turns one session may have admitted at once (one running, the rest queued).
+pub const MAX_TURNS_PER_SESSION: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Queued,
+    Running(String),
+    Finished,
+}
+
+/// One admitted turn.
 pub struct Slot {
     pub interrupt: Interrupt,
-    running: AtomicBool,
-    turn_id: Mutex<Option<String>>,
+    state: Mutex<State>,
 }
 
 impl Slot {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn mark_running(&self, turn_id: &str) {
-        *self.turn_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn_id.to_owned());
-        self.running.store(true, Ordering::SeqCst);
+        *self.state() = State::Running(turn_id.to_owned());
+    }
+
+    pub fn mark_finished(&self) {
+        *self.state() = State::Finished;
     }
 
     pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
+        matches!(*self.state(), State::Running(_))
     }
 
-    pub fn turn_id(&self) -> Option<String> {
-        self.turn_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// Interrupts the turn if it is running and nobody interrupted it before; its turn id.
+    fn stop_running(&self, reason: StopReason) -> Option<String> {
+        let st = self.state();
+        match &*st {
+            State::Running(id) if self.interrupt.trigger(reason) => Some(id.clone()),
+            _ => None,
+        }
     }
+}
+
+#[derive(Default)]
+struct Inner {
+    slots: HashMap<String, Vec<Arc<Slot>>>,
+    closing: HashSet<String>,
+    draining: bool,
 }
 
 pub struct TurnManager {
     permits: Arc<Semaphore>,
-    slots: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
-    draining: AtomicBool,
+    inner: Mutex<Inner>,
     idle: Notify,
 }
 
@@ -61,36 +85,75 @@ impl Drop for TurnGuard {
     }
 }
 
+/// A session marked as closing: no turn is admitted for it until this is dropped.
+pub struct Closing {
+    manager: Arc<TurnManager>,
+    session: String,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.manager.inner().closing.remove(&self.session);
+    }
+}
+
 impl TurnManager {
     pub fn new(max_concurrent: usize) -> Arc<Self> {
         Arc::new(Self {
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
-            slots: Mutex::new(HashMap::new()),
-            draining: AtomicBool::new(false),
+            inner: Mutex::new(Inner::default()),
             idle: Notify::new(),
         })
     }
 
-    fn slots(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Slot>>>> {
-        // Every change to the map is a single call; a panic cannot leave it half-changed.
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // Every change under this lock is a single step; a panic cannot leave it half-done.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Admits a turn for `session`, or 429 when the cap is reached (503 while draining).
-    pub fn admit(self: &Arc<Self>, session: &str) -> Result<TurnGuard, ApiError> {
-        if self.draining.load(Ordering::SeqCst) {
+    /// A place under the concurrency cap: 429 past it, 503 while draining. Take it before
+    /// creating anything for the turn, so a refused request leaves nothing behind.
+    pub fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        if self.inner().draining {
             return Err(ApiError::shutting_down());
         }
-        let permit = self
-            .permits
+        self.permits
             .clone()
             .try_acquire_owned()
-            .map_err(|_| ApiError::busy(1))?;
-        let slot = Arc::new(Slot::default());
-        self.slots()
-            .entry(session.to_owned())
-            .or_default()
-            .push(slot.clone());
+            .map_err(|_| ApiError::busy(1))
+    }
+
+    /// Registers a turn for `session` with its permit.
+    pub fn register(
+        self: &Arc<Self>,
+        session: &str,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<TurnGuard, ApiError> {
+        let mut inner = self.inner();
+        if inner.draining {
+            return Err(ApiError::shutting_down());
+        }
+        if inner.closing.contains(session) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "session_closing",
+                "The session is being reset or deleted",
+            ));
+        }
+        let queue = inner.slots.entry(session.to_owned()).or_default();
+        if queue.len() >= MAX_TURNS_PER_SESSION {
+            let mut e = ApiError::busy(1);
+            e.code = "session_queue_full";
+            e.message = format!(
+                "{MAX_TURNS_PER_SESSION} turns are already queued on this session; retry later"
+            );
+            return Err(e);
+        }
+        let slot = Arc::new(Slot {
+            interrupt: Interrupt::new(),
+            state: Mutex::new(State::Queued),
+        });
+        queue.push(slot.clone());
         Ok(TurnGuard {
             manager: self.clone(),
             session: session.to_owned(),
@@ -99,68 +162,105 @@ impl TurnManager {
         })
     }
 
+    /// [`TurnManager::permit`] then [`TurnManager::register`].
+    pub fn admit(self: &Arc<Self>, session: &str) -> Result<TurnGuard, ApiError> {
+        let permit = self.permit()?;
+        self.register(session, permit)
+    }
+
     fn unregister(&self, session: &str, slot: &Arc<Slot>) {
-        let mut map = self.slots();
-        if let Some(v) = map.get_mut(session) {
+        let mut inner = self.inner();
+        if let Some(v) = inner.slots.get_mut(session) {
             v.retain(|s| !Arc::ptr_eq(s, slot));
             if v.is_empty() {
-                map.remove(session);
+                inner.slots.remove(session);
             }
         }
-        if map.is_empty() {
-            self.idle.notify_waiters();
-        }
+        drop(inner);
+        // Wakes waiters for one session and for the whole gateway alike; they re-check.
+        self.idle.notify_waiters();
     }
 
     /// Interrupts the running turn of `session`; its turn id, or `None` if none ran.
     pub fn stop(&self, session: &str, reason: StopReason) -> Option<String> {
-        let running: Vec<Arc<Slot>> = self
-            .slots()
-            .get(session)
-            .map(|v| v.iter().filter(|s| s.is_running()).cloned().collect())
-            .unwrap_or_default();
-        let mut stopped = None;
-        for s in running {
-            if !s.interrupt.is_triggered() {
-                s.interrupt.trigger(reason);
-                stopped = s.turn_id();
-            }
-        }
-        stopped
+        let slots: Vec<Arc<Slot>> = self.inner().slots.get(session).cloned().unwrap_or_default();
+        slots.iter().find_map(|s| s.stop_running(reason))
     }
 
-    /// Interrupts every turn of `session`, queued ones included (for a reset).
-    pub fn stop_all_of(&self, session: &str, reason: StopReason) -> bool {
-        let slots: Vec<Arc<Slot>> = self.slots().get(session).cloned().unwrap_or_default();
-        let mut was_running = false;
-        for s in slots {
-            was_running |= s.is_running() && !s.interrupt.is_triggered();
+    /// Marks `session` as closing: no turn is admitted for it until the mark is dropped.
+    pub fn mark_closing(self: &Arc<Self>, session: &str) -> Closing {
+        self.inner().closing.insert(session.to_owned());
+        Closing {
+            manager: self.clone(),
+            session: session.to_owned(),
+        }
+    }
+
+    /// Marks `session` as closing and interrupts all its turns, queued ones included.
+    /// Returns the mark and whether a running turn was interrupted.
+    pub fn close(self: &Arc<Self>, session: &str, reason: StopReason) -> (Closing, bool) {
+        let closing = self.mark_closing(session);
+        let slots = self.inner().slots.get(session).cloned().unwrap_or_default();
+        let mut interrupted = false;
+        for s in &slots {
+            interrupted |= s.stop_running(reason).is_some();
             s.interrupt.trigger(reason);
         }
-        was_running
+        (closing, interrupted)
     }
 
     /// Whether `session` has a turn registered (queued or running).
     pub fn is_busy(&self, session: &str) -> bool {
-        self.slots().contains_key(session)
+        self.inner().slots.contains_key(session)
     }
 
     /// Sessions with a turn registered.
     pub fn busy_sessions(&self) -> Vec<String> {
-        self.slots().keys().cloned().collect()
+        self.inner().slots.keys().cloned().collect()
     }
 
-    /// Refuses new turns from now on.
+    /// Refuses new turns from now on, and cancels turns still queued (they never started,
+    /// so nothing of them is lost); running turns go on.
     pub fn begin_drain(&self) {
-        self.draining.store(true, Ordering::SeqCst);
+        let queued: Vec<Arc<Slot>> = {
+            let mut inner = self.inner();
+            inner.draining = true;
+            inner.slots.values().flatten().cloned().collect()
+        };
+        for s in queued {
+            if *s.state() == State::Queued {
+                s.interrupt.trigger(StopReason::Shutdown);
+            }
+        }
     }
 
     /// Interrupts every turn.
     pub fn stop_everything(&self, reason: StopReason) {
-        let all: Vec<Arc<Slot>> = self.slots().values().flatten().cloned().collect();
+        let all: Vec<Arc<Slot>> = self.inner().slots.values().flatten().cloned().collect();
         for s in all {
             s.interrupt.trigger(reason);
         }
+    }
+
+    /// Waits until `session` (or, with `None`, every session) has no turn registered.
+    pub async fn wait_idle(&self, session: Option<&str>) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let done = match session {
+                Some(s) => !self.is_busy(s),
+                None => self.inner().slots.is_empty(),
+            };
+            if done {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.inner().slots.values().map(Vec::len).sum()
     }
 
     /// Gives memory freed by a burst of turns back to the OS once the gateway has been idle
@@ -169,42 +269,24 @@ impl TurnManager {
     pub async fn trim_when_idle(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         loop {
             tokio::select! {
-                () = self.idle.notified() => {}
+                () = self.wait_idle_edge() => {}
                 () = stop.cancelled() => return,
             }
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            if self.slots().is_empty() {
+            if self.inner().slots.is_empty() {
                 let _ = tokio::task::spawn_blocking(release_free_memory).await;
             }
         }
     }
 
-    /// Waits until no turn is registered.
-    pub async fn wait_idle(&self) {
+    /// Returns when the last registered turn goes away (not when already idle).
+    async fn wait_idle_edge(&self) {
         loop {
-            let notified = self.idle.notified();
-            if self.slots().is_empty() {
+            self.idle.notified().await;
+            if self.inner().slots.is_empty() {
                 return;
             }
-            notified.await;
         }
-    }
-
-    pub fn running_count(&self) -> usize {
-        self.slots().values().map(Vec::len).sum()
-    }
-}
-
-/// Waits for a slot's turn to end (for a reset that must see the interrupt recorded).
-pub async fn wait_session_idle(turns: &TurnManager, session: &str) {
-    while turns.is_busy(session) {
-        let notified = turns.idle.notified();
-        if !turns.is_busy(session) {
-            return;
-        }
-        // `idle` fires only when every turn has ended; poll as well so one session's end is
-        // seen while others keep running.
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(20), notified).await;
     }
 }
 

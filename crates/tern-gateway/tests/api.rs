@@ -659,3 +659,164 @@ async fn openai_chat_completions_and_models() {
         (400, Some("missing_message"))
     );
 }
+
+#[tokio::test]
+async fn a_non_streaming_client_that_goes_away_interrupts_its_turn_cleanly() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 30"}"#,
+    ));
+    let r = g
+        .req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+        .timeout(Duration::from_millis(700))
+        .json(&json!({"message": "wait"}))
+        .send()
+        .await;
+    assert!(r.is_err(), "the client gave up");
+    g.wait_event("turn_end", 1).await;
+    let stopped = g.rec.named("agent_loop_stopped");
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["reason"], "client_disconnect");
+    let (_, s) = g.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(s["session"]["status"], "idle");
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert_eq!(
+        m["data"].as_array().unwrap().last().unwrap()["content"],
+        "[interrupted]"
+    );
+}
+
+#[tokio::test]
+async fn an_ended_session_takes_no_more_turns_and_reset_admits_none_meanwhile() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        r#"{"command":"sleep 30"}"#,
+    ));
+    let chat = tokio::spawn(
+        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+            .json(&json!({"message": "A"}))
+            .send(),
+    );
+    g.wait_event("pre_tool_call", 1).await;
+    let reset = tokio::spawn(
+        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/reset"))
+            .send(),
+    );
+    // Whether it arrives while the reset waits or after it, B never runs on the old session.
+    let (s, v) = g
+        .post(&format!("/api/sessions/{id}/chat"), json!({"message": "B"}))
+        .await;
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        ["session_closing", "session_ended"].contains(&v["error"]["code"].as_str().unwrap()),
+        "{v}"
+    );
+    assert_eq!(reset.await.unwrap().unwrap().status(), 200);
+    chat.await.unwrap().unwrap();
+    let (s, v) = g
+        .post(&format!("/api/sessions/{id}/chat"), json!({"message": "C"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("session_ended"))
+    );
+    let (_, old) = g.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(
+        old["session"]["status"], "ended",
+        "a refused turn does not touch the status"
+    );
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert!(
+        m["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["content"] != "B" && m["content"] != "C")
+    );
+}
+
+#[tokio::test]
+async fn refused_openai_requests_leave_no_sessions_behind() {
+    let g = start_with(1, 1 << 20).await;
+    let id = g.new_session().await;
+    g.fake
+        .push(Reply::text("slow").delay(Duration::from_millis(800)));
+    let first = tokio::spawn(
+        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+            .json(&json!({"message": "1"}))
+            .send(),
+    );
+    g.fake
+        .wait_requests(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let (s, _) = g
+            .post(
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "user", "content": "x"}]}),
+            )
+            .await;
+        assert_eq!(s, 429);
+    }
+    first.await.unwrap().unwrap();
+    let (_, v) = g.get("/api/sessions").await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 1);
+    assert!(g.rec.named("session_start").len() == 1);
+}
+
+#[tokio::test]
+async fn openai_streaming_sends_only_the_final_answer() {
+    let g = start().await;
+    g.fake
+        .push(Reply::tool_call("c1", "list_dir", "{}").with_text("Let me look first."))
+        .push(Reply::text("Final answer."));
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": "look"}]}))
+        .send()
+        .await
+        .unwrap();
+    let body = r.text().await.unwrap();
+    let text: String = sse_events(&body)
+        .into_iter()
+        .filter_map(|(_, d)| {
+            d["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, "Final answer.");
+}
+
+#[tokio::test]
+async fn every_error_is_json_and_the_bearer_scheme_is_case_insensitive() {
+    let g = start().await;
+    let r = g
+        .req(reqwest::Method::PUT, "/api/sessions")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "method_not_allowed");
+    let (s, v) = g.get("/api/sessions?limit=abc").await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let r = g
+        .http
+        .get(format!("{}/api/sessions", g.url))
+        .header("Authorization", format!("bearer {}", g.key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -405,6 +405,35 @@ impl Store {
         .await
     }
 
+    /// Moves a session from `from` to `to`; `false` (and no change) if it was not in `from`,
+    /// so that a turn ending never overwrites `ended` or `waiting`.
+    pub async fn set_status_from(
+        &self,
+        id: &str,
+        from: SessionStatus,
+        to: SessionStatus,
+    ) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ? AND status = ?",
+        )
+        .bind(to.as_str())
+        .bind(now_ms())
+        .bind(id)
+        .bind(from.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    /// Sessions left `running` by a process that died mid-turn become `idle`; called by the
+    /// single owner of the store (the gateway) when it starts. Returns how many.
+    pub async fn reset_running(&self) -> Result<u64> {
+        let r = sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected())
+    }
+
     pub async fn set_model(&self, id: &str, model: &str) -> Result<()> {
         self.update_one(
             "UPDATE sessions SET model = ?, updated_at = ? WHERE id = ?",
