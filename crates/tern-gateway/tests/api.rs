@@ -139,6 +139,26 @@ impl Gw {
         v["session"]["id"].as_str().unwrap().to_owned()
     }
 
+    /// Starts a chat whose tool sleeps 30 s and waits until the tool is about to run.
+    async fn start_long_turn(
+        &self,
+        id: &str,
+    ) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+        self.fake.push(Reply::tool_call(
+            "long",
+            "terminal",
+            r#"{"command":"sleep 30"}"#,
+        ));
+        let before = self.rec.named("pre_tool_call").len();
+        let chat = tokio::spawn(
+            self.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
+                .json(&json!({"message": "wait"}))
+                .send(),
+        );
+        self.wait_event("pre_tool_call", before + 1).await;
+        chat
+    }
+
     async fn wait_event(&self, name: &str, n: usize) {
         for _ in 0..1000 {
             if self.rec.named(name).len() >= n {
@@ -496,17 +516,7 @@ async fn stop_interrupts_a_long_tool_and_says_so() {
 async fn reset_while_running_interrupts_and_starts_a_new_session() {
     let g = start().await;
     let id = g.new_session().await;
-    g.fake.push(Reply::tool_call(
-        "long",
-        "terminal",
-        r#"{"command":"sleep 30"}"#,
-    ));
-    let chat = tokio::spawn(
-        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
-            .json(&json!({"message": "wait"}))
-            .send(),
-    );
-    g.wait_event("pre_tool_call", 1).await;
+    let chat = g.start_long_turn(&id).await;
     let (s, v) = g
         .post(&format!("/api/sessions/{id}/reset"), json!({}))
         .await;
@@ -693,22 +703,14 @@ async fn a_non_streaming_client_that_goes_away_interrupts_its_turn_cleanly() {
 async fn an_ended_session_takes_no_more_turns_and_reset_admits_none_meanwhile() {
     let g = start().await;
     let id = g.new_session().await;
-    g.fake.push(Reply::tool_call(
-        "long",
-        "terminal",
-        r#"{"command":"sleep 30"}"#,
-    ));
-    let chat = tokio::spawn(
-        g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
-            .json(&json!({"message": "A"}))
-            .send(),
-    );
-    g.wait_event("pre_tool_call", 1).await;
+    let chat = g.start_long_turn(&id).await;
     let reset = tokio::spawn(
         g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/reset"))
             .send(),
     );
-    // Whether it arrives while the reset waits or after it, B never runs on the old session.
+    // Once the reset has interrupted A, the session is closing: B is refused, whether it
+    // arrives while the reset waits or after it.
+    g.wait_event("agent_loop_stopped", 1).await;
     let (s, v) = g
         .post(&format!("/api/sessions/{id}/chat"), json!({"message": "B"}))
         .await;

@@ -208,18 +208,9 @@ impl HookEvent {
 }
 
 /// Names of all events, for validating configuration.
-pub const EVENT_NAMES: &[&str] = &[
-    "session_start",
-    "session_end",
-    "session_reset",
-    "turn_start",
-    "turn_end",
-    "pre_llm_call",
-    "post_llm_call",
-    "pre_tool_call",
-    "post_tool_call",
-    "agent_loop_stopped",
-];
+/// Names of all events, for validating configuration. One list for the configuration and
+/// the bus: a test checks that every [`HookEvent`] is in it.
+pub use tern_config::HOOK_EVENT_NAMES as EVENT_NAMES;
 
 /// An event with its time, as delivered to every subscriber.
 #[derive(Debug, Clone, PartialEq, Serialize)]
