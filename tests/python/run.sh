@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build -q -p tern-cli -p tern-bench
+bin=$(cargo metadata -q --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
 
 work=$(mktemp -d)
 pids=()
@@ -14,7 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-target/debug/tern-bench serve > "$work/fake.out" 2>&1 &
+"$bin/tern-bench" serve > "$work/fake.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q OPENAI_BASE_URL "$work/fake.out" && break; sleep 0.1; done
 # shellcheck disable=SC2046
@@ -23,7 +25,7 @@ export TERN_HOME="$work/home" TERN_SERVER_KEY="sdk-suite-key-$RANDOM$RANDOM$RAND
 unset OPENAI_API_KEY
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/tern gateway --listen "127.0.0.1:$port" 2> "$work/gateway.log" &
+"$bin/tern" gateway --listen "127.0.0.1:$port" 2> "$work/gateway.log" &
 pids+=($!)
 for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
