@@ -487,6 +487,10 @@ pub(crate) async fn reset(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let old = session_or_404(&gw, &id).await?;
+    if old.status == SessionStatus::Ended {
+        // Its successor exists already; a second one would fork the conversation.
+        return Err(tern_agent::AgentError::SessionEnded(id).into());
+    }
     let (closing, interrupted) = gw.turns.close(&id, StopReason::SessionReset);
     // The interrupted turns record their interruption before the session is finalized.
     if tokio::time::timeout(Duration::from_secs(15), gw.turns.wait_idle(Some(&id)))

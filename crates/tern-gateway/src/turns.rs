@@ -44,10 +44,6 @@ impl Slot {
         *self.state() = State::Finished;
     }
 
-    pub fn is_running(&self) -> bool {
-        matches!(*self.state(), State::Running(_))
-    }
-
     /// Interrupts the turn if it is running and nobody interrupted it before; its turn id.
     fn stop_running(&self, reason: StopReason) -> Option<String> {
         let st = self.state();

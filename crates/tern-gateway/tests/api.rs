@@ -728,6 +728,14 @@ async fn an_ended_session_takes_no_more_turns_and_reset_admits_none_meanwhile() 
         (s, v["error"]["code"].as_str()),
         (409, Some("session_ended"))
     );
+    let (s, v) = g
+        .post(&format!("/api/sessions/{id}/reset"), json!({}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("session_ended")),
+        "no second successor"
+    );
     let (_, old) = g.get(&format!("/api/sessions/{id}")).await;
     assert_eq!(
         old["session"]["status"], "ended",
