@@ -474,3 +474,84 @@ async fn a_webhook_receives_a_signed_event_from_the_gateway() {
     );
     assert_eq!(headers["x-tern-event"], "session_start");
 }
+
+#[tokio::test]
+async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
+    let e = Env::new().await;
+    let mut gw = e.gateway(&[]);
+    let key = e.first_key();
+    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let id = v["session"]["id"].as_str().unwrap().to_owned();
+    let pidfile = e.dir.path().join("tool.pid");
+    e.fake.push(Reply::tool_call(
+        "long",
+        "terminal",
+        format!(
+            r#"{{"command":"echo $$ > {}; sleep 60"}}"#,
+            pidfile.display()
+        ),
+    ));
+    let url = format!("{}/api/sessions/{id}/chat", gw.url);
+    let k2 = key.clone();
+    let chat = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(&k2)
+            .json(&json!({"message": "long"}))
+            .send()
+            .await
+    });
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n')) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the tool never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.child.kill().unwrap(); // SIGKILL: no drain, no cleanup
+    gw.child.wait().unwrap();
+    assert!(
+        chat.await.unwrap().is_err(),
+        "the connection died with the gateway"
+    );
+    // The orphaned tool is not the dead gateway's to clean up any more; end it here.
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+
+    let gw = e.gateway(&[]);
+    let r = reqwest::Client::new()
+        .get(format!("{}/api/sessions/{id}", gw.url))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["session"]["status"], "idle",
+        "a session left running is idle after the restart"
+    );
+    e.fake.push(Reply::text("Recovered."));
+    let (s, v) = post(
+        &format!("{}/api/sessions/{id}/chat", gw.url),
+        &key,
+        json!({"message": "again"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["message"]["content"], "Recovered.");
+    let msgs = e.fake.requests().pop().unwrap().messages().to_vec();
+    let tool = msgs.iter().find(|m| m["tool_call_id"] == "long").unwrap();
+    assert!(
+        tool["content"].as_str().unwrap().contains("interrupted"),
+        "repaired: {tool}"
+    );
+    assert_eq!(msgs.last().unwrap()["content"], "again");
+}
