@@ -21,7 +21,9 @@ mod interrupt;
 mod prompt;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -127,6 +129,25 @@ pub struct TurnRequest {
     /// Enabled toolsets for this turn.
     pub toolsets: Vec<String>,
     pub events: Option<EventSink>,
+    /// A place in the session's queue taken earlier with [`Agent::enqueue`]; without one the
+    /// turn queues when `run_turn` is called.
+    pub ticket: Option<QueueTicket>,
+}
+
+type LockFuture = Pin<Box<dyn Future<Output = tokio::sync::OwnedMutexGuard<()>> + Send + Sync>>;
+
+/// A place in a session's turn queue. Turns run in the order their tickets were taken, which
+/// for the gateway is the order requests were admitted, whatever order their tasks reach
+/// [`Agent::run_turn`] in.
+pub struct QueueTicket {
+    session_id: String,
+    wait: LockFuture,
+}
+
+impl QueueTicket {
+    async fn wait(self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.wait.await
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -200,6 +221,21 @@ impl Agent {
         &self.settings
     }
 
+    /// Takes a place in `session_id`'s turn queue now. tokio's mutex is fair: a waiter's place
+    /// is fixed when its lock future is first polled, so the future is polled once here and
+    /// kept; `run_turn` awaits it later.
+    pub fn enqueue(&self, session_id: &str) -> QueueTicket {
+        let mut wait: LockFuture = Box::pin(self.session_lock(session_id).lock_owned());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(guard) = wait.as_mut().poll(&mut cx) {
+            wait = Box::pin(std::future::ready(guard));
+        }
+        QueueTicket {
+            session_id: session_id.to_owned(),
+            wait,
+        }
+    }
+
     fn session_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         // Poisoning cannot leave the map inconsistent: every operation on it is one call.
         let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,7 +251,7 @@ impl Agent {
     }
 
     /// Runs one turn. Waits behind a running turn of the same session.
-    pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutcome, AgentError> {
+    pub async fn run_turn(&self, mut req: TurnRequest) -> Result<TurnOutcome, AgentError> {
         let llm = self
             .llm
             .as_ref()
@@ -229,8 +265,10 @@ impl Agent {
                 self.registry.toolsets().join(", ")
             )));
         }
-        let lock = self.session_lock(&req.session_id);
-        let _turn = lock.lock().await;
+        let _turn = match req.ticket.take() {
+            Some(t) if t.session_id == req.session_id => t.wait().await,
+            _ => self.session_lock(&req.session_id).lock_owned().await,
+        };
         let session = self.store.session(&req.session_id).await?;
         if session.status == SessionStatus::Ended {
             return Err(AgentError::SessionEnded(session.id));

@@ -70,6 +70,7 @@ impl Env {
             workdir: self.work.clone(),
             toolsets: vec!["terminal".into(), "file".into()],
             events: None,
+            ticket: None,
         }
     }
 
@@ -544,6 +545,7 @@ async fn no_model_configured_says_what_to_set() {
             workdir: dir.path().into(),
             toolsets: vec![],
             events: None,
+            ticket: None,
         })
         .await
         .unwrap_err();
@@ -735,5 +737,45 @@ async fn a_pre_tool_call_allow_lets_a_dangerous_command_through_but_not_a_hard_l
             .as_str()
             .unwrap()
             .starts_with("blocked")
+    );
+}
+
+#[tokio::test]
+async fn turns_run_in_the_order_their_queue_tickets_were_taken() {
+    let e = env().await;
+    e.fake
+        .push(Reply::text("answer to first"))
+        .push(Reply::text("answer to second"));
+    let mut first = e.request("first");
+    let mut second = e.request("second");
+    first.ticket = Some(e.agent.enqueue(&e.session));
+    second.ticket = Some(e.agent.enqueue(&e.session));
+    // The second turn reaches run_turn first, yet waits for the first ticket.
+    let a = e.agent.clone();
+    let t2 = tokio::spawn(async move { a.run_turn(second).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        e.fake.requests().is_empty(),
+        "the second turn must not start before the first"
+    );
+    let a = e.agent.clone();
+    let t1 = tokio::spawn(async move { a.run_turn(first).await });
+    assert_eq!(
+        t1.await.unwrap().unwrap().text.as_deref(),
+        Some("answer to first")
+    );
+    assert_eq!(
+        t2.await.unwrap().unwrap().text.as_deref(),
+        Some("answer to second")
+    );
+    let contents: Vec<_> = e
+        .transcript()
+        .await
+        .into_iter()
+        .map(|m| m.content.unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        ["first", "answer to first", "second", "answer to second"]
     );
 }

@@ -132,6 +132,7 @@ impl Chat {
                 workdir: self.workdir.clone(),
                 toolsets: self.toolsets.clone(),
                 events: Some(render::sink(style)),
+                ticket: None,
             })
             .await;
         watcher.abort();

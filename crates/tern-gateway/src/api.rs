@@ -258,6 +258,11 @@ pub(crate) async fn run_turn(
     system_prompt: Option<String>,
     sink: Option<EventSink>,
 ) -> Result<TurnOutcome, tern_agent::AgentError> {
+    let ticket = guard
+        .ticket
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     let slot = guard.slot.clone();
     let events: EventSink = Arc::new(move |ev: AgentEvent| {
         match &ev {
@@ -279,6 +284,7 @@ pub(crate) async fn run_turn(
             workdir: gw.settings.workdir.clone(),
             toolsets: gw.settings.toolsets.clone(),
             events: Some(events),
+            ticket,
         })
         .await
 }
@@ -338,7 +344,7 @@ pub(crate) async fn chat(
     session_or_404(&gw, &id).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
     let input = body.input()?;
-    let guard = gw.turns.admit(&id)?;
+    let guard = gw.turns.admit(&gw.agent, &id)?;
     let o = run_detached(&gw, guard, &id, input, body.system()).await?;
     Ok(axum::Json(json!({
         "object": "hermes.session.chat.completion",
@@ -402,7 +408,7 @@ pub(crate) async fn chat_stream(
     session_or_404(&gw, &id).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
     let input = body.input()?;
-    let guard = gw.turns.admit(&id)?;
+    let guard = gw.turns.admit(&gw.agent, &id)?;
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let (dguard, finished) = disconnect_guard(guard.slot.interrupt.clone());
     let sid = id.clone();

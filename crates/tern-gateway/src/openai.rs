@@ -108,7 +108,9 @@ pub(crate) async fn completions(
         }
         None => new_session_from(&gw, &body, last_user).await?,
     };
-    let guard = gw.turns.register(&session_id, permit)?;
+    let guard = gw
+        .turns
+        .register(&session_id, permit, gw.agent.enqueue(&session_id))?;
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     let header =
         HeaderValue::from_str(&session_id).map_err(|e| ApiError::internal(e.to_string()))?;

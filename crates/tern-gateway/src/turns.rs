@@ -72,6 +72,9 @@ pub struct TurnGuard {
     manager: Arc<TurnManager>,
     session: String,
     pub slot: Arc<Slot>,
+    /// The turn's place in the session's queue, taken at admission so that turns run in
+    /// the order they were admitted.
+    pub ticket: Mutex<Option<tern_agent::QueueTicket>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -124,6 +127,7 @@ impl TurnManager {
         self: &Arc<Self>,
         session: &str,
         permit: OwnedSemaphorePermit,
+        ticket: tern_agent::QueueTicket,
     ) -> Result<TurnGuard, ApiError> {
         let mut inner = self.inner();
         if inner.draining {
@@ -154,14 +158,20 @@ impl TurnManager {
             manager: self.clone(),
             session: session.to_owned(),
             slot,
+            ticket: Mutex::new(Some(ticket)),
             _permit: permit,
         })
     }
 
-    /// [`TurnManager::permit`] then [`TurnManager::register`].
-    pub fn admit(self: &Arc<Self>, session: &str) -> Result<TurnGuard, ApiError> {
+    /// [`TurnManager::permit`] then [`TurnManager::register`] with a place in `agent`'s
+    /// queue for the session.
+    pub fn admit(
+        self: &Arc<Self>,
+        agent: &tern_agent::Agent,
+        session: &str,
+    ) -> Result<TurnGuard, ApiError> {
         let permit = self.permit()?;
-        self.register(session, permit)
+        self.register(session, permit, agent.enqueue(session))
     }
 
     fn unregister(&self, session: &str, slot: &Arc<Slot>) {
