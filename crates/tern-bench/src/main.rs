@@ -271,8 +271,8 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// VmRSS, VmHWM, RssAnon, RssFile of a process, in KiB.
-fn mem_kib(pid: u32) -> anyhow::Result<[u64; 4]> {
+/// VmRSS, VmHWM, RssAnon, RssFile (KiB) and the thread count of a process.
+fn mem_kib(pid: u32) -> anyhow::Result<[u64; 5]> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| {
         status
@@ -287,6 +287,7 @@ fn mem_kib(pid: u32) -> anyhow::Result<[u64; 4]> {
         field("VmHWM:"),
         field("RssAnon:"),
         field("RssFile:"),
+        field("Threads:"),
     ])
 }
 
@@ -481,5 +482,6 @@ async fn bench_gateway(args: &Args) -> anyhow::Result<()> {
         after_parts[2] as f64 / 1024.0,
         after_parts[3] as f64 / 1024.0
     );
+    println!("Threads: {} idle, {} after.", idle_parts[4], after_parts[4]);
     Ok(())
 }

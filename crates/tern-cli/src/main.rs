@@ -27,6 +27,11 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
+        // The blocking pool serves short file operations of tools. Unbounded (512 by
+        // default), a burst of concurrent turns in the gateway starts one thread per turn,
+        // and each keeps its stack and malloc arena resident afterwards; 16 is ample for the
+        // small machines tern targets, and further work waits its turn.
+        .max_blocking_threads(16)
         .enable_all()
         .build()
     {

@@ -70,6 +70,9 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10).min(cfg.timeout))
             .read_timeout(cfg.timeout)
+            // A gateway talks to one model host; a burst of concurrent turns opens many
+            // connections, and keeping them all idle afterwards only holds memory.
+            .pool_max_idle_per_host(8)
             .user_agent(concat!("tern/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| LlmError::Config(e.to_string()))?;
