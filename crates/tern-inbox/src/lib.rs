@@ -7,13 +7,17 @@
 //! the result. The inbox shows the request to a human, checks what they submit, and
 //! records the outcome.
 //!
-//! This first part holds the request and result payload types and their validation:
 //! - [`fields`]: the ten elicitation field kinds ([`Field`]), the agent's pre-fills
 //!   ([`FieldBid`]), and the checks on field definitions and on answers;
 //! - [`outcome`]: approval outcomes, recommendations, and the [`ApprovalResult`] and
-//!   [`ElicitationResult`] an agent polls for.
+//!   [`ElicitationResult`] an agent polls for;
+//! - [`model`]: projects, tasks, the event log and the agents' request bodies;
+//! - [`service`]: the durable service, [`Inbox`], on the session store's database —
+//!   tasks, requests, decide-once decisions, idempotent creates, the event log (its module
+//!   docs give the flow at a glance);
+//! - [`error`]: [`InboxError`] and the HTTP status and body each failure maps to.
 //!
-//! The HTTP API, the durable store, reviewers and the web inbox come next.
+//! The HTTP API, reviewers and the web inbox come next.
 //!
 //! # Validating an answer
 //!
@@ -35,8 +39,14 @@
 //! `YYYY-MM-DD`, RFC 3339 with an offset, and `HH:MM[:SS]`.
 
 mod datetime;
+pub mod error;
 pub mod fields;
+pub mod model;
 pub mod outcome;
+pub mod service;
+
+pub use error::InboxError;
+pub use service::Inbox;
 
 pub use fields::{
     Field, FieldBid, FieldDefError, FieldError, TextFormat, bid_applies, validate_answers,

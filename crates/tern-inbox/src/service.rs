@@ -1,0 +1,1237 @@
+//! The durable inbox service: projects, tasks, requests, decisions and the event log on the
+//! session store's SQLite database (tables from `0003_inbox.sql` in `tern-store`).
+//!
+//! # The flow at a glance
+//!
+//! 1. An agent opens a task in a project ([`Inbox::create_task`]): the task starts in the
+//!    project's initial step, `RUNNING`, and the log gets `TASK_CREATED`.
+//! 2. It opens a request ([`Inbox::create_approval`], [`Inbox::create_elicitation`]): the
+//!    `*_REQUESTED` event's id is the request id, a `pending` request row holds what the
+//!    human will see, and the task turns `WAITING`. The agent gets `{eventId}` at once.
+//! 3. It polls [`Inbox::approval_result`] / [`Inbox::elicitation_result`]: `None` while
+//!    pending (HTTP 204), the result once decided.
+//! 4. A human decides ([`Inbox::decide_approval`]) or answers
+//!    ([`Inbox::answer_elicitation`], checked by [`crate::validate_answers`]): the result is
+//!    stored, `APPROVAL_DECIDED` / `ELICITATION_PROVIDED` is logged with `inResponseTo` = the
+//!    request id, and the task is `RUNNING` again once no other request of it is pending.
+//!    A request is decided once: a second decision is [`InboxError::AlreadyDecided`].
+//! 5. Along the way the agent logs actions, exceptions and notes ([`Inbox::record_action`],
+//!    [`Inbox::report_exception`], [`Inbox::add_note`]), which may move the task to another
+//!    step and patch its metadata; anyone may read the log ([`Inbox::task_events`]).
+//!
+//! # Guarantees
+//!
+//! - **One transaction per write**, begun with `BEGIN IMMEDIATE`: SQLite's write lock is
+//!   taken before the first read, so what a write checks cannot change before it commits,
+//!   and concurrent writers wait for each other (the store's busy timeout) instead of
+//!   failing on a stale snapshot.
+//! - **Decide once**: the decision is a conditional `UPDATE … WHERE status = 'pending'`
+//!   whose row count is checked, so of two racing decisions exactly one wins, also on a
+//!   database without `BEGIN IMMEDIATE`.
+//! - **Idempotency**: a create with an `Idempotency-Key` first claims `(agent key, key)` with
+//!   `INSERT … ON CONFLICT DO NOTHING`, in the transaction that then creates the task or
+//!   event and stores the response. A repeat — later, after a decision, or concurrent —
+//!   finds the claim and gets the original response; nothing new is created. A failed create
+//!   rolls back its claim, so the key can be retried.
+//! - **Ownership**: a task belongs to the agent key that created it; other keys get
+//!   [`InboxError::NotFound`] for it, its events and its requests.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
+use tern_store::{Store, StoreError, now_ms};
+
+use crate::error::InboxError;
+use crate::fields::{validate_answers, validate_field_defs};
+use crate::model::{
+    Actor, AddNote, ApprovalRequest, Attachment, CreateApproval, CreateElicitation, CreateTask,
+    ElicitationRequest, EventId, EventRow, EventType, ItemList, MetadataPatch, OpenRequest,
+    Payload, Project, RecordAction, ReportException, Step, Steps, Task, TaskDetail, TaskEvents,
+    TaskFilter, TaskStatus,
+};
+use crate::outcome::{ApprovalResult, AuthoritySnapshot, ElicitationResult, Outcome, Timestamp};
+
+pub type Result<T, E = InboxError> = std::result::Result<T, E>;
+
+/// The project every installation has, for agents that do not model workflows: one step,
+/// owned by the agent.
+pub const DEFAULT_PROJECT: &str = "default";
+
+/// The most events one page of [`Inbox::task_events`] returns, and the default.
+pub const MAX_EVENTS_PAGE: u32 = 100;
+const DEFAULT_EVENTS_PAGE: u32 = 50;
+
+// The method and path each create answers, recorded with its idempotency key.
+const POST_TASKS: &str = "POST api/tasks";
+const POST_APPROVALS: &str = "POST api/approval-requests";
+const POST_ELICITATIONS: &str = "POST api/elicitation-requests";
+const POST_ACTIONS: &str = "POST api/agent-actions";
+const POST_EXCEPTIONS: &str = "POST api/exceptions";
+const POST_NOTES: &str = "POST api/notes";
+/// Every create answers `201 Created` in the SDK.
+const CREATED: i64 = 201;
+
+// Keep the column lists in one place; macros so the queries stay `'static` literals.
+macro_rules! task_cols {
+    () => {
+        "id, project_id, owner_key, name, external_id, status, current_step, metadata, \
+         attachments"
+    };
+}
+macro_rules! event_cols {
+    () => {
+        "seq, id, project_id, task_id, timestamp, event_type, owner, source, payload, \
+         in_response_to, transition_from, transition_to, external_trace_id"
+    };
+}
+
+/// The inbox service. Cheap to clone (the store is a connection pool).
+#[derive(Clone, Debug)]
+pub struct Inbox {
+    store: Store,
+}
+
+type Tx = Transaction<'static, Sqlite>;
+
+/// Which of the two request kinds; stored in `inbox_requests.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Approval,
+    Elicitation,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Approval => "approval",
+            Kind::Elicitation => "elicitation",
+        }
+    }
+
+    fn what(self, id: &str) -> String {
+        match self {
+            Kind::Approval => format!("approval request {id}"),
+            Kind::Elicitation => format!("elicitation request {id}"),
+        }
+    }
+}
+
+/// A task with the key that owns it.
+struct OwnedTask {
+    task: Task,
+    owner: String,
+}
+
+/// An event about to be appended to a task's log.
+struct NewEvent<'a> {
+    event_type: EventType,
+    source: Actor,
+    payload: Payload,
+    in_response_to: Option<&'a str>,
+    /// `(from, to)` when the event moved the task to another step.
+    transition: Option<(String, String)>,
+    external_trace_id: Option<&'a str>,
+}
+
+impl NewEvent<'_> {
+    fn new(event_type: EventType, source: Actor, payload: Payload) -> Self {
+        NewEvent {
+            event_type,
+            source,
+            payload,
+            in_response_to: None,
+            transition: None,
+            external_trace_id: None,
+        }
+    }
+}
+
+/// What the three log-only creates (action, exception, note) have in common.
+struct AgentEvent<'a> {
+    method_path: &'static str,
+    project_name: &'a str,
+    task_id: &'a str,
+    transitions_to: Option<&'a str>,
+    metadata_patch: Option<&'a MetadataPatch>,
+    add_attachments: Option<&'a [Attachment]>,
+    event: NewEvent<'a>,
+}
+
+impl Inbox {
+    pub fn new(store: Store) -> Self {
+        Inbox { store }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Begins a write transaction holding SQLite's write lock (see the module docs).
+    async fn begin(&self) -> Result<Tx> {
+        Ok(self.store.pool().begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    // ---- projects -------------------------------------------------------------------------
+
+    /// Creates the [`DEFAULT_PROJECT`] unless it exists; returns it either way.
+    pub async fn ensure_default_project(&self) -> Result<Project> {
+        let mut tx = self.begin().await?;
+        if let Some(project) = project_by_name(&mut tx, DEFAULT_PROJECT).await? {
+            return Ok(project);
+        }
+        let steps = Steps {
+            initial_step: DEFAULT_PROJECT.to_owned(),
+            steps: vec![Step {
+                name: DEFAULT_PROJECT.to_owned(),
+                owner: Actor::Agent,
+                exits: None,
+            }],
+            step_schemas: None,
+        };
+        let project = insert_project(&mut tx, DEFAULT_PROJECT, steps).await?;
+        tx.commit().await?;
+        Ok(project)
+    }
+
+    /// Creates a project. Its name must be new; its steps must be consistent (unique names,
+    /// the initial step and every exit among them).
+    pub async fn add_project(&self, name: &str, steps: Steps) -> Result<Project> {
+        require_text("name", name)?;
+        check_steps(&steps)?;
+        let mut tx = self.begin().await?;
+        if project_by_name(&mut tx, name).await?.is_some() {
+            return Err(InboxError::Invalid {
+                code: "project_exists",
+                message: format!("a project named {name:?} already exists"),
+            });
+        }
+        let project = insert_project(&mut tx, name, steps).await?;
+        tx.commit().await?;
+        Ok(project)
+    }
+
+    /// All projects, by name; `name` keeps those whose name contains it, ignoring case.
+    pub async fn projects(&self, name: Option<&str>) -> Result<ItemList<Project>> {
+        let rows = sqlx::query("SELECT id, name, steps FROM inbox_projects ORDER BY name")
+            .fetch_all(self.store.pool())
+            .await?;
+        let needle = name.map(str::to_lowercase);
+        let mut items = Vec::new();
+        for row in &rows {
+            let project = project_from_row(row)?;
+            if needle
+                .as_deref()
+                .is_none_or(|n| project.name.to_lowercase().contains(n))
+            {
+                items.push(project);
+            }
+        }
+        Ok(ItemList { items })
+    }
+
+    pub async fn project(&self, id: &str) -> Result<Project> {
+        let mut conn = self.store.pool().acquire().await?;
+        project_by_id(&mut conn, id).await
+    }
+
+    // ---- tasks ----------------------------------------------------------------------------
+
+    /// Opens a task owned by `owner` (an agent key name) in the project's initial step.
+    pub async fn create_task(
+        &self,
+        owner: &str,
+        body: CreateTask,
+        idem: Option<&str>,
+    ) -> Result<Task> {
+        let mut tx = self.begin().await?;
+        if let Some(original) = claim_key(&mut tx, owner, idem, POST_TASKS).await? {
+            return Ok(original);
+        }
+        require_text("name", &body.name)?;
+        let project = project_by_name(&mut tx, &body.project_name)
+            .await?
+            .ok_or_else(|| InboxError::NotFound(format!("project {:?}", body.project_name)))?;
+        let patch = body.metadata_patch.unwrap_or_default();
+        let mut metadata = Map::new();
+        patch.apply(&mut metadata);
+        let task = Task {
+            id: new_id(),
+            project_id: project.id.clone(),
+            name: body.name,
+            external_id: body.external_id,
+            status: TaskStatus::Running,
+            current_step: project.steps.initial_step.clone(),
+            metadata,
+            attachments: Vec::new(),
+        };
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO inbox_tasks (id, project_id, owner_key, name, external_id, status, \
+             current_step, metadata, attachments, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&task.id)
+        .bind(&task.project_id)
+        .bind(owner)
+        .bind(&task.name)
+        .bind(&task.external_id)
+        .bind(task.status.as_str())
+        .bind(&task.current_step)
+        .bind(to_json(&task.metadata)?)
+        .bind(to_json(&task.attachments)?)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let payload = Payload::TaskCreated {
+            name: task.name.clone(),
+            initial_state: task.current_step.clone(),
+            metadata_patch: patch,
+        };
+        let event = NewEvent::new(EventType::TaskCreated, Actor::Agent, payload);
+        insert_event(&mut tx, &task, &project, event, now).await?;
+        remember_response(&mut tx, owner, idem, &task).await?;
+        tx.commit().await?;
+        Ok(task)
+    }
+
+    /// `owner`'s tasks, newest first.
+    pub async fn tasks(&self, owner: &str, filter: &TaskFilter) -> Result<ItemList<Task>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            task_cols!(),
+            " FROM inbox_tasks WHERE owner_key = ? AND (? IS NULL OR project_id = ?) \
+             ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(owner)
+        .bind(&filter.project_id)
+        .bind(&filter.project_id)
+        .fetch_all(self.store.pool())
+        .await?;
+        // The name filter runs here rather than in SQL: SQLite's LOWER folds ASCII only.
+        let needle = filter.name.as_deref().map(str::to_lowercase);
+        let mut items = Vec::new();
+        for row in &rows {
+            let task = task_from_row(row)?.task;
+            if needle
+                .as_deref()
+                .is_none_or(|n| task.name.to_lowercase().contains(n))
+            {
+                items.push(task);
+            }
+        }
+        Ok(ItemList { items })
+    }
+
+    /// One of `owner`'s tasks with its pending requests, oldest first.
+    pub async fn task(&self, owner: &str, id: &str) -> Result<TaskDetail> {
+        let mut conn = self.store.pool().acquire().await?;
+        let task = owned_task(&mut conn, owner, id).await?;
+        let rows = sqlx::query(
+            "SELECT r.id, r.kind, r.request, e.timestamp FROM inbox_requests r \
+             JOIN inbox_events e ON e.id = r.id \
+             WHERE r.task_id = ? AND r.status = 'pending' ORDER BY e.seq",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut open_requests = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            let request: String = row.try_get("request")?;
+            // Both request shapes start with the summary; read just that.
+            let summary: Summary = from_json(&request, "request")?;
+            open_requests.push(OpenRequest {
+                request_id: row.try_get("id")?,
+                event_type: if kind == Kind::Approval.as_str() {
+                    EventType::ApprovalRequested
+                } else {
+                    EventType::ElicitationRequested
+                },
+                summary: summary.summary,
+                requested_at: Timestamp::from_unix_millis(row.try_get("timestamp")?),
+            });
+        }
+        Ok(TaskDetail {
+            task,
+            open_requests,
+        })
+    }
+
+    /// A page of the task's event log in order, after `cursor` (from the start without
+    /// one). `limit` defaults to 50 and is clamped to 1..=[`MAX_EVENTS_PAGE`].
+    pub async fn task_events(
+        &self,
+        owner: &str,
+        task_id: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<TaskEvents> {
+        let after = cursor.map(decode_cursor).transpose()?;
+        let limit = limit
+            .unwrap_or(DEFAULT_EVENTS_PAGE)
+            .clamp(1, MAX_EVENTS_PAGE);
+        let mut conn = self.store.pool().acquire().await?;
+        owned_task(&mut conn, owner, task_id).await?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM inbox_events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        ))
+        .bind(task_id)
+        .bind(after.unwrap_or(0))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut items = Vec::with_capacity(rows.len());
+        let mut last = after;
+        for row in &rows {
+            last = Some(row.try_get("seq")?);
+            items.push(event_from_row(row)?);
+        }
+        Ok(TaskEvents {
+            items,
+            next_cursor: last.map(encode_cursor),
+        })
+    }
+
+    // ---- requests -------------------------------------------------------------------------
+
+    /// Opens an approval request on one of `owner`'s tasks; the task waits for it.
+    pub async fn create_approval(
+        &self,
+        owner: &str,
+        body: CreateApproval,
+        idem: Option<&str>,
+    ) -> Result<EventId> {
+        let mut tx = self.begin().await?;
+        if let Some(original) = claim_key(&mut tx, owner, idem, POST_APPROVALS).await? {
+            return Ok(original);
+        }
+        require_text("summary", &body.request.summary)?;
+        let (task, project) = agent_task(&mut tx, owner, &body.task_id, &body.project_name).await?;
+        check_attachments(&task, body.request.attachments.as_deref())?;
+        let request_json = to_json(&body.request)?;
+        let mut event = NewEvent::new(
+            EventType::ApprovalRequested,
+            Actor::Agent,
+            Payload::ApprovalRequested(body.request),
+        );
+        event.external_trace_id = body.external_trace_id.as_deref();
+        let response = open_request(
+            &mut tx,
+            task,
+            &project,
+            Kind::Approval,
+            &request_json,
+            event,
+        )
+        .await?;
+        remember_response(&mut tx, owner, idem, &response).await?;
+        tx.commit().await?;
+        Ok(response)
+    }
+
+    /// Opens an elicitation request on one of `owner`'s tasks; the task waits for it. The
+    /// field definitions must be usable ([`validate_field_defs`]) and every recommendation
+    /// must name one of the fields.
+    pub async fn create_elicitation(
+        &self,
+        owner: &str,
+        body: CreateElicitation,
+        idem: Option<&str>,
+    ) -> Result<EventId> {
+        let mut tx = self.begin().await?;
+        if let Some(original) = claim_key(&mut tx, owner, idem, POST_ELICITATIONS).await? {
+            return Ok(original);
+        }
+        let request = &body.request;
+        require_text("summary", &request.summary)?;
+        if request.fields.is_empty() {
+            return Err(InboxError::Invalid {
+                code: "invalid_fields",
+                message: "fields must not be empty: there would be nothing to answer".into(),
+            });
+        }
+        validate_field_defs(&request.fields).map_err(|errors| InboxError::Invalid {
+            code: "invalid_fields",
+            message: errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        })?;
+        for bid in request.recommendation.iter().flatten() {
+            if !request.fields.iter().any(|f| f.id() == bid.field_id) {
+                return Err(InboxError::Invalid {
+                    code: "unknown_field",
+                    message: format!(
+                        "the recommendation for {:?} names no field of the request",
+                        bid.field_id
+                    ),
+                });
+            }
+        }
+        let (task, project) = agent_task(&mut tx, owner, &body.task_id, &body.project_name).await?;
+        check_attachments(&task, request.attachments.as_deref())?;
+        let request_json = to_json(request)?;
+        let mut event = NewEvent::new(
+            EventType::ElicitationRequested,
+            Actor::Agent,
+            Payload::ElicitationRequested(body.request),
+        );
+        event.external_trace_id = body.external_trace_id.as_deref();
+        let response = open_request(
+            &mut tx,
+            task,
+            &project,
+            Kind::Elicitation,
+            &request_json,
+            event,
+        )
+        .await?;
+        remember_response(&mut tx, owner, idem, &response).await?;
+        tx.commit().await?;
+        Ok(response)
+    }
+
+    /// The decision on one of `owner`'s approval requests; `None` while it is pending.
+    pub async fn approval_result(
+        &self,
+        owner: &str,
+        request_id: &str,
+    ) -> Result<Option<ApprovalResult>> {
+        self.result(owner, request_id, Kind::Approval).await
+    }
+
+    /// The answers to one of `owner`'s elicitation requests; `None` while it is pending.
+    pub async fn elicitation_result(
+        &self,
+        owner: &str,
+        request_id: &str,
+    ) -> Result<Option<ElicitationResult>> {
+        self.result(owner, request_id, Kind::Elicitation).await
+    }
+
+    async fn result<T: DeserializeOwned>(
+        &self,
+        owner: &str,
+        request_id: &str,
+        kind: Kind,
+    ) -> Result<Option<T>> {
+        let row = sqlx::query(
+            "SELECT r.result FROM inbox_requests r JOIN inbox_tasks t ON t.id = r.task_id \
+             WHERE r.id = ? AND r.kind = ? AND t.owner_key = ?",
+        )
+        .bind(request_id)
+        .bind(kind.as_str())
+        .bind(owner)
+        .fetch_optional(self.store.pool())
+        .await?
+        .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+        let result: Option<String> = row.try_get("result")?;
+        result.map(|r| from_json(&r, "result")).transpose()
+    }
+
+    /// Records a human's decision on an approval request. `decided_by` identifies the
+    /// human; it becomes `decidedBy` and the authority snapshot's `subject`.
+    pub async fn decide_approval(
+        &self,
+        request_id: &str,
+        outcome: Outcome,
+        decided_by: &str,
+    ) -> Result<ApprovalResult> {
+        let mut tx = self.begin().await?;
+        let (task_id, request_json) = pending_request(&mut tx, request_id, Kind::Approval).await?;
+        let request: ApprovalRequest = from_json(&request_json, "request")?;
+        let decided_at = Timestamp::now();
+        let authority = AuthoritySnapshot {
+            subject: Some(decided_by.to_owned()),
+            tags: None,
+        };
+        let result = ApprovalResult {
+            request_id: request_id.to_owned(),
+            task_id,
+            outcome: outcome.clone(),
+            decided_at: decided_at.clone(),
+            decided_by: Some(decided_by.to_owned()),
+            authority_snapshot: Some(authority.clone()),
+            // What the human saw when deciding.
+            recommendation_snapshot: request.recommendation.clone(),
+        };
+        let payload = Payload::ApprovalDecided {
+            outcome,
+            authority: Some(authority),
+            recommendation_snapshot: request.recommendation,
+        };
+        let event = NewEvent::new(EventType::ApprovalDecided, Actor::Human, payload);
+        settle(
+            &mut tx,
+            request_id,
+            &result,
+            &result.task_id,
+            decided_by,
+            &decided_at,
+            event,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    /// Records a human's answers to an elicitation request, after checking them against
+    /// its fields. Invalid answers store nothing and list every problem.
+    pub async fn answer_elicitation(
+        &self,
+        request_id: &str,
+        answers: &Map<String, Value>,
+        answered_by: &str,
+    ) -> Result<ElicitationResult> {
+        let mut tx = self.begin().await?;
+        let (task_id, request_json) =
+            pending_request(&mut tx, request_id, Kind::Elicitation).await?;
+        let request: ElicitationRequest = from_json(&request_json, "request")?;
+        let normalized =
+            validate_answers(&request.fields, answers).map_err(InboxError::InvalidAnswers)?;
+        let answered_at = Timestamp::now();
+        let result = ElicitationResult {
+            request_id: request_id.to_owned(),
+            task_id,
+            answered_at: answered_at.clone(),
+            answered_by: Some(answered_by.to_owned()),
+            fields: Some(normalized.clone()),
+        };
+        let payload = Payload::ElicitationProvided {
+            answered_by: Some(answered_by.to_owned()),
+            answers: Some(normalized),
+        };
+        let event = NewEvent::new(EventType::ElicitationProvided, Actor::Human, payload);
+        settle(
+            &mut tx,
+            request_id,
+            &result,
+            &result.task_id,
+            answered_by,
+            &answered_at,
+            event,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    // ---- the agent's log ------------------------------------------------------------------
+
+    /// Logs what the agent did; may move the task to another step, patch its metadata and
+    /// attach files.
+    pub async fn record_action(
+        &self,
+        owner: &str,
+        body: RecordAction,
+        idem: Option<&str>,
+    ) -> Result<EventId> {
+        require_text("description", &body.description)?;
+        let patch = body.metadata_patch.clone().unwrap_or_default();
+        let payload = Payload::Action {
+            description: body.description.clone(),
+            detail: body.detail.clone(),
+            metadata_patch: patch,
+            add_attachments: body.add_attachments.clone(),
+        };
+        let mut event = NewEvent::new(EventType::Action, Actor::Agent, payload);
+        event.external_trace_id = body.external_trace_id.as_deref();
+        self.agent_event(
+            owner,
+            idem,
+            AgentEvent {
+                method_path: POST_ACTIONS,
+                project_name: &body.project_name,
+                task_id: &body.task_id,
+                transitions_to: body.transitions_to.as_deref(),
+                metadata_patch: body.metadata_patch.as_ref(),
+                add_attachments: body.add_attachments.as_deref(),
+                event,
+            },
+        )
+        .await
+    }
+
+    /// Logs something that went wrong; may move the task to another step.
+    pub async fn report_exception(
+        &self,
+        owner: &str,
+        body: ReportException,
+        idem: Option<&str>,
+    ) -> Result<EventId> {
+        require_text("message", &body.message)?;
+        let payload = Payload::ExceptionRaised {
+            message: body.message.clone(),
+            detail: body.detail.clone(),
+        };
+        let mut event = NewEvent::new(EventType::Exception, Actor::Agent, payload);
+        event.external_trace_id = body.external_trace_id.as_deref();
+        self.agent_event(
+            owner,
+            idem,
+            AgentEvent {
+                method_path: POST_EXCEPTIONS,
+                project_name: &body.project_name,
+                task_id: &body.task_id,
+                transitions_to: body.transitions_to.as_deref(),
+                metadata_patch: None,
+                add_attachments: None,
+                event,
+            },
+        )
+        .await
+    }
+
+    /// Logs a note on the task.
+    pub async fn add_note(
+        &self,
+        owner: &str,
+        body: AddNote,
+        idem: Option<&str>,
+    ) -> Result<EventId> {
+        require_text("message", &body.message)?;
+        let payload = Payload::Note {
+            message: body.message.clone(),
+        };
+        let mut event = NewEvent::new(EventType::Note, Actor::Agent, payload);
+        event.external_trace_id = body.external_trace_id.as_deref();
+        self.agent_event(
+            owner,
+            idem,
+            AgentEvent {
+                method_path: POST_NOTES,
+                project_name: &body.project_name,
+                task_id: &body.task_id,
+                transitions_to: None,
+                metadata_patch: None,
+                add_attachments: None,
+                event,
+            },
+        )
+        .await
+    }
+
+    async fn agent_event(
+        &self,
+        owner: &str,
+        idem: Option<&str>,
+        mut new: AgentEvent<'_>,
+    ) -> Result<EventId> {
+        let mut tx = self.begin().await?;
+        if let Some(original) = claim_key(&mut tx, owner, idem, new.method_path).await? {
+            return Ok(original);
+        }
+        let (mut task, project) = agent_task(&mut tx, owner, new.task_id, new.project_name).await?;
+        if let Some(to) = new.transitions_to {
+            check_transition(&project, &task.current_step, to)?;
+            let from = std::mem::replace(&mut task.current_step, to.to_owned());
+            new.event.transition = Some((from, to.to_owned()));
+        }
+        if let Some(patch) = new.metadata_patch {
+            patch.apply(&mut task.metadata);
+        }
+        for added in new.add_attachments.into_iter().flatten() {
+            match task
+                .attachments
+                .iter_mut()
+                .find(|a| a.upload_id == added.upload_id)
+            {
+                Some(existing) => existing.label.clone_from(&added.label),
+                None => task.attachments.push(added.clone()),
+            }
+        }
+        let now = now_ms();
+        save_task(&mut tx, &task, now).await?;
+        let event_id = insert_event(&mut tx, &task, &project, new.event, now).await?;
+        let response = EventId { event_id };
+        remember_response(&mut tx, owner, idem, &response).await?;
+        tx.commit().await?;
+        Ok(response)
+    }
+}
+
+/// The one property [`Inbox::task`] reads from a stored request.
+#[derive(serde::Deserialize)]
+struct Summary {
+    summary: String,
+}
+
+// ---- idempotency ----------------------------------------------------------------------------
+
+/// Claims `(owner, key)` for this create. `None`: the claim is new, go on and create.
+/// `Some(response)`: the key was used before; this is the original response.
+async fn claim_key<T: DeserializeOwned>(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    key: Option<&str>,
+    method_path: &'static str,
+) -> Result<Option<T>> {
+    let Some(key) = key else { return Ok(None) };
+    let claimed = sqlx::query(
+        "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, created_at) \
+         VALUES (?, ?, ?, ?) ON CONFLICT (owner_key, idem_key) DO NOTHING",
+    )
+    .bind(owner)
+    .bind(key)
+    .bind(method_path)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if claimed == 1 {
+        return Ok(None);
+    }
+    // Someone used the key first. Their transaction has committed (the claim above waited
+    // for it), and it stored the response along with the claim.
+    let row = sqlx::query(
+        "SELECT method_path, response FROM inbox_idempotency WHERE owner_key = ? AND idem_key = ?",
+    )
+    .bind(owner)
+    .bind(key)
+    .fetch_one(&mut *conn)
+    .await?;
+    let stored_path: String = row.try_get("method_path")?;
+    if stored_path != method_path {
+        return Err(InboxError::IdempotencyMismatch);
+    }
+    let response: Option<String> = row.try_get("response")?;
+    let response = response.ok_or_else(|| {
+        corrupt(format!(
+            "idempotency key {key:?} of {owner:?} has no response"
+        ))
+    })?;
+    Ok(Some(from_json(&response, "idempotent response")?))
+}
+
+/// Stores the response of a create under its claimed key, in the same transaction.
+async fn remember_response<T: Serialize>(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    key: Option<&str>,
+    response: &T,
+) -> Result<()> {
+    let Some(key) = key else { return Ok(()) };
+    sqlx::query(
+        "UPDATE inbox_idempotency SET response = ?, status_code = ? \
+         WHERE owner_key = ? AND idem_key = ?",
+    )
+    .bind(to_json(response)?)
+    .bind(CREATED)
+    .bind(owner)
+    .bind(key)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+/// Logs the `*_REQUESTED` event, stores the pending request under the event's id and makes
+/// the task wait.
+async fn open_request(
+    conn: &mut SqliteConnection,
+    mut task: Task,
+    project: &Project,
+    kind: Kind,
+    request_json: &str,
+    event: NewEvent<'_>,
+) -> Result<EventId> {
+    let now = now_ms();
+    task.status = TaskStatus::Waiting;
+    save_task(&mut *conn, &task, now).await?;
+    let event_id = insert_event(&mut *conn, &task, project, event, now).await?;
+    sqlx::query(
+        "INSERT INTO inbox_requests (id, kind, task_id, project_id, status, request, \
+         created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+    )
+    .bind(&event_id)
+    .bind(kind.as_str())
+    .bind(&task.id)
+    .bind(&task.project_id)
+    .bind(request_json)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(EventId { event_id })
+}
+
+/// `(task id, request JSON)` of a pending request of `kind`.
+async fn pending_request(
+    conn: &mut SqliteConnection,
+    request_id: &str,
+    kind: Kind,
+) -> Result<(String, String)> {
+    let row = sqlx::query(
+        "SELECT task_id, status, request FROM inbox_requests WHERE id = ? AND kind = ?",
+    )
+    .bind(request_id)
+    .bind(kind.as_str())
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+    let status: String = row.try_get("status")?;
+    if status != "pending" {
+        return Err(InboxError::AlreadyDecided);
+    }
+    Ok((row.try_get("task_id")?, row.try_get("request")?))
+}
+
+/// Stores a request's result — only if it is still pending — logs the decision and lets
+/// the task run again when nothing else of it is pending.
+async fn settle<T: Serialize>(
+    conn: &mut SqliteConnection,
+    request_id: &str,
+    result: &T,
+    task_id: &str,
+    decided_by: &str,
+    decided_at: &Timestamp,
+    mut event: NewEvent<'_>,
+) -> Result<()> {
+    // The guard that makes a decision happen once, whatever the isolation level: of two
+    // racing decisions, only one finds the row still pending.
+    let updated = sqlx::query(
+        "UPDATE inbox_requests SET status = 'decided', result = ?, decided_by = ?, \
+         decided_at = ? WHERE id = ? AND status = 'pending'",
+    )
+    .bind(to_json(result)?)
+    .bind(decided_by)
+    .bind(decided_at.unix_millis())
+    .bind(request_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        return Err(InboxError::AlreadyDecided);
+    }
+    let mut task = task_by_id(&mut *conn, task_id).await?.task;
+    let project = project_by_id(&mut *conn, &task.project_id).await?;
+    let still_pending: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM inbox_requests WHERE task_id = ? AND status = 'pending'",
+    )
+    .bind(task_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let now = now_ms();
+    if still_pending == 0 && task.status == TaskStatus::Waiting {
+        task.status = TaskStatus::Running;
+        save_task(&mut *conn, &task, now).await?;
+    }
+    event.in_response_to = Some(request_id);
+    insert_event(&mut *conn, &task, &project, event, now).await?;
+    Ok(())
+}
+
+// ---- tasks and projects ---------------------------------------------------------------------
+
+async fn task_by_id(conn: &mut SqliteConnection, id: &str) -> Result<OwnedTask> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        task_cols!(),
+        " FROM inbox_tasks WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or_else(|| InboxError::NotFound(format!("task {id}")))?;
+    task_from_row(&row)
+}
+
+/// One of `owner`'s tasks; another key's task is reported missing, like a missing one.
+async fn owned_task(conn: &mut SqliteConnection, owner: &str, id: &str) -> Result<Task> {
+    let owned = task_by_id(conn, id).await?;
+    if owned.owner != owner {
+        return Err(InboxError::NotFound(format!("task {id}")));
+    }
+    Ok(owned.task)
+}
+
+/// One of `owner`'s tasks and its project, which must be the one the agent named.
+async fn agent_task(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    task_id: &str,
+    project_name: &str,
+) -> Result<(Task, Project)> {
+    let task = owned_task(&mut *conn, owner, task_id).await?;
+    let project = project_by_id(&mut *conn, &task.project_id).await?;
+    if project.name != project_name {
+        return Err(InboxError::Invalid {
+            code: "project_mismatch",
+            message: format!("task {task_id} is not in project {project_name:?}"),
+        });
+    }
+    Ok((task, project))
+}
+
+async fn save_task(conn: &mut SqliteConnection, task: &Task, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE inbox_tasks SET status = ?, current_step = ?, metadata = ?, attachments = ?, \
+         updated_at = ? WHERE id = ?",
+    )
+    .bind(task.status.as_str())
+    .bind(&task.current_step)
+    .bind(to_json(&task.metadata)?)
+    .bind(to_json(&task.attachments)?)
+    .bind(now)
+    .bind(&task.id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A request may show only files already attached to its task.
+fn check_attachments(task: &Task, upload_ids: Option<&[String]>) -> Result<()> {
+    for id in upload_ids.into_iter().flatten() {
+        if !task.attachments.iter().any(|a| &a.upload_id == id) {
+            return Err(InboxError::Invalid {
+                code: "unknown_attachment",
+                message: format!("upload {id:?} is not attached to task {}", task.id),
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn project_by_name(conn: &mut SqliteConnection, name: &str) -> Result<Option<Project>> {
+    let row = sqlx::query("SELECT id, name, steps FROM inbox_projects WHERE name = ?")
+        .bind(name)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(project_from_row).transpose()
+}
+
+async fn project_by_id(conn: &mut SqliteConnection, id: &str) -> Result<Project> {
+    let row = sqlx::query("SELECT id, name, steps FROM inbox_projects WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| InboxError::NotFound(format!("project {id}")))?;
+    project_from_row(&row)
+}
+
+async fn insert_project(conn: &mut SqliteConnection, name: &str, steps: Steps) -> Result<Project> {
+    let project = Project {
+        id: new_id(),
+        name: name.to_owned(),
+        project_name: name.to_owned(),
+        steps,
+    };
+    sqlx::query("INSERT INTO inbox_projects (id, name, steps, created_at) VALUES (?, ?, ?, ?)")
+        .bind(&project.id)
+        .bind(name)
+        .bind(to_json(&project.steps)?)
+        .bind(now_ms())
+        .execute(conn)
+        .await?;
+    Ok(project)
+}
+
+fn check_steps(steps: &Steps) -> Result<()> {
+    let invalid = |message: String| InboxError::Invalid {
+        code: "invalid_steps",
+        message,
+    };
+    let mut names = std::collections::HashSet::new();
+    for step in &steps.steps {
+        if step.name.trim().is_empty() {
+            return Err(invalid("step names must not be empty".into()));
+        }
+        if !names.insert(step.name.as_str()) {
+            return Err(invalid(format!("step {:?} is listed twice", step.name)));
+        }
+    }
+    if !names.contains(steps.initial_step.as_str()) {
+        return Err(invalid(format!(
+            "the initial step {:?} is not one of the steps",
+            steps.initial_step
+        )));
+    }
+    for step in &steps.steps {
+        for exit in step.exits.iter().flatten() {
+            if !names.contains(exit.as_str()) {
+                return Err(invalid(format!(
+                    "step {:?} exits to {exit:?}, which is not one of the steps",
+                    step.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `to` must be a step of the project and, when the current step lists its exits, one of
+/// them.
+fn check_transition(project: &Project, from: &str, to: &str) -> Result<()> {
+    let steps = &project.steps.steps;
+    if !steps.iter().any(|s| s.name == to) {
+        return Err(InboxError::InvalidTransition(format!(
+            "{to:?} is not a step of project {:?}",
+            project.name
+        )));
+    }
+    if let Some(exits) = steps
+        .iter()
+        .find(|s| s.name == from)
+        .and_then(|s| s.exits.as_ref())
+        && !exits.iter().any(|e| e == to)
+    {
+        return Err(InboxError::InvalidTransition(format!(
+            "step {from:?} cannot exit to {to:?} (its exits: {})",
+            exits.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Who owns the step a task is in; a step the project no longer lists falls back to the
+/// agent, who drives tasks by default.
+fn step_owner(project: &Project, step: &str) -> Actor {
+    project
+        .steps
+        .steps
+        .iter()
+        .find(|s| s.name == step)
+        .map_or(Actor::Agent, |s| s.owner)
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+/// Appends an event to the task's log; `task` is the task as the event leaves it.
+async fn insert_event(
+    conn: &mut SqliteConnection,
+    task: &Task,
+    project: &Project,
+    event: NewEvent<'_>,
+    now: i64,
+) -> Result<String> {
+    let id = new_id();
+    let (from, to) = event.transition.unzip();
+    sqlx::query(
+        "INSERT INTO inbox_events (id, project_id, task_id, timestamp, event_type, owner, \
+         source, payload, in_response_to, transition_from, transition_to, external_trace_id) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(&task.project_id)
+    .bind(&task.id)
+    .bind(now)
+    .bind(event.event_type.as_str())
+    .bind(step_owner(project, &task.current_step).as_str())
+    .bind(event.source.as_str())
+    .bind(to_json(&event.payload)?)
+    .bind(event.in_response_to)
+    .bind(from)
+    .bind(to)
+    .bind(event.external_trace_id)
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+// Cursors are opaque to clients; "e" + the hex seq keeps them short and lets the format
+// change later behind another prefix.
+fn encode_cursor(seq: i64) -> String {
+    format!("e{seq:x}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<i64> {
+    cursor
+        .strip_prefix('e')
+        .filter(|hex| !hex.is_empty() && hex.len() <= 16)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .and_then(|seq| i64::try_from(seq).ok())
+        .ok_or_else(|| InboxError::Invalid {
+            code: "invalid_cursor",
+            message: format!("{cursor:?} is not a cursor this API returned"),
+        })
+}
+
+// ---- rows and JSON --------------------------------------------------------------------------
+
+fn project_from_row(row: &SqliteRow) -> Result<Project> {
+    let name: String = row.try_get("name")?;
+    let steps: String = row.try_get("steps")?;
+    Ok(Project {
+        id: row.try_get("id")?,
+        project_name: name.clone(),
+        name,
+        steps: from_json(&steps, "project steps")?,
+    })
+}
+
+fn task_from_row(row: &SqliteRow) -> Result<OwnedTask> {
+    let status: String = row.try_get("status")?;
+    let metadata: String = row.try_get("metadata")?;
+    let attachments: String = row.try_get("attachments")?;
+    Ok(OwnedTask {
+        owner: row.try_get("owner_key")?,
+        task: Task {
+            id: row.try_get("id")?,
+            project_id: row.try_get("project_id")?,
+            name: row.try_get("name")?,
+            external_id: row.try_get("external_id")?,
+            status: wire_enum(status, "task status")?,
+            current_step: row.try_get("current_step")?,
+            metadata: from_json(&metadata, "task metadata")?,
+            attachments: from_json(&attachments, "task attachments")?,
+        },
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<EventRow> {
+    let payload: String = row.try_get("payload")?;
+    Ok(EventRow {
+        id: row.try_get("id")?,
+        project_id: row.try_get("project_id")?,
+        task_id: row.try_get("task_id")?,
+        timestamp: Timestamp::from_unix_millis(row.try_get("timestamp")?),
+        event_type: wire_enum(row.try_get("event_type")?, "event type")?,
+        owner: wire_enum(row.try_get("owner")?, "event owner")?,
+        source: wire_enum(row.try_get("source")?, "event source")?,
+        payload: from_json(&payload, "event payload")?,
+        in_response_to: row.try_get("in_response_to")?,
+        transition_from: row.try_get("transition_from")?,
+        transition_to: row.try_get("transition_to")?,
+        external_trace_id: row.try_get("external_trace_id")?,
+    })
+}
+
+/// Reads a unit enum stored in its wire spelling (`RUNNING`, `APPROVAL_DECIDED`, …).
+fn wire_enum<T: DeserializeOwned>(stored: String, what: &str) -> Result<T> {
+    serde_json::from_value(Value::String(stored)).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| corrupt(format!("cannot encode JSON: {e}")))
+}
+
+fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+fn corrupt(message: String) -> InboxError {
+    InboxError::Store(StoreError::Corrupt(message))
+}
+
+fn require_text(name: &str, value: &str) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(InboxError::Invalid {
+            code: "invalid_request",
+            message: format!("{name} must not be empty"),
+        });
+    }
+    Ok(())
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests;
