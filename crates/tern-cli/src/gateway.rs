@@ -80,6 +80,11 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         .await
         .with_context(|| format!("opening the session store {}", home.db_path().display()))?;
     let repaired = store.reset_running().await?;
+    let inbox = tern_inbox::Inbox::new(store.clone());
+    if let Err(e) = inbox.ensure_default_project().await {
+        tracing::error!(error = %e, "cannot create the inbox's default project");
+        return Err(anyhow::Error::new(e).context("creating the inbox's default project"));
+    }
     if repaired > 0 {
         // This gateway owns the store: a session still `running` was left by a process that
         // died mid-turn. Its transcript is repaired on its next turn.

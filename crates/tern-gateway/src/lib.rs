@@ -8,6 +8,11 @@
 //! as Hermes SSE events, or as OpenAI chunks. Stop, reset, a client that goes away, and
 //! shutdown interrupt turns through their slots' [`tern_agent::Interrupt`].
 //!
+//! The human inbox's Pump Up agent API (`/api/projects`, `/api/tasks`, approval and
+//! elicitation requests, actions, exceptions, notes) sits behind the same key check, which
+//! hands the key's name on as [`KeyName`], the owner of what the agent creates; the routes
+//! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes.
+//!
 //! Shutdown ([`Gateway::drain`]): new turns are refused, running ones get the drain timeout
 //! to finish, the rest are interrupted (each records its `[interrupted]` marker), then the
 //! server stops.
@@ -15,6 +20,7 @@
 mod api;
 pub mod auth;
 pub mod error;
+mod inbox_api;
 mod openai;
 pub mod turns;
 
@@ -62,7 +68,14 @@ pub struct Gateway {
     pub auth: Authenticator,
     pub approver: Arc<dyn Approver>,
     pub settings: GatewaySettings,
+    /// The human inbox behind the Pump Up agent API (`/api/projects`, `/api/tasks`, …).
+    pub inbox: tern_inbox::Inbox,
 }
+
+/// The name of the API key a request authenticated with, put in the request's extensions by
+/// the key check; the inbox uses it as the owner of tasks and requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyName(pub String);
 
 pub type AppState = Arc<Gateway>;
 
@@ -75,6 +88,7 @@ impl Gateway {
     ) -> Arc<Self> {
         Arc::new(Self {
             store: agent.store().clone(),
+            inbox: tern_inbox::Inbox::new(agent.store().clone()),
             hooks: agent.hooks().clone(),
             turns: TurnManager::new(settings.max_concurrent_turns),
             agent,
@@ -109,6 +123,30 @@ impl Gateway {
             .route("/api/sessions/{id}/reset", post(api::reset))
             .route("/v1/chat/completions", post(openai::completions))
             .route("/v1/models", get(openai::models))
+            .route("/api/projects", get(inbox_api::projects))
+            .route("/api/projects/{id}", get(inbox_api::project))
+            .route(
+                "/api/tasks",
+                get(inbox_api::tasks).post(inbox_api::create_task),
+            )
+            .route("/api/tasks/{id}", get(inbox_api::task))
+            .route("/api/tasks/{id}/events", get(inbox_api::task_events))
+            .route("/api/approval-requests", post(inbox_api::create_approval))
+            .route(
+                "/api/approval-requests/{id}/result",
+                get(inbox_api::approval_result),
+            )
+            .route(
+                "/api/elicitation-requests",
+                post(inbox_api::create_elicitation),
+            )
+            .route(
+                "/api/elicitation-requests/{id}/result",
+                get(inbox_api::elicitation_result),
+            )
+            .route("/api/agent-actions", post(inbox_api::record_action))
+            .route("/api/exceptions", post(inbox_api::report_exception))
+            .route("/api/notes", post(inbox_api::add_note))
             .route_layer(middleware::from_fn_with_state(self.clone(), require_key));
         Router::new()
             .route("/health", get(health))
@@ -219,13 +257,17 @@ fn bearer(req: &Request) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-async fn require_key(State(gw): State<AppState>, req: Request, next: Next) -> Response {
+async fn require_key(State(gw): State<AppState>, mut req: Request, next: Next) -> Response {
     let token = bearer(&req);
     let Some(token) = token else {
         return ApiError::unauthorized().into_response();
     };
-    match gw.auth.check(token).await {
-        Some(_) => next.run(req).await,
+    let name = gw.auth.check(token).await;
+    match name {
+        Some(name) => {
+            req.extensions_mut().insert(KeyName(name));
+            next.run(req).await
+        }
         None => ApiError::unauthorized().into_response(),
     }
 }
@@ -235,7 +277,7 @@ async fn require_key(State(gw): State<AppState>, req: Request, next: Next) -> Re
 pub struct ApiJson<T>(pub T);
 
 /// Reads a body up to the limit; `None` when it is empty.
-async fn read_json<T: DeserializeOwned>(
+pub(crate) async fn read_json<T: DeserializeOwned>(
     req: Request<Body>,
     state: &AppState,
 ) -> Result<Option<T>, ApiError> {

@@ -1,0 +1,302 @@
+//! The human inbox's Pump Up *agent API* over HTTP: a thin layer over [`tern_inbox::Inbox`].
+//!
+//! # The flow
+//!
+//! 1. [`crate::require_key`] checks the bearer key and puts its name in the request's
+//!    extensions as [`KeyName`]; that name owns every task and request created with it, and
+//!    other keys get 404 for them.
+//! 2. A POST body is read up to the gateway's body limit and parsed into the service's
+//!    request type; an optional `Idempotency-Key` header is passed on as `idem`, so a repeat
+//!    returns the original response. `X-API-Version` is accepted and ignored.
+//! 3. The handler calls the service and answers its value as JSON: approval and elicitation
+//!    creates with 201 `{eventId}`, the other creates with 200, a pending request's result
+//!    with 204 and an empty body, a decided one with 200.
+//! 4. Failures answer in the Pump Up shapes, not the Hermes envelope: `{"code","message"}`
+//!    for a 400 (a body that is not the JSON expected is `invalid_json`) and `{"error"}`
+//!    otherwise, from [`InboxError::http_status`] and [`InboxError::body`].
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tern_inbox::InboxError;
+use tern_inbox::model::{
+    AddNote, CreateApproval, CreateElicitation, CreateTask, RecordAction, ReportException,
+    TaskFilter,
+};
+
+use crate::{AppState, KeyName, read_json};
+
+/// A failure of an inbox endpoint, answered in the Pump Up shapes.
+#[derive(Debug)]
+pub(crate) enum InboxApiError {
+    /// The service refused or failed.
+    Inbox(InboxError),
+    /// The request could not be read (a bad body or query).
+    Request {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
+}
+
+impl From<InboxError> for InboxApiError {
+    fn from(e: InboxError) -> Self {
+        InboxApiError::Inbox(e)
+    }
+}
+
+impl InboxApiError {
+    fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        InboxApiError::Request {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for InboxApiError {
+    fn into_response(self) -> Response {
+        match self {
+            InboxApiError::Inbox(e) => {
+                if let InboxError::Store(inner) = &e {
+                    // Details stay in the log; the body says only "internal error".
+                    tracing::error!(error = %inner, "inbox store error");
+                }
+                let status = StatusCode::from_u16(e.http_status())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                (status, Json(e.body())).into_response()
+            }
+            InboxApiError::Request {
+                status,
+                code,
+                message,
+            } => {
+                let body = if status == StatusCode::BAD_REQUEST {
+                    json!({"code": code, "message": message})
+                } else {
+                    json!({"error": message})
+                };
+                (status, Json(body)).into_response()
+            }
+        }
+    }
+}
+
+/// A JSON body read up to the gateway's limit, with failures in the Pump Up shapes.
+pub(crate) struct InboxJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for InboxJson<T> {
+    type Rejection = InboxApiError;
+
+    async fn from_request(req: Request<Body>, state: &AppState) -> Result<Self, Self::Rejection> {
+        match read_json(req, state).await {
+            Ok(Some(v)) => Ok(InboxJson(v)),
+            Ok(None) => Err(InboxApiError::bad_request(
+                "invalid_json",
+                "The request body is empty; send a JSON object",
+            )),
+            Err(e) => Err(InboxApiError::Request {
+                status: e.status,
+                code: if e.status == StatusCode::BAD_REQUEST {
+                    "invalid_json"
+                } else {
+                    e.code
+                },
+                message: e.message,
+            }),
+        }
+    }
+}
+
+type ApiResult<T> = Result<T, InboxApiError>;
+
+/// The `Idempotency-Key` header, when present and readable.
+fn idem(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// A non-empty query parameter.
+fn param(query: &HashMap<String, String>, name: &str) -> Option<String> {
+    query.get(name).filter(|v| !v.is_empty()).cloned()
+}
+
+/// 204 with an empty body while pending, 200 with the result once there is one.
+fn result_response<T: serde::Serialize>(result: Option<T>) -> Response {
+    match result {
+        Some(r) => (StatusCode::OK, Json(r)).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+/// `GET /api/projects[?name=]`.
+pub(crate) async fn projects(
+    State(gw): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let name = param(&query, "name");
+    Ok(Json(gw.inbox.projects(name.as_deref()).await?))
+}
+
+/// `GET /api/projects/{id}`.
+pub(crate) async fn project(
+    State(gw): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(gw.inbox.project(&id).await?))
+}
+
+/// `GET /api/tasks[?projectId=&name=]`: the caller's tasks.
+pub(crate) async fn tasks(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let filter = TaskFilter {
+        project_id: param(&query, "projectId"),
+        name: param(&query, "name"),
+    };
+    Ok(Json(gw.inbox.tasks(&owner, &filter).await?))
+}
+
+/// `POST /api/tasks` → 200 `Task`.
+pub(crate) async fn create_task(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<CreateTask>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(
+        gw.inbox.create_task(&owner, body, idem(&headers)).await?,
+    ))
+}
+
+/// `GET /api/tasks/{id}` → `{task, openRequests}`.
+pub(crate) async fn task(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(gw.inbox.task(&owner, &id).await?))
+}
+
+/// `GET /api/tasks/{id}/events[?cursor=&limit=]` → `{items, nextCursor}`.
+pub(crate) async fn task_events(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let cursor = param(&query, "cursor");
+    let limit = param(&query, "limit")
+        .map(|l| {
+            l.parse::<u32>().map_err(|_| {
+                InboxApiError::bad_request(
+                    "invalid_limit",
+                    format!("limit must be a non-negative integer, not {l:?}"),
+                )
+            })
+        })
+        .transpose()?;
+    Ok(Json(
+        gw.inbox
+            .task_events(&owner, &id, cursor.as_deref(), limit)
+            .await?,
+    ))
+}
+
+/// `POST /api/approval-requests` → 201 `{eventId}`.
+pub(crate) async fn create_approval(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<CreateApproval>,
+) -> ApiResult<impl IntoResponse> {
+    let id = gw
+        .inbox
+        .create_approval(&owner, body, idem(&headers))
+        .await?;
+    Ok((StatusCode::CREATED, Json(id)))
+}
+
+/// `GET /api/approval-requests/{id}/result` → 204 while pending, 200 `ApprovalResult`.
+pub(crate) async fn approval_result(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    Ok(result_response(
+        gw.inbox.approval_result(&owner, &id).await?,
+    ))
+}
+
+/// `POST /api/elicitation-requests` → 201 `{eventId}`.
+pub(crate) async fn create_elicitation(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<CreateElicitation>,
+) -> ApiResult<impl IntoResponse> {
+    let id = gw
+        .inbox
+        .create_elicitation(&owner, body, idem(&headers))
+        .await?;
+    Ok((StatusCode::CREATED, Json(id)))
+}
+
+/// `GET /api/elicitation-requests/{id}/result` → 204 while pending, 200 `ElicitationResult`.
+pub(crate) async fn elicitation_result(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    Ok(result_response(
+        gw.inbox.elicitation_result(&owner, &id).await?,
+    ))
+}
+
+/// `POST /api/agent-actions` → 200 `{eventId}`.
+pub(crate) async fn record_action(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<RecordAction>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(
+        gw.inbox.record_action(&owner, body, idem(&headers)).await?,
+    ))
+}
+
+/// `POST /api/exceptions` → 200 `{eventId}`.
+pub(crate) async fn report_exception(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<ReportException>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(
+        gw.inbox
+            .report_exception(&owner, body, idem(&headers))
+            .await?,
+    ))
+}
+
+/// `POST /api/notes` → 200 `{eventId}`.
+pub(crate) async fn add_note(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    headers: HeaderMap,
+    InboxJson(body): InboxJson<AddNote>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(gw.inbox.add_note(&owner, body, idem(&headers)).await?))
+}

@@ -1,0 +1,338 @@
+//! The Pump Up agent API of the human inbox over real HTTP: tasks, idempotent creates,
+//! approval and elicitation requests with their results, the event log, ownership between
+//! keys, and the error shapes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tern_agent::{Agent, AgentSettings};
+use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_inbox::{InboxError, Outcome, OutcomeType};
+use tern_store::Store;
+use tern_tools::{DenyAll, Registry, ToolLimits};
+
+struct Gw {
+    _dir: tempfile::TempDir,
+    gw: Arc<Gateway>,
+    url: String,
+    key: String,
+    other_key: String,
+    http: reqwest::Client,
+}
+
+async fn start() -> Gw {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    let key = auth::create_key(&store, "agent-a").await.unwrap();
+    let other_key = auth::create_key(&store, "agent-b").await.unwrap();
+    let agent = Arc::new(Agent::new(
+        store.clone(),
+        Err("no model in these tests".into()),
+        Arc::new(Registry::builtin()),
+        AgentSettings {
+            model: "none".into(),
+            max_iterations: 1,
+            stream: false,
+            system_prompt: None,
+            limits: ToolLimits::default(),
+        },
+    ));
+    let gw = Gateway::new(
+        agent,
+        Authenticator::new(store, None).unwrap(),
+        Arc::new(DenyAll {
+            reason: "test".into(),
+        }),
+        GatewaySettings {
+            max_concurrent_turns: 2,
+            max_body_bytes: 1 << 20,
+            drain_timeout: Duration::from_secs(5),
+            workdir: work,
+            toolsets: vec![],
+            model: "none".into(),
+        },
+    );
+    gw.inbox.ensure_default_project().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = gw.router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Gw {
+        _dir: dir,
+        gw,
+        url,
+        key,
+        other_key,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Gw {
+    async fn get_as(&self, key: &str, path: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(key)
+            .header("X-API-Version", "2025-01-01")
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let (status, text) = self.get_as(&self.key, path).await;
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        (status, body)
+    }
+
+    async fn post(&self, path: &str, body: &Value, idem: Option<&str>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.key)
+            .header("X-API-Version", "2025-01-01")
+            .json(body);
+        if let Some(k) = idem {
+            req = req.header("Idempotency-Key", k);
+        }
+        let r = req.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn task(&self, name: &str) -> String {
+        let (status, task) = self
+            .post(
+                "/api/tasks",
+                &json!({"name": name, "projectName": "default"}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{task}");
+        task["id"].as_str().unwrap().to_owned()
+    }
+}
+
+#[tokio::test]
+async fn projects_list_the_default_project_and_get_by_id() {
+    let gw = start().await;
+    let (status, list) = gw.get("/api/projects").await;
+    assert_eq!(status, 200);
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["name"], "default");
+    let id = items[0]["id"].as_str().unwrap();
+    let (status, project) = gw.get(&format!("/api/projects/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(project["steps"]["initialStep"], "default");
+    let (status, missing) = gw.get("/api/projects/nope").await;
+    assert_eq!(status, 404);
+    assert!(missing["error"].is_string(), "{missing}");
+}
+
+#[tokio::test]
+async fn create_task_is_idempotent_and_listed() {
+    let gw = start().await;
+    let body = json!({"name": "Refund #42", "projectName": "default", "externalId": "s-1"});
+    let (status, first) = gw.post("/api/tasks", &body, Some("task-1")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["status"], "RUNNING");
+    let (status, again) = gw.post("/api/tasks", &body, Some("task-1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(again["id"], first["id"]);
+
+    let (status, list) = gw.get("/api/tasks?name=refund").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let id = first["id"].as_str().unwrap();
+    let (status, detail) = gw.get(&format!("/api/tasks/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["task"]["id"], first["id"]);
+    assert_eq!(detail["openRequests"], json!([]));
+}
+
+#[tokio::test]
+async fn approval_is_pending_then_decided_once() {
+    let gw = start().await;
+    let task = gw.task("Pay invoice").await;
+    let (status, created) = gw
+        .post(
+            "/api/approval-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Pay 40 EUR?"}),
+            Some("appr-1"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let request_id = created["eventId"].as_str().unwrap().to_owned();
+
+    let result_path = format!("/api/approval-requests/{request_id}/result");
+    let (status, text) = gw.get_as(&gw.key, &result_path).await;
+    assert_eq!(status, 204);
+    assert!(text.is_empty(), "{text:?}");
+
+    gw.gw
+        .inbox
+        .decide_approval(&request_id, Outcome::new(OutcomeType::Approve), "alice")
+        .await
+        .unwrap();
+    let (status, result) = gw.get(&result_path).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["decidedBy"], "alice");
+    assert_eq!(result["outcome"]["type"], "APPROVE");
+    assert_eq!(result["requestId"], request_id.as_str());
+
+    let second = gw
+        .gw
+        .inbox
+        .decide_approval(&request_id, Outcome::new(OutcomeType::Reject), "bob")
+        .await;
+    assert!(
+        matches!(second, Err(InboxError::AlreadyDecided)),
+        "{second:?}"
+    );
+    let (_, still) = gw.get(&result_path).await;
+    assert_eq!(still["outcome"]["type"], "APPROVE");
+}
+
+#[tokio::test]
+async fn elicitation_with_a_field_is_pending_and_shown_on_the_task() {
+    let gw = start().await;
+    let task = gw.task("Ship order").await;
+    let (status, created) = gw
+        .post(
+            "/api/elicitation-requests",
+            &json!({
+                "projectName": "default",
+                "taskId": task,
+                "summary": "Which address?",
+                "fields": [{"type": "Text", "id": "street", "label": "Street", "required": true}],
+            }),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let request_id = created["eventId"].as_str().unwrap();
+    let (status, _) = gw
+        .get(&format!("/api/elicitation-requests/{request_id}/result"))
+        .await;
+    assert_eq!(status, 204);
+    let (_, detail) = gw.get(&format!("/api/tasks/{task}")).await;
+    assert_eq!(detail["task"]["status"], "WAITING");
+    assert_eq!(detail["openRequests"][0]["requestId"], request_id);
+}
+
+#[tokio::test]
+async fn task_events_page_with_a_cursor() {
+    let gw = start().await;
+    let task = gw.task("Logged").await;
+    for (path, body) in [
+        (
+            "/api/agent-actions",
+            json!({"projectName": "default", "taskId": task, "description": "looked it up"}),
+        ),
+        (
+            "/api/exceptions",
+            json!({"projectName": "default", "taskId": task, "message": "timeout upstream"}),
+        ),
+        (
+            "/api/notes",
+            json!({"projectName": "default", "taskId": task, "message": "retrying"}),
+        ),
+    ] {
+        let (status, out) = gw.post(path, &body, None).await;
+        assert_eq!(status, 200, "{path}: {out}");
+        assert!(out["eventId"].is_string(), "{out}");
+    }
+    // TASK_CREATED + 3 events: two pages of two.
+    let (status, page1) = gw.get(&format!("/api/tasks/{task}/events?limit=2")).await;
+    assert_eq!(status, 200, "{page1}");
+    assert_eq!(page1["items"].as_array().unwrap().len(), 2);
+    assert_eq!(page1["items"][0]["eventType"], "TASK_CREATED");
+    let cursor = page1["nextCursor"].as_str().unwrap();
+    let (status, page2) = gw
+        .get(&format!("/api/tasks/{task}/events?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(status, 200, "{page2}");
+    let items = page2["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_ne!(items[0]["id"], page1["items"][1]["id"]);
+    let (status, bad) = gw.get(&format!("/api/tasks/{task}/events?limit=x")).await;
+    assert_eq!(status, 400);
+    assert!(bad["code"].is_string(), "{bad}");
+}
+
+#[tokio::test]
+async fn another_key_cannot_see_the_task() {
+    let gw = start().await;
+    let task = gw.task("Private").await;
+    let (status, text) = gw
+        .get_as(&gw.other_key, &format!("/api/tasks/{task}"))
+        .await;
+    assert_eq!(status, 404, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["error"].is_string(), "{body}");
+    let (status, text) = gw.get_as(&gw.other_key, "/api/tasks").await;
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(list["items"], json!([]));
+}
+
+#[tokio::test]
+async fn requests_without_a_key_are_401() {
+    let gw = start().await;
+    let r = gw
+        .http
+        .get(format!("{}/api/tasks", gw.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let r = gw
+        .http
+        .post(format!("{}/api/notes", gw.url))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_with_a_code() {
+    let gw = start().await;
+    let r = gw
+        .http
+        .post(format!("{}/api/tasks", gw.url))
+        .bearer_auth(&gw.key)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "invalid_json", "{body}");
+    assert!(body["message"].is_string());
+
+    // Valid JSON of the wrong shape, and a refusal by the service.
+    let (status, body) = gw.post("/api/tasks", &json!({"name": 3}), None).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["code"], "invalid_json", "{body}");
+    let (status, body) = gw
+        .post(
+            "/api/tasks",
+            &json!({"name": "  ", "projectName": "default"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["code"].is_string(), "{body}");
+    assert!(body.get("error").is_none(), "{body}");
+}
