@@ -81,6 +81,15 @@ impl Env {
     async fn transcript(&self) -> Vec<Message> {
         self.agent.store().messages(&self.session).await.unwrap()
     }
+
+    /// The text of every stored message, in order.
+    async fn contents(&self) -> Vec<String> {
+        self.transcript()
+            .await
+            .into_iter()
+            .map(|m| m.content.unwrap())
+            .collect()
+    }
 }
 
 /// Every assistant tool call is followed by exactly one matching tool result before the next
@@ -497,12 +506,7 @@ async fn inputs_during_a_turn_queue_behind_it() {
         t2.await.unwrap().unwrap().text.as_deref(),
         Some("second answer")
     );
-    let contents: Vec<_> = e
-        .transcript()
-        .await
-        .into_iter()
-        .map(|m| m.content.unwrap())
-        .collect();
+    let contents = e.contents().await;
     assert_eq!(
         contents,
         ["first", "first answer", "second", "second answer"]
@@ -768,12 +772,7 @@ async fn turns_run_in_the_order_their_queue_tickets_were_taken() {
         t2.await.unwrap().unwrap().text.as_deref(),
         Some("answer to second")
     );
-    let contents: Vec<_> = e
-        .transcript()
-        .await
-        .into_iter()
-        .map(|m| m.content.unwrap())
-        .collect();
+    let contents = e.contents().await;
     assert_eq!(
         contents,
         ["first", "answer to first", "second", "answer to second"]

@@ -160,13 +160,12 @@ pub struct Multiselect {
     pub options: Vec<String>,
 }
 
-/// `{"type":"DateField", id, label, required, description?, min?, max?}` with bounds
-/// written `YYYY-MM-DD` (the SDK's `datetime.date`). Bounds are kept as the strings
-/// given, so they go back out exactly as they came in; [`validate_field_defs`] checks
-/// that they parse.
+/// The shape shared by the three date and time kinds: `{id, label, required, description?,
+/// min?, max?}`. Bounds are kept as the strings given, so they go back out exactly as they
+/// came in; [`validate_field_defs`] checks that they parse for the field's kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DateField {
+pub struct BoundedField {
     pub id: String,
     pub label: String,
     pub required: bool,
@@ -178,38 +177,16 @@ pub struct DateField {
     pub max: Option<String>,
 }
 
-/// `{"type":"DateTime", id, label, required, description?, min?, max?}` with bounds in
-/// RFC 3339 with an offset (the SDK's `datetime.datetime`, which it always sends with
-/// an offset, `Z` for UTC). Kept as strings; see [`DateField`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DateTime {
-    pub id: String,
-    pub label: String,
-    pub required: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max: Option<String>,
-}
+/// `{"type":"DateField", …}` with bounds written `YYYY-MM-DD` (the SDK's `datetime.date`).
+pub type DateField = BoundedField;
 
-/// `{"type":"Time", id, label, required, description?, min?, max?}`. The SDK types the
-/// bounds as plain strings; the inbox requires `HH:MM` or `HH:MM:SS`, like the answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Time {
-    pub id: String,
-    pub label: String,
-    pub required: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max: Option<String>,
-}
+/// `{"type":"DateTime", …}` with bounds in RFC 3339 with an offset (the SDK's
+/// `datetime.datetime`, which it always sends with an offset, `Z` for UTC).
+pub type DateTime = BoundedField;
+
+/// `{"type":"Time", …}`. The SDK types the bounds as plain strings; the inbox requires
+/// `HH:MM` or `HH:MM:SS`, like the answers.
+pub type Time = BoundedField;
 
 /// The agent's suggested value for one field, shown to the human as a pre-fill.
 /// `value` is required on the wire but may be `null` (as in the SDK).

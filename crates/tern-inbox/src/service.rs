@@ -411,27 +411,25 @@ impl Inbox {
             return Ok(original);
         }
         require_text("summary", &body.request.summary)?;
-        let (task, project) = agent_task(&mut tx, owner, &body.task_id, &body.project_name).await?;
-        check_attachments(&task, body.request.attachments.as_deref())?;
+        let target = RequestTarget {
+            owner,
+            idem,
+            task_id: &body.task_id,
+            project_name: &body.project_name,
+            external_trace_id: body.external_trace_id.as_deref(),
+        };
+        let attachments = body.request.attachments.clone();
         let request_json = to_json(&body.request)?;
-        let mut event = NewEvent::new(
-            EventType::ApprovalRequested,
-            Actor::Agent,
-            Payload::ApprovalRequested(body.request),
-        );
-        event.external_trace_id = body.external_trace_id.as_deref();
-        let response = open_request(
-            &mut tx,
-            task,
-            &project,
-            Kind::Approval,
-            &request_json,
-            event,
-        )
-        .await?;
-        remember_response(&mut tx, owner, idem, &response).await?;
-        tx.commit().await?;
-        Ok(response)
+        let payload = Payload::ApprovalRequested(body.request);
+        target
+            .open(
+                tx,
+                Kind::Approval,
+                attachments.as_deref(),
+                &request_json,
+                payload,
+            )
+            .await
     }
 
     /// Opens an elicitation request on one of `owner`'s tasks; the task waits for it. The
@@ -474,27 +472,25 @@ impl Inbox {
                 });
             }
         }
-        let (task, project) = agent_task(&mut tx, owner, &body.task_id, &body.project_name).await?;
-        check_attachments(&task, request.attachments.as_deref())?;
+        let target = RequestTarget {
+            owner,
+            idem,
+            task_id: &body.task_id,
+            project_name: &body.project_name,
+            external_trace_id: body.external_trace_id.as_deref(),
+        };
+        let attachments = request.attachments.clone();
         let request_json = to_json(request)?;
-        let mut event = NewEvent::new(
-            EventType::ElicitationRequested,
-            Actor::Agent,
-            Payload::ElicitationRequested(body.request),
-        );
-        event.external_trace_id = body.external_trace_id.as_deref();
-        let response = open_request(
-            &mut tx,
-            task,
-            &project,
-            Kind::Elicitation,
-            &request_json,
-            event,
-        )
-        .await?;
-        remember_response(&mut tx, owner, idem, &response).await?;
-        tx.commit().await?;
-        Ok(response)
+        let payload = Payload::ElicitationRequested(body.request);
+        target
+            .open(
+                tx,
+                Kind::Elicitation,
+                attachments.as_deref(),
+                &request_json,
+                payload,
+            )
+            .await
     }
 
     /// The decision on one of `owner`'s approval requests; `None` while it is pending.
@@ -831,6 +827,43 @@ async fn remember_response<T: Serialize>(
 }
 
 // ---- requests -------------------------------------------------------------------------------
+
+/// Where a new request goes, and the idempotency key it was created under.
+struct RequestTarget<'a> {
+    owner: &'a str,
+    idem: Option<&'a str>,
+    task_id: &'a str,
+    project_name: &'a str,
+    external_trace_id: Option<&'a str>,
+}
+
+impl RequestTarget<'_> {
+    /// The part both request kinds share once their own checks passed: the task must be the
+    /// agent's and hold the attachments; then the request is opened, the response remembered
+    /// under the idempotency key, and everything committed together.
+    async fn open(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+        kind: Kind,
+        attachments: Option<&[String]>,
+        request_json: &str,
+        payload: Payload,
+    ) -> Result<EventId> {
+        let (task, project) =
+            agent_task(&mut tx, self.owner, self.task_id, self.project_name).await?;
+        check_attachments(&task, attachments)?;
+        let event_type = match kind {
+            Kind::Approval => EventType::ApprovalRequested,
+            Kind::Elicitation => EventType::ElicitationRequested,
+        };
+        let mut event = NewEvent::new(event_type, Actor::Agent, payload);
+        event.external_trace_id = self.external_trace_id;
+        let response = open_request(&mut tx, task, &project, kind, request_json, event).await?;
+        remember_response(&mut tx, self.owner, self.idem, &response).await?;
+        tx.commit().await?;
+        Ok(response)
+    }
+}
 
 /// Logs the `*_REQUESTED` event, stores the pending request under the event's id and makes
 /// the task wait.
