@@ -9,7 +9,7 @@
 //!    request type; an optional `Idempotency-Key` header is passed on as `idem`, so a repeat
 //!    returns the original response. `X-API-Version` is accepted and ignored.
 //! 3. The handler calls the service and answers its value as JSON: approval and elicitation
-//!    creates with 201 `{eventId}`, the other creates with 200, a pending request's result
+//!    creates with 201 (the SDK documents every create as `Created`), a pending request's result
 //!    with 204 and an empty body, a decided one with 200.
 //! 4. Failures answer in the Pump Up shapes, not the Hermes envelope: `{"code","message"}`
 //!    for a 400 (a body that is not the JSON expected is `invalid_json`) and `{"error"}`
@@ -169,15 +169,16 @@ pub(crate) async fn tasks(
     Ok(Json(gw.inbox.tasks(&owner, &filter).await?))
 }
 
-/// `POST /api/tasks` → 200 `Task`.
+/// `POST /api/tasks` → 201 `Task`.
 pub(crate) async fn create_task(
     State(gw): State<AppState>,
     Extension(KeyName(owner)): Extension<KeyName>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<CreateTask>,
 ) -> ApiResult<impl IntoResponse> {
-    Ok(Json(
-        gw.inbox.create_task(&owner, body, idem(&headers)).await?,
+    Ok((
+        StatusCode::CREATED,
+        Json(gw.inbox.create_task(&owner, body, idem(&headers)).await?),
     ))
 }
 
@@ -265,38 +266,45 @@ pub(crate) async fn elicitation_result(
     ))
 }
 
-/// `POST /api/agent-actions` → 200 `{eventId}`.
+/// `POST /api/agent-actions` → 201 `{eventId}`.
 pub(crate) async fn record_action(
     State(gw): State<AppState>,
     Extension(KeyName(owner)): Extension<KeyName>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<RecordAction>,
 ) -> ApiResult<impl IntoResponse> {
-    Ok(Json(
-        gw.inbox.record_action(&owner, body, idem(&headers)).await?,
+    Ok((
+        StatusCode::CREATED,
+        Json(gw.inbox.record_action(&owner, body, idem(&headers)).await?),
     ))
 }
 
-/// `POST /api/exceptions` → 200 `{eventId}`.
+/// `POST /api/exceptions` → 201 `{eventId}`.
 pub(crate) async fn report_exception(
     State(gw): State<AppState>,
     Extension(KeyName(owner)): Extension<KeyName>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<ReportException>,
 ) -> ApiResult<impl IntoResponse> {
-    Ok(Json(
-        gw.inbox
-            .report_exception(&owner, body, idem(&headers))
-            .await?,
+    Ok((
+        StatusCode::CREATED,
+        Json(
+            gw.inbox
+                .report_exception(&owner, body, idem(&headers))
+                .await?,
+        ),
     ))
 }
 
-/// `POST /api/notes` → 200 `{eventId}`.
+/// `POST /api/notes` → 201 `{eventId}`.
 pub(crate) async fn add_note(
     State(gw): State<AppState>,
     Extension(KeyName(owner)): Extension<KeyName>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<AddNote>,
 ) -> ApiResult<impl IntoResponse> {
-    Ok(Json(gw.inbox.add_note(&owner, body, idem(&headers)).await?))
+    Ok((
+        StatusCode::CREATED,
+        Json(gw.inbox.add_note(&owner, body, idem(&headers)).await?),
+    ))
 }

@@ -115,7 +115,7 @@ impl Gw {
                 None,
             )
             .await;
-        assert_eq!(status, 200, "{task}");
+        assert_eq!(status, 201, "{task}");
         task["id"].as_str().unwrap().to_owned()
     }
 }
@@ -142,10 +142,10 @@ async fn create_task_is_idempotent_and_listed() {
     let gw = start().await;
     let body = json!({"name": "Refund #42", "projectName": "default", "externalId": "s-1"});
     let (status, first) = gw.post("/api/tasks", &body, Some("task-1")).await;
-    assert_eq!(status, 200, "{first}");
+    assert_eq!(status, 201, "{first}");
     assert_eq!(first["status"], "RUNNING");
     let (status, again) = gw.post("/api/tasks", &body, Some("task-1")).await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 201);
     assert_eq!(again["id"], first["id"]);
 
     let (status, list) = gw.get("/api/tasks?name=refund").await;
@@ -247,7 +247,7 @@ async fn task_events_page_with_a_cursor() {
         ),
     ] {
         let (status, out) = gw.post(path, &body, None).await;
-        assert_eq!(status, 200, "{path}: {out}");
+        assert_eq!(status, 201, "{path}: {out}");
         assert!(out["eventId"].is_string(), "{out}");
     }
     // TASK_CREATED + 3 events: two pages of two.
