@@ -46,7 +46,7 @@ pub mod outcome;
 pub mod service;
 
 pub use error::InboxError;
-pub use service::Inbox;
+pub use service::{Inbox, review};
 
 pub use fields::{
     Field, FieldBid, FieldDefError, FieldError, TextFormat, bid_applies, validate_answers,

@@ -87,11 +87,17 @@ macro_rules! event_cols {
     };
 }
 
-/// The inbox service. Cheap to clone (the store is a connection pool).
+/// The inbox service. Cheap to clone (the store is a connection pool); clones share one
+/// change feed.
 #[derive(Clone, Debug)]
 pub struct Inbox {
     store: Store,
+    changes: tokio::sync::broadcast::Sender<review::Change>,
 }
+
+/// How many changes a slow subscriber of [`Inbox::changes`] may fall behind before it
+/// misses some (it then sees `Lagged` and should reload what it shows).
+const CHANGE_FEED_CAPACITY: usize = 256;
 
 type Tx = Transaction<'static, Sqlite>;
 
@@ -161,7 +167,22 @@ struct AgentEvent<'a> {
 
 impl Inbox {
     pub fn new(store: Store) -> Self {
-        Inbox { store }
+        let (changes, _) = tokio::sync::broadcast::channel(CHANGE_FEED_CAPACITY);
+        Inbox { store, changes }
+    }
+
+    /// Subscribes to requests being created and decided, from now on; for live views. The
+    /// feed is best-effort (in memory, this process only): the database stays the truth.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<review::Change> {
+        self.changes.subscribe()
+    }
+
+    /// Tells subscribers about a committed change; nobody listening is fine.
+    pub(crate) fn announce(&self, request_id: &str, what: review::ChangeKind) {
+        let _ = self.changes.send(review::Change {
+            request_id: request_id.to_owned(),
+            what,
+        });
     }
 
     pub fn store(&self) -> &Store {
@@ -421,7 +442,7 @@ impl Inbox {
         let attachments = body.request.attachments.clone();
         let request_json = to_json(&body.request)?;
         let payload = Payload::ApprovalRequested(body.request);
-        target
+        let created = target
             .open(
                 tx,
                 Kind::Approval,
@@ -429,7 +450,9 @@ impl Inbox {
                 &request_json,
                 payload,
             )
-            .await
+            .await?;
+        self.announce(&created.event_id, review::ChangeKind::Created);
+        Ok(created)
     }
 
     /// Opens an elicitation request on one of `owner`'s tasks; the task waits for it. The
@@ -482,7 +505,7 @@ impl Inbox {
         let attachments = request.attachments.clone();
         let request_json = to_json(request)?;
         let payload = Payload::ElicitationRequested(body.request);
-        target
+        let created = target
             .open(
                 tx,
                 Kind::Elicitation,
@@ -490,7 +513,9 @@ impl Inbox {
                 &request_json,
                 payload,
             )
-            .await
+            .await?;
+        self.announce(&created.event_id, review::ChangeKind::Created);
+        Ok(created)
     }
 
     /// The decision on one of `owner`'s approval requests; `None` while it is pending.
@@ -574,6 +599,7 @@ impl Inbox {
         )
         .await?;
         tx.commit().await?;
+        self.announce(request_id, review::ChangeKind::Decided);
         Ok(result)
     }
 
@@ -615,6 +641,7 @@ impl Inbox {
         )
         .await?;
         tx.commit().await?;
+        self.announce(request_id, review::ChangeKind::Decided);
         Ok(result)
     }
 
@@ -1265,6 +1292,8 @@ fn require_text(name: &str, value: &str) -> Result<()> {
 fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
+
+pub mod review;
 
 #[cfg(test)]
 mod tests;

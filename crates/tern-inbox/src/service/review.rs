@@ -1,0 +1,353 @@
+//! The reviewers' side of the inbox: what a human sees, across every agent's tasks.
+//!
+//! The agent API ([`Inbox::task`], [`Inbox::approval_result`], …) answers one agent key
+//! about what it created; a reviewer sees every request. This module reads for them:
+//!
+//! 1. [`Inbox::list_requests`]: a page of requests, newest first, filtered by status,
+//!    project and kind, with the number of all that match (the inbox's count) and a cursor
+//!    for the next page.
+//! 2. [`Inbox::request_view`]: one request whole — what the agent asked, its context and
+//!    recommendation, the fields of an elicitation, the result once decided, and the task's
+//!    timeline.
+//! 3. [`Inbox::changes`]: a live feed of requests created and decided, which the web
+//!    inbox turns into server-sent events.
+//!
+//! Deciding goes through [`Inbox::decide_approval`] and [`Inbox::answer_elicitation`],
+//! which take the reviewer's name.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Inbox, Result, event_from_row, from_json};
+use crate::error::InboxError;
+use crate::fields::{Field, FieldBid};
+use crate::model::{ApprovalRequest, ElicitationRequest, EventRow};
+use crate::outcome::{ApprovalRecommendation, OutcomeType, Timestamp};
+
+/// The most requests one page of [`Inbox::list_requests`] returns.
+pub const MAX_REQUESTS_PAGE: u32 = 200;
+const DEFAULT_REQUESTS_PAGE: u32 = 50;
+/// A request page shows at most this many of the task's events (the oldest); the agent API
+/// pages through the rest.
+pub const MAX_VIEW_EVENTS: u32 = 500;
+
+/// An approval or an elicitation request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestKind {
+    Approval,
+    Elicitation,
+}
+
+impl RequestKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Approval => "approval",
+            RequestKind::Elicitation => "elicitation",
+        }
+    }
+}
+
+/// Where a request stands. `withdrawn` and `expired` are settled without a human.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestStatus {
+    Pending,
+    Decided,
+    Withdrawn,
+    Expired,
+}
+
+impl RequestStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestStatus::Pending => "pending",
+            RequestStatus::Decided => "decided",
+            RequestStatus::Withdrawn => "withdrawn",
+            RequestStatus::Expired => "expired",
+        }
+    }
+}
+
+/// Which requests [`Inbox::list_requests`] returns. The default: every request, newest
+/// first, 50 to a page.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestFilter {
+    /// `None`: any status.
+    pub status: Option<RequestStatus>,
+    /// A project's name.
+    pub project: Option<String>,
+    pub kind: Option<RequestKind>,
+    /// Default 50, clamped to 1..=[`MAX_REQUESTS_PAGE`].
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    pub before: Option<String>,
+}
+
+/// One line of the inbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestSummary {
+    pub id: String,
+    pub kind: RequestKind,
+    pub status: RequestStatus,
+    pub project_name: String,
+    pub task_id: String,
+    pub task_name: String,
+    pub summary: String,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// An approval's outcome once settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<OutcomeType>,
+}
+
+/// A page of the inbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestList {
+    pub items: Vec<RequestSummary>,
+    /// How many requests match the filter, over all pages.
+    pub count: u64,
+    /// Pass as `before` for the next page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One request whole, as a reviewer sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    #[serde(flatten)]
+    pub summary: RequestSummary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_value_context: Option<BTreeMap<String, String>>,
+    /// An approval's recommended outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_recommendation: Option<ApprovalRecommendation>,
+    /// An elicitation's pre-fills.
+    #[serde(default)]
+    pub field_bids: Vec<FieldBid>,
+    /// An elicitation's fields; empty for an approval.
+    #[serde(default)]
+    pub fields: Vec<Field>,
+    /// Upload ids.
+    #[serde(default)]
+    pub attachments: Vec<String>,
+    /// The `ApprovalResult` or `ElicitationResult` once settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The task's timeline, oldest first (at most [`MAX_VIEW_EVENTS`]).
+    pub events: Vec<EventRow>,
+}
+
+/// Something that happened to a request, on [`Inbox::changes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    pub request_id: String,
+    pub what: ChangeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Created,
+    /// Decided, answered, expired or withdrawn: it left the pending list.
+    Decided,
+}
+
+// The summary and an approval's outcome are read with json_extract so a page of the inbox
+// parses no request bodies. Filters use `?n IS NULL OR …` so the query stays one literal.
+macro_rules! summary_select {
+    () => {
+        "SELECT r.id, r.kind, r.status, r.task_id, r.created_at, r.decided_at, r.decided_by, \
+         json_extract(r.request, '$.summary') AS summary, \
+         json_extract(r.result, '$.outcome.type') AS outcome, \
+         t.name AS task_name, p.name AS project_name \
+         FROM inbox_requests r \
+         JOIN inbox_tasks t ON t.id = r.task_id \
+         JOIN inbox_projects p ON p.id = r.project_id "
+    };
+}
+macro_rules! filter_where {
+    () => {
+        "WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR p.name = ?2) \
+         AND (?3 IS NULL OR r.kind = ?3) "
+    };
+}
+
+impl Inbox {
+    /// A page of requests, newest first, with the number of all that match.
+    pub async fn list_requests(&self, filter: &RequestFilter) -> Result<RequestList> {
+        let limit = filter
+            .limit
+            .unwrap_or(DEFAULT_REQUESTS_PAGE)
+            .clamp(1, MAX_REQUESTS_PAGE);
+        let before = filter.before.as_deref().map(decode_cursor).transpose()?;
+        let (before_at, before_id) = match &before {
+            Some((at, id)) => (Some(*at), Some(id.as_str())),
+            None => (None, None),
+        };
+        let status = filter.status.map(RequestStatus::as_str);
+        let kind = filter.kind.map(RequestKind::as_str);
+        let mut conn = self.store().pool().acquire().await?;
+        // One more than the page, to know whether another page follows.
+        let rows = sqlx::query(concat!(
+            summary_select!(),
+            filter_where!(),
+            "AND (?4 IS NULL OR r.created_at < ?4 OR (r.created_at = ?4 AND r.id < ?5)) \
+             ORDER BY r.created_at DESC, r.id DESC LIMIT ?6"
+        ))
+        .bind(status)
+        .bind(filter.project.as_deref())
+        .bind(kind)
+        .bind(before_at)
+        .bind(before_id)
+        .bind(i64::from(limit) + 1)
+        .fetch_all(&mut *conn)
+        .await?;
+        let count: i64 = sqlx::query_scalar(concat!(
+            "SELECT COUNT(*) FROM inbox_requests r \
+             JOIN inbox_projects p ON p.id = r.project_id ",
+            filter_where!()
+        ))
+        .bind(status)
+        .bind(filter.project.as_deref())
+        .bind(kind)
+        .fetch_one(&mut *conn)
+        .await?;
+        let more = rows.len() > limit as usize;
+        let mut items = Vec::with_capacity(rows.len().min(limit as usize));
+        for row in rows.iter().take(limit as usize) {
+            items.push(summary_from_row(row)?);
+        }
+        let next_cursor = if more {
+            items
+                .last()
+                .map(|last| encode_cursor(last.created_at.unix_millis(), &last.id))
+        } else {
+            None
+        };
+        Ok(RequestList {
+            items,
+            count: u64::try_from(count).unwrap_or(0),
+            next_cursor,
+        })
+    }
+
+    /// One request whole, whoever created it.
+    pub async fn request_view(&self, id: &str) -> Result<RequestView> {
+        let mut conn = self.store().pool().acquire().await?;
+        let row = sqlx::query(concat!(summary_select!(), "WHERE r.id = ?"))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or_else(|| InboxError::NotFound(format!("request {id}")))?;
+        let summary = summary_from_row(&row)?;
+        let bodies = sqlx::query("SELECT request, result FROM inbox_requests WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+        let request: String = bodies.try_get("request")?;
+        let result: Option<String> = bodies.try_get("result")?;
+        let mut view = RequestView {
+            summary,
+            key_value_context: None,
+            approval_recommendation: None,
+            field_bids: Vec::new(),
+            fields: Vec::new(),
+            attachments: Vec::new(),
+            result: result.map(|r| from_json(&r, "result")).transpose()?,
+            events: Vec::new(),
+        };
+        match view.summary.kind {
+            RequestKind::Approval => {
+                let r: ApprovalRequest = from_json(&request, "request")?;
+                view.key_value_context = r.key_value_context;
+                view.approval_recommendation = r.recommendation;
+                view.attachments = r.attachments.unwrap_or_default();
+            }
+            RequestKind::Elicitation => {
+                let r: ElicitationRequest = from_json(&request, "request")?;
+                view.key_value_context = r.key_value_context;
+                view.field_bids = r.recommendation.unwrap_or_default();
+                view.fields = r.fields;
+                view.attachments = r.attachments.unwrap_or_default();
+            }
+        }
+        let events = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM inbox_events WHERE task_id = ? ORDER BY seq LIMIT ?"
+        ))
+        .bind(&view.summary.task_id)
+        .bind(i64::from(MAX_VIEW_EVENTS))
+        .fetch_all(&mut *conn)
+        .await?;
+        for event in &events {
+            view.events.push(event_from_row(event)?);
+        }
+        Ok(view)
+    }
+
+    /// How many requests wait for a human.
+    pub async fn pending_count(&self) -> Result<u64> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM inbox_requests WHERE status = 'pending'")
+                .fetch_one(self.store().pool())
+                .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+fn summary_from_row(row: &SqliteRow) -> Result<RequestSummary> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    let decided_at: Option<i64> = row.try_get("decided_at")?;
+    let outcome: Option<String> = row.try_get("outcome")?;
+    Ok(RequestSummary {
+        id: row.try_get("id")?,
+        kind: super::wire_enum(kind, "request kind")?,
+        status: super::wire_enum(status, "request status")?,
+        project_name: row.try_get("project_name")?,
+        task_id: row.try_get("task_id")?,
+        task_name: row.try_get("task_name")?,
+        summary: row
+            .try_get::<Option<String>, _>("summary")?
+            .unwrap_or_default(),
+        created_at: Timestamp::from_unix_millis(row.try_get("created_at")?),
+        decided_at: decided_at.map(Timestamp::from_unix_millis),
+        decided_by: row.try_get("decided_by")?,
+        outcome: outcome
+            .map(|o| super::wire_enum(o, "approval outcome"))
+            .transpose()?,
+    })
+}
+
+// A page cursor: "r" + the hex millisecond time of the page's last request + "." + its id.
+fn encode_cursor(created_at: i64, id: &str) -> String {
+    format!("r{created_at:x}.{id}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String)> {
+    cursor
+        .strip_prefix('r')
+        .and_then(|rest| rest.split_once('.'))
+        .filter(|(_, id)| !id.is_empty() && id.len() <= 64)
+        .and_then(|(ms, id)| Some((i64::from_str_radix(ms, 16).ok()?, id.to_owned())))
+        .ok_or_else(|| InboxError::Invalid {
+            code: "invalid_cursor",
+            message: format!("{cursor:?} is not a cursor this API returned"),
+        })
+}
+
+#[cfg(test)]
+mod tests;
