@@ -43,6 +43,7 @@ pub mod error;
 pub mod fields;
 pub mod model;
 pub mod outcome;
+pub mod reviewers;
 pub mod service;
 
 pub use error::InboxError;

@@ -1,0 +1,586 @@
+//! Reviewers: the people who decide the inbox's requests, and how they prove who they are.
+//! Reviewers are separate from agent keys: nothing here accepts an agent key, so an agent can
+//! never act as a reviewer.
+//!
+//! # The flow at a glance
+//!
+//! 1. A reviewer is added by name ([`Reviewers::add`]; the gateway's first start adds
+//!    `admin` with [`Reviewers::ensure`]).
+//! 2. [`Reviewers::login_token`] makes a one-time login token for them, shown to a person as
+//!    a link `…/inbox/login/<token>`. It is valid for [`LOGIN_TTL_MS`] (24 h).
+//! 3. Opening the link calls [`Reviewers::login`]: in one transaction the token is consumed
+//!    (a conditional `UPDATE … WHERE consumed_at IS NULL AND expires_at > now`, so of two
+//!    racing uses exactly one wins) and a browser session is created, with its own session
+//!    token (the cookie) and CSRF token. Sessions last [`SESSION_TTL_MS`] (30 days) from login.
+//! 4. Each request with the cookie is checked by [`Reviewers::session`], which names the
+//!    reviewer and gives the session's CSRF token; [`Reviewers::logout`] ends the session.
+//! 5. Programs (the `tern inbox` CLI) use bearer tokens `tern_rv_<64 hex>` from
+//!    [`Reviewers::bearer_token`], checked by [`Reviewers::check_bearer`].
+//! 6. [`Reviewers::remove`] disables a reviewer: their sessions end, their tokens are revoked
+//!    and their unused login links stop working; the row stays so old decisions keep a name.
+//!
+//! # Secrets
+//!
+//! Every secret is 256 random bits from the system generator, and only its SHA-256 is stored.
+//! Bearer tokens are checked as the gateway checks agent keys: the candidate's hash is
+//! compared in constant time with every active token's hash. Login and session tokens, of
+//! which there can be many, are looked up by their hash through the table's index: the lookup
+//! can at most reveal how much of a *hash* matched, which does not help to find a token.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+use subtle::ConstantTimeEq;
+use tern_store::{Store, StoreError, now_ms};
+
+use crate::service::Inbox;
+
+/// How long a login link works.
+pub const LOGIN_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+/// How long a browser session lasts from login.
+pub const SESSION_TTL_MS: i64 = 30 * 24 * 60 * 60 * 1000;
+/// The start of every reviewer bearer token.
+pub const BEARER_PREFIX: &str = "tern_rv_";
+/// The reviewer the gateway creates on its first start.
+pub const ADMIN: &str = "admin";
+/// The longest reviewer name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// A reviewer operation that did not happen; nothing is stored when one is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewerError {
+    #[error("no reviewer named {0:?}")]
+    NotFound(String),
+    #[error("a reviewer named {0:?} already exists")]
+    Exists(String),
+    #[error("invalid reviewer name {0:?}: use 1 to {MAX_NAME_LEN} letters, digits and . _ - @")]
+    InvalidName(String),
+    #[error("the system random generator failed: {0}")]
+    Random(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for ReviewerError {
+    fn from(e: sqlx::Error) -> Self {
+        ReviewerError::Store(StoreError::Db(e))
+    }
+}
+
+pub type Result<T, E = ReviewerError> = std::result::Result<T, E>;
+
+/// A reviewer as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reviewer {
+    pub id: String,
+    pub name: String,
+    pub admin: bool,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
+/// A session just created by a login: `token` goes into the cookie, and is seen only now.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub token: String,
+    pub csrf: String,
+    pub reviewer: String,
+    /// Milliseconds since the Unix epoch.
+    pub expires_at: i64,
+}
+
+/// A live session, found by its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub reviewer: String,
+    pub csrf: String,
+    pub expires_at: i64,
+}
+
+/// The reviewers, their login links, sessions and tokens. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Reviewers {
+    store: Store,
+}
+
+impl Inbox {
+    /// The reviewers of this inbox (same database).
+    pub fn reviewers(&self) -> Reviewers {
+        Reviewers::new(self.store().clone())
+    }
+}
+
+/// 32 random bytes as 64 hex characters.
+fn random_hex() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ReviewerError::Random(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Hex SHA-256 of a secret, as stored.
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}
+
+fn reviewer_from_row(row: &SqliteRow) -> Result<Reviewer> {
+    Ok(Reviewer {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        admin: row.try_get::<i64, _>("is_admin")? != 0,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl Reviewers {
+    pub fn new(store: Store) -> Self {
+        Reviewers { store }
+    }
+
+    /// The active reviewer named `name`.
+    pub async fn get(&self, name: &str) -> Result<Option<Reviewer>> {
+        let row = sqlx::query(
+            "SELECT id, name, is_admin, created_at FROM inbox_reviewers \
+             WHERE name = ? AND disabled_at IS NULL",
+        )
+        .bind(name)
+        .fetch_optional(self.store.pool())
+        .await?;
+        row.as_ref().map(reviewer_from_row).transpose()
+    }
+
+    async fn require(&self, name: &str) -> Result<Reviewer> {
+        self.get(name)
+            .await?
+            .ok_or_else(|| ReviewerError::NotFound(name.to_owned()))
+    }
+
+    /// Adds a reviewer; the name must be new among active reviewers.
+    pub async fn add(&self, name: &str, admin: bool) -> Result<Reviewer> {
+        if !valid_name(name) {
+            return Err(ReviewerError::InvalidName(name.to_owned()));
+        }
+        let reviewer = Reviewer {
+            id: new_id(),
+            name: name.to_owned(),
+            admin,
+            created_at: now_ms(),
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO inbox_reviewers (id, name, is_admin, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&reviewer.id)
+        .bind(&reviewer.name)
+        .bind(i64::from(admin))
+        .bind(reviewer.created_at)
+        .execute(self.store.pool())
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            return Err(ReviewerError::Exists(name.to_owned()));
+        }
+        Ok(reviewer)
+    }
+
+    /// The reviewer named `name`, added first if there is none; `true` when it was added.
+    pub async fn ensure(&self, name: &str, admin: bool) -> Result<(Reviewer, bool)> {
+        match self.add(name, admin).await {
+            Ok(r) => Ok((r, true)),
+            // Someone else (another gateway start) may have added it in between.
+            Err(ReviewerError::Exists(_)) => Ok((self.require(name).await?, false)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The active reviewers, by name.
+    pub async fn list(&self) -> Result<Vec<Reviewer>> {
+        let rows = sqlx::query(
+            "SELECT id, name, is_admin, created_at FROM inbox_reviewers \
+             WHERE disabled_at IS NULL ORDER BY name",
+        )
+        .fetch_all(self.store.pool())
+        .await?;
+        rows.iter().map(reviewer_from_row).collect()
+    }
+
+    /// Disables a reviewer: ends their sessions, revokes their tokens and voids their unused
+    /// login links. `false` when there was no such active reviewer.
+    pub async fn remove(&self, name: &str) -> Result<bool> {
+        let now = now_ms();
+        let mut tx = self.store.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let Some(row) =
+            sqlx::query("SELECT id FROM inbox_reviewers WHERE name = ? AND disabled_at IS NULL")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(false);
+        };
+        let id: String = row.try_get("id")?;
+        sqlx::query("UPDATE inbox_reviewers SET disabled_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM inbox_sessions WHERE reviewer_id = ?")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE inbox_reviewer_tokens SET revoked_at = ? \
+             WHERE reviewer_id = ? AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        // Marked as expired rather than consumed, so "has logged in" stays truthful.
+        sqlx::query(
+            "UPDATE inbox_login_tokens SET expires_at = ? \
+             WHERE reviewer_id = ? AND consumed_at IS NULL AND expires_at > ?",
+        )
+        .bind(now)
+        .bind(&id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    // ---- login links and sessions ---------------------------------------------------------
+
+    /// A new one-time login token for `name` (the only time it is seen), valid for
+    /// [`LOGIN_TTL_MS`]. Earlier links stay valid until used or expired.
+    pub async fn login_token(&self, name: &str) -> Result<String> {
+        let reviewer = self.require(name).await?;
+        let token = random_hex()?;
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO inbox_login_tokens (token_hash, reviewer_id, created_at, expires_at) \
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(hash(&token))
+        .bind(&reviewer.id)
+        .bind(now)
+        .bind(now + LOGIN_TTL_MS)
+        .execute(self.store.pool())
+        .await?;
+        Ok(token)
+    }
+
+    /// Whether `name` has ever logged in with a link.
+    pub async fn has_logged_in(&self, name: &str) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT 1 FROM inbox_login_tokens l JOIN inbox_reviewers r ON r.id = l.reviewer_id \
+             WHERE r.name = ? AND r.disabled_at IS NULL AND l.consumed_at IS NOT NULL LIMIT 1",
+        )
+        .bind(name)
+        .fetch_optional(self.store.pool())
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// Consumes a login token and opens a session. `None` when the token is unknown, used,
+    /// expired, or its reviewer was removed — deliberately one answer for all four.
+    pub async fn login(&self, token: &str) -> Result<Option<NewSession>> {
+        let now = now_ms();
+        let token_hash = hash(token);
+        let mut tx = self.store.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let claimed = sqlx::query(
+            "UPDATE inbox_login_tokens SET consumed_at = ? \
+             WHERE token_hash = ? AND consumed_at IS NULL AND expires_at > ? \
+             RETURNING reviewer_id",
+        )
+        .bind(now)
+        .bind(&token_hash)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(claimed) = claimed else {
+            return Ok(None);
+        };
+        let reviewer_id: String = claimed.try_get("reviewer_id")?;
+        let Some(reviewer) =
+            sqlx::query("SELECT name FROM inbox_reviewers WHERE id = ? AND disabled_at IS NULL")
+                .bind(&reviewer_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            // Dropping the transaction rolls the claim back; the token is void anyway.
+            return Ok(None);
+        };
+        let session = NewSession {
+            token: random_hex()?,
+            csrf: random_hex()?,
+            reviewer: reviewer.try_get("name")?,
+            expires_at: now + SESSION_TTL_MS,
+        };
+        sqlx::query(
+            "INSERT INTO inbox_sessions (token_hash, reviewer_id, csrf_token, created_at, \
+             expires_at) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(hash(&session.token))
+        .bind(&reviewer_id)
+        .bind(&session.csrf)
+        .bind(now)
+        .bind(session.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        // Upkeep while holding the write lock anyway: sessions past their end are dead rows.
+        sqlx::query("DELETE FROM inbox_sessions WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(session))
+    }
+
+    /// The live session with this token, or `None` (unknown, expired, logged out, or its
+    /// reviewer removed).
+    pub async fn session(&self, token: &str) -> Result<Option<SessionInfo>> {
+        let token_hash = hash(token);
+        let row = sqlx::query(
+            "SELECT s.token_hash, s.csrf_token, s.expires_at, r.name FROM inbox_sessions s \
+             JOIN inbox_reviewers r ON r.id = s.reviewer_id \
+             WHERE s.token_hash = ? AND s.expires_at > ? AND r.disabled_at IS NULL",
+        )
+        .bind(&token_hash)
+        .bind(now_ms())
+        .fetch_optional(self.store.pool())
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let stored: String = row.try_get("token_hash")?;
+        if !bool::from(stored.as_bytes().ct_eq(token_hash.as_bytes())) {
+            return Ok(None);
+        }
+        Ok(Some(SessionInfo {
+            reviewer: row.try_get("name")?,
+            csrf: row.try_get("csrf_token")?,
+            expires_at: row.try_get("expires_at")?,
+        }))
+    }
+
+    /// Ends the session with this token; `false` when there was none.
+    pub async fn logout(&self, token: &str) -> Result<bool> {
+        let n = sqlx::query("DELETE FROM inbox_sessions WHERE token_hash = ?")
+            .bind(hash(token))
+            .execute(self.store.pool())
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    // ---- bearer tokens --------------------------------------------------------------------
+
+    /// A new bearer token `tern_rv_<64 hex>` for `name` (the only time it is seen).
+    pub async fn bearer_token(&self, name: &str, label: &str) -> Result<String> {
+        let reviewer = self.require(name).await?;
+        let token = format!("{BEARER_PREFIX}{}", random_hex()?);
+        sqlx::query(
+            "INSERT INTO inbox_reviewer_tokens (token_hash, reviewer_id, label, created_at) \
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(hash(&token))
+        .bind(&reviewer.id)
+        .bind(label)
+        .bind(now_ms())
+        .execute(self.store.pool())
+        .await?;
+        Ok(token)
+    }
+
+    /// Revokes `name`'s active tokens labelled `label`; returns how many.
+    pub async fn revoke_tokens(&self, name: &str, label: &str) -> Result<u64> {
+        let n = sqlx::query(
+            "UPDATE inbox_reviewer_tokens SET revoked_at = ? \
+             WHERE label = ? AND revoked_at IS NULL AND reviewer_id IN \
+             (SELECT id FROM inbox_reviewers WHERE name = ?)",
+        )
+        .bind(now_ms())
+        .bind(label)
+        .bind(name)
+        .execute(self.store.pool())
+        .await?
+        .rows_affected();
+        Ok(n)
+    }
+
+    /// The name of the active reviewer whose bearer token `token` is, or `None`.
+    pub async fn check_bearer(&self, token: &str) -> Result<Option<String>> {
+        if !token.starts_with(BEARER_PREFIX) {
+            return Ok(None);
+        }
+        let candidate: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let rows = sqlx::query(
+            "SELECT t.token_hash, r.name FROM inbox_reviewer_tokens t \
+             JOIN inbox_reviewers r ON r.id = t.reviewer_id \
+             WHERE t.revoked_at IS NULL AND r.disabled_at IS NULL",
+        )
+        .fetch_all(self.store.pool())
+        .await?;
+        let mut found = None;
+        for row in rows {
+            let stored: String = row.try_get("token_hash")?;
+            let Ok(bytes) = hex::decode(&stored) else {
+                continue;
+            };
+            // Every token is compared, whatever matched before, so timing says nothing about
+            // which token (or how much of one) matched.
+            if bytes.len() == 32 && bool::from(bytes.ct_eq(&candidate)) && found.is_none() {
+                found = Some(row.try_get("name")?);
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn reviewers() -> (tempfile::TempDir, Reviewers) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        (dir, Reviewers::new(store))
+    }
+
+    #[tokio::test]
+    async fn add_list_and_names() {
+        let (_d, r) = reviewers().await;
+        let alice = r.add("alice", false).await.unwrap();
+        assert!(!alice.admin);
+        assert!(matches!(
+            r.add("alice", true).await,
+            Err(ReviewerError::Exists(_))
+        ));
+        for bad in ["", "a b", "x/y", &"a".repeat(65)] {
+            assert!(matches!(
+                r.add(bad, false).await,
+                Err(ReviewerError::InvalidName(_))
+            ));
+        }
+        let (admin, created) = r.ensure(ADMIN, true).await.unwrap();
+        assert!(created && admin.admin);
+        let (again, created) = r.ensure(ADMIN, true).await.unwrap();
+        assert!(!created);
+        assert_eq!(again.id, admin.id);
+        let names: Vec<_> = r
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|x| x.name)
+            .collect();
+        assert_eq!(names, ["admin", "alice"]);
+    }
+
+    #[tokio::test]
+    async fn login_token_works_once() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        assert!(!r.has_logged_in("alice").await.unwrap());
+        let token = r.login_token("alice").await.unwrap();
+        assert_eq!(token.len(), 64);
+        let s = r.login(&token).await.unwrap().expect("first use logs in");
+        assert_eq!(s.reviewer, "alice");
+        assert_ne!(s.token, s.csrf);
+        assert!(
+            r.login(&token).await.unwrap().is_none(),
+            "second use refused"
+        );
+        assert!(r.login("nonsense").await.unwrap().is_none());
+        assert!(r.has_logged_in("alice").await.unwrap());
+        let info = r.session(&s.token).await.unwrap().expect("session live");
+        assert_eq!(info.reviewer, "alice");
+        assert_eq!(info.csrf, s.csrf);
+        assert!(r.session(&s.csrf).await.unwrap().is_none());
+        assert!(r.logout(&s.token).await.unwrap());
+        assert!(r.session(&s.token).await.unwrap().is_none());
+        assert!(matches!(
+            r.login_token("bob").await,
+            Err(ReviewerError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn expired_login_token_is_refused() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        let token = r.login_token("alice").await.unwrap();
+        sqlx::query("UPDATE inbox_login_tokens SET expires_at = ?")
+            .bind(now_ms() - 1)
+            .execute(r.store.pool())
+            .await
+            .unwrap();
+        assert!(r.login(&token).await.unwrap().is_none());
+        assert!(!r.has_logged_in("alice").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn expired_session_is_refused() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        let token = r.login_token("alice").await.unwrap();
+        let s = r.login(&token).await.unwrap().unwrap();
+        sqlx::query("UPDATE inbox_sessions SET expires_at = ?")
+            .bind(now_ms() - 1)
+            .execute(r.store.pool())
+            .await
+            .unwrap();
+        assert!(r.session(&s.token).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        let t = r.bearer_token("alice", "cli").await.unwrap();
+        assert!(t.starts_with(BEARER_PREFIX));
+        assert_eq!(t.len(), BEARER_PREFIX.len() + 64);
+        assert_eq!(r.check_bearer(&t).await.unwrap().as_deref(), Some("alice"));
+        assert_eq!(r.check_bearer("tern_rv_00").await.unwrap(), None);
+        // The hash is not the token.
+        assert_eq!(r.check_bearer(&hash(&t)).await.unwrap(), None);
+        assert_eq!(r.revoke_tokens("alice", "other").await.unwrap(), 0);
+        assert_eq!(r.revoke_tokens("alice", "cli").await.unwrap(), 1);
+        assert_eq!(r.check_bearer(&t).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn removal_ends_everything_and_frees_the_name() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        let link = r.login_token("alice").await.unwrap();
+        let used = r.login_token("alice").await.unwrap();
+        let s = r.login(&used).await.unwrap().unwrap();
+        let t = r.bearer_token("alice", "cli").await.unwrap();
+        assert!(r.remove("alice").await.unwrap());
+        assert!(!r.remove("alice").await.unwrap());
+        assert!(r.session(&s.token).await.unwrap().is_none());
+        assert_eq!(r.check_bearer(&t).await.unwrap(), None);
+        assert!(r.login(&link).await.unwrap().is_none());
+        assert!(r.get("alice").await.unwrap().is_none());
+        // A new alice is a new reviewer; the old one's credentials stay dead.
+        let again = r.add("alice", false).await.unwrap();
+        assert_eq!(r.list().await.unwrap(), vec![again]);
+        assert_eq!(r.check_bearer(&t).await.unwrap(), None);
+        assert!(r.session(&s.token).await.unwrap().is_none());
+    }
+}
