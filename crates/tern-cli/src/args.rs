@@ -131,6 +131,11 @@ pub struct GatewayArgs {
     /// Log format on stderr
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Serve only the human inbox (its agent API, reviewers and web inbox): a remote inbox
+    /// for agents on other machines. No model is needed; session and OpenAI routes answer 404.
+    #[arg(long)]
+    pub inbox_only: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //! the hook bus and the agent → make sure a key exists (first start: create one, write it to
 //! `$TERN_HOME/gateway.key` mode 0600, print the path) → bind and serve → on SIGTERM or
 //! SIGINT stop accepting work, drain running turns within the drain timeout, interrupt the
-//! rest, and exit once they have recorded their interruption.
+//! rest, and exit once they have recorded their interruption. `--inbox-only` serves the
+//! human inbox alone (no model needed).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_gateway::{Authenticator, Gateway, GatewaySettings, Serve, auth};
 use tern_tools::approval::Grants;
 use tern_tools::{Approver, DenyAll};
 use tokio_util::sync::CancellationToken;
@@ -99,6 +100,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     );
     let model = match eff.resolved_model() {
         Ok(m) => m.name,
+        Err(_) if args.inbox_only => String::new(),
         Err(e) => {
             tracing::warn!("{e}; turns will fail until a model is configured");
             String::new()
@@ -150,7 +152,12 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
     gw.spawn_upkeep(stop.clone());
-    let app = gw.router();
+    let app = if args.inbox_only {
+        tracing::info!("serving the human inbox only (--inbox-only)");
+        gw.router_for(Serve::InboxOnly)
+    } else {
+        gw.router()
+    };
     let server_stop = CancellationToken::new();
     let server = tokio::spawn(
         axum::serve(listener, app)

@@ -61,12 +61,23 @@ impl Env {
 
     /// Starts the gateway on a free port and waits until it listens.
     fn gateway(&self, extra_env: &[(&str, &str)]) -> Running {
+        self.gateway_with(&[], extra_env)
+    }
+
+    /// [`Env::gateway`] with more command-line arguments.
+    fn gateway_with(&self, extra_args: &[&str], extra_env: &[(&str, &str)]) -> Running {
         let mut c = self.tern();
         c.args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in extra_env {
-            c.env(k, v);
+            // An empty value unsets the variable.
+            if v.is_empty() {
+                c.env_remove(k);
+            } else {
+                c.env(k, v);
+            }
         }
         let mut child = c.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
@@ -554,4 +565,41 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         "repaired: {tool}"
     );
     assert_eq!(msgs.last().unwrap()["content"], "again");
+}
+
+#[tokio::test]
+async fn inbox_only_serves_the_inbox_without_a_model() {
+    let env = Env::new().await;
+    // No model anywhere: an inbox-only gateway needs none.
+    let gw = env.gateway_with(
+        &["--inbox-only"],
+        &[("OPENAI_BASE_URL", ""), ("TERN_MODEL", "")],
+    );
+    let key = env.first_key();
+    assert_eq!(get(&format!("{}/health", gw.url), &key).await, 200);
+    assert_eq!(get(&format!("{}/api/projects", gw.url), &key).await, 200);
+    let (status, task) = post(
+        &format!("{}/api/tasks", gw.url),
+        &key,
+        json!({"name": "remote", "projectName": "default"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{task}");
+    // The agent side is not served.
+    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 404);
+    let (status, _) = post(
+        &format!("{}/v1/chat/completions", gw.url),
+        &key,
+        json!({"model": "x", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(
+        !gw.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("turns will fail")),
+        "no model warning in inbox-only mode"
+    );
 }

@@ -72,6 +72,16 @@ pub struct Gateway {
     pub inbox: tern_inbox::Inbox,
 }
 
+/// What a gateway serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// Agents' sessions, the OpenAI-compatible API and the inbox.
+    Everything,
+    /// Only the human inbox (`tern gateway --inbox-only`): a remote inbox for agents that
+    /// run on other machines.
+    InboxOnly,
+}
+
 /// The name of the API key a request authenticated with, put in the request's extensions by
 /// the key check; the inbox uses it as the owner of tasks and requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,9 +113,15 @@ impl Gateway {
         tokio::spawn(self.turns.clone().trim_when_idle(stop));
     }
 
-    /// The HTTP routes.
+    /// The HTTP routes of a full gateway: the agent's and the inbox's.
     pub fn router(self: &Arc<Self>) -> Router {
-        let authed = Router::new()
+        self.router_for(Serve::Everything)
+    }
+
+    /// The HTTP routes for `serve`: with [`Serve::InboxOnly`] the session and OpenAI routes
+    /// are left out (they answer 404) and only the inbox is served.
+    pub fn router_for(self: &Arc<Self>, serve: Serve) -> Router {
+        let agent_routes = Router::new()
             .route(
                 "/api/sessions",
                 get(api::list_sessions).post(api::create_session),
@@ -122,7 +138,8 @@ impl Gateway {
             .route("/api/sessions/{id}/stop", post(api::stop))
             .route("/api/sessions/{id}/reset", post(api::reset))
             .route("/v1/chat/completions", post(openai::completions))
-            .route("/v1/models", get(openai::models))
+            .route("/v1/models", get(openai::models));
+        let mut authed = Router::new()
             .route("/api/projects", get(inbox_api::projects))
             .route("/api/projects/{id}", get(inbox_api::project))
             .route(
@@ -146,8 +163,11 @@ impl Gateway {
             )
             .route("/api/agent-actions", post(inbox_api::record_action))
             .route("/api/exceptions", post(inbox_api::report_exception))
-            .route("/api/notes", post(inbox_api::add_note))
-            .route_layer(middleware::from_fn_with_state(self.clone(), require_key));
+            .route("/api/notes", post(inbox_api::add_note));
+        if serve == Serve::Everything {
+            authed = authed.merge(agent_routes);
+        }
+        let authed = authed.route_layer(middleware::from_fn_with_state(self.clone(), require_key));
         Router::new()
             .route("/health", get(health))
             .route("/v1/health", get(health))
