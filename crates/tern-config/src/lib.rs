@@ -25,6 +25,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod inbox;
+pub use inbox::{
+    AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxNotifyConfig,
+    InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig, parse_duration,
+};
+
 /// Environment variable naming the tern home directory.
 pub const ENV_TERN_HOME: &str = "TERN_HOME";
 /// Environment variable with the OpenAI-compatible endpoint.
@@ -218,6 +224,8 @@ pub struct Config {
     /// `[[webhooks]]`: URLs that lifecycle events are POSTed to (see `docs/hooks.md`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<WebhookConfig>,
+    /// `[inbox]`: the human inbox (see [`InboxConfig`]).
+    pub inbox: InboxConfig,
 }
 
 /// `[model]`: which OpenAI-compatible endpoint and model to talk to.
@@ -455,6 +463,8 @@ pub const KEYS: &[&str] = &[
     "gateway.max_concurrent_turns",
     "gateway.max_body_bytes",
     "gateway.drain_timeout_secs",
+    "inbox.public_url",
+    "inbox.max_upload_bytes",
 ];
 
 /// The configuration in force after all layers are applied.
@@ -610,6 +620,15 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         }
     }
 
+    if let Some(url) = &mut config.inbox.public_url {
+        let trimmed = url.trim().trim_end_matches('/');
+        if trimmed.is_empty() {
+            config.inbox.public_url = None;
+        } else if trimmed.len() != url.len() {
+            *url = trimmed.to_owned();
+        }
+    }
+
     let mut sources: BTreeMap<&'static str, Source> = KEYS
         .iter()
         .map(|&k| {
@@ -621,7 +640,12 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
             (k, source)
         })
         .collect();
-    for key in ["model.base_url", "model.api_key", "model.name"] {
+    for key in [
+        "model.base_url",
+        "model.api_key",
+        "model.name",
+        "inbox.public_url",
+    ] {
         if value_is_none(&config, key) {
             sources.insert(key, Source::Default);
         }
@@ -669,6 +693,7 @@ fn value_is_none(config: &Config, key: &str) -> bool {
         "model.api_key" => config.model.api_key.is_none(),
         "model.name" => config.model.name.is_none(),
         "agent.system_prompt" => config.agent.system_prompt.is_none(),
+        "inbox.public_url" => config.inbox.public_url.is_none(),
         _ => false,
     }
 }
@@ -906,7 +931,8 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             c.gateway.max_body_bytes
         )));
     }
-    validate_hooks(eff)
+    validate_hooks(eff)?;
+    inbox::validate_inbox(&c.inbox, &eff.config_path)
 }
 
 /// Masks a secret for display: the first 3 and last 4 characters of secrets
@@ -964,7 +990,7 @@ pub fn render_masked(eff: &Effective) -> String {
     }
 
     let opt = |v: &Option<String>| v.as_deref().map(quote);
-    let sections: [(&str, Vec<RenderedValue>); 5] = [
+    let sections: [(&str, Vec<RenderedValue>); 6] = [
         (
             "model",
             vec![
@@ -1036,6 +1062,16 @@ pub fn render_masked(eff: &Effective) -> String {
                 ),
             ],
         ),
+        (
+            "inbox",
+            vec![
+                ("inbox.public_url", opt(&c.inbox.public_url)),
+                (
+                    "inbox.max_upload_bytes",
+                    Some(c.inbox.max_upload_bytes.to_string()),
+                ),
+            ],
+        ),
     ];
 
     for (name, entries) in sections {
@@ -1068,6 +1104,7 @@ pub fn render_masked(eff: &Effective) -> String {
             out.push_str(&format!("{text}{:pad$}   # {note}\n", ""));
         }
     }
+    inbox::render_inbox_tables(&c.inbox, CONFIG_FILE, &mut out);
     render_subscribers(c, &mut out);
     out
 }
@@ -1452,6 +1489,10 @@ listen = "0.0.0.0:9000"
 max_concurrent_turns = 2
 max_body_bytes = 4096
 drain_timeout_secs = 0
+
+[inbox]
+public_url = "https://inbox.example/"
+max_upload_bytes = 1000
 "#,
         );
         let eff = load(&home, &no_env).unwrap();
@@ -1484,6 +1525,9 @@ drain_timeout_secs = 0
                 drain_timeout_secs: 0,
             }
         );
+        // Trailing slash stripped.
+        assert_eq!(c.inbox.public_url.as_deref(), Some("https://inbox.example"));
+        assert_eq!(c.inbox.max_upload_bytes, 1000);
         assert!(eff.sources.values().all(|s| *s == Source::File));
     }
 

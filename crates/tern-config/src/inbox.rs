@@ -1,0 +1,826 @@
+//! `[inbox]`: the human inbox — links, uploads, policies, notifications and projects.
+//!
+//! ```toml
+//! [inbox]
+//! public_url = "https://inbox.example"   # base of links; default: the gateway's address
+//! max_upload_bytes = 26214400             # 25 MiB
+//!
+//! [inbox.policy]
+//! expires_after = "2h"                    # off unless set
+//! expiry_outcome = "REJECT"               # what an expired approval becomes
+//! always_review = ["deploy_prod"]         # actions no auto-approve rule covers
+//!
+//! [[inbox.policy.auto_approve]]
+//! project = "default"
+//! action = "read_logs"                    # or: summary = "^Read .* logs$"
+//! task = "…"                              # optional: only this task
+//!
+//! [[inbox.policy.rate_limit]]
+//! action = "send_email"
+//! max = 10
+//! window = "1h"
+//!
+//! [[inbox.notify]]
+//! url = "https://hooks.example/inbox"
+//! secret = "at least 16 characters"
+//!
+//! [[inbox.projects]]
+//! name = "refunds"
+//! initial_step = "triage"
+//! steps = [{ name = "triage", owner = "AGENT", exits = ["review"] }, { name = "review", owner = "HUMAN" }]
+//! ```
+//!
+//! Everything is checked when the file is loaded ([`validate_inbox`]): a bad regex, an
+//! unknown outcome, a zero window or an inconsistent project is refused with the key it is
+//! at, before the gateway starts.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ConfigError, is_http_url, mask_secret, mask_url, quote, quote_array};
+
+/// The default of `inbox.max_upload_bytes`: 25 MiB.
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 25 * 1024 * 1024;
+
+/// The approval outcomes an expired request may be given (`expiry_outcome`).
+pub const EXPIRY_OUTCOMES: &[&str] = &[
+    "APPROVE",
+    "REJECT",
+    "EDIT_AND_APPROVE",
+    "ESCALATE",
+    "REQUEST_MORE_INFO",
+];
+
+/// `[inbox]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InboxConfig {
+    /// Base of the links in notifications and login links, e.g. `https://inbox.example`;
+    /// unset: the gateway's listen address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// Largest file `POST /api/uploads` accepts (413 past it).
+    pub max_upload_bytes: u64,
+    pub policy: InboxPolicyConfig,
+    /// `[[inbox.notify]]`: URLs told about every new request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<InboxNotifyConfig>,
+    /// `[[inbox.projects]]`: projects the gateway creates at start when missing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub projects: Vec<InboxProjectConfig>,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        InboxConfig {
+            public_url: None,
+            max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            policy: InboxPolicyConfig::default(),
+            notify: Vec::new(),
+            projects: Vec::new(),
+        }
+    }
+}
+
+/// `[inbox.policy]`: rules applied when a request is created.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InboxPolicyConfig {
+    /// A duration (`"30m"`, `"2h"`, `"1d"`, `"1h30m"`) after which a pending request
+    /// expires; unset: requests wait forever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_after: Option<String>,
+    /// The outcome an expired approval gets: one of [`EXPIRY_OUTCOMES`].
+    pub expiry_outcome: String,
+    /// `keyValueContext.action` values that always go to a human.
+    pub always_review: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auto_approve: Vec<AutoApproveConfig>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_limit: Vec<RateLimitConfig>,
+}
+
+impl Default for InboxPolicyConfig {
+    fn default() -> Self {
+        InboxPolicyConfig {
+            expires_after: None,
+            expiry_outcome: "REJECT".to_owned(),
+            always_review: Vec::new(),
+            auto_approve: Vec::new(),
+            rate_limit: Vec::new(),
+        }
+    }
+}
+
+impl InboxPolicyConfig {
+    /// `expires_after` parsed; `None` when unset. Validated at load, so an error here means
+    /// the value was changed afterwards.
+    pub fn expires_after_duration(&self) -> Result<Option<Duration>, String> {
+        self.expires_after
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+    }
+}
+
+/// One `[[inbox.policy.auto_approve]]` rule: approval requests in `project` whose
+/// `keyValueContext.action` is `action`, or whose summary matches the regex `summary`,
+/// are approved at once (only in task `task`, when set).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoApproveConfig {
+    pub project: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// A regular expression (Rust `regex` syntax), searched anywhere in the summary; anchor
+    /// it with `^…$` to match the whole summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+}
+
+/// One `[[inbox.policy.rate_limit]]` rule: at most `max` requests with
+/// `keyValueContext.action` = `action` per `window`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    pub action: String,
+    pub max: u32,
+    /// A duration, e.g. `"1h"`.
+    pub window: String,
+}
+
+/// One `[[inbox.notify]]` entry: a URL every new request is POSTed to, signed with `secret`
+/// the way `[[webhooks]]` are.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxNotifyConfig {
+    /// `http://` or `https://`.
+    pub url: String,
+    /// The HMAC-SHA256 key for `X-Tern-Signature`; at least 16 characters.
+    pub secret: String,
+    /// Attempts in all, the first included.
+    #[serde(default = "default_notify_max_attempts")]
+    pub max_attempts: u32,
+    /// The first retry waits this long; each next one twice as long, at most 10 minutes.
+    #[serde(default = "default_notify_retry_base_ms")]
+    pub retry_base_ms: u64,
+    /// Per attempt.
+    #[serde(default = "default_notify_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_notify_max_attempts() -> u32 {
+    10
+}
+
+fn default_notify_retry_base_ms() -> u64 {
+    1000
+}
+
+fn default_notify_timeout_ms() -> u64 {
+    10_000
+}
+
+// Hand-written so the secret never ends up in logs or panic messages.
+impl fmt::Debug for InboxNotifyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboxNotifyConfig")
+            .field("url", &mask_url(&self.url))
+            .field("secret", &mask_secret(&self.secret))
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_base_ms", &self.retry_base_ms)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+/// One `[[inbox.projects]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxProjectConfig {
+    pub name: String,
+    /// Default: the first step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_step: Option<String>,
+    pub steps: Vec<InboxStepConfig>,
+}
+
+impl InboxProjectConfig {
+    /// The initial step: `initial_step`, else the first step's name.
+    pub fn initial_step(&self) -> Option<&str> {
+        self.initial_step
+            .as_deref()
+            .or_else(|| self.steps.first().map(|s| s.name.as_str()))
+    }
+}
+
+/// A step of an `[[inbox.projects]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxStepConfig {
+    pub name: String,
+    /// `AGENT` (default) or `HUMAN`: whose move it is in this step.
+    #[serde(default = "default_step_owner")]
+    pub owner: String,
+    /// The steps this one may move to; unset: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits: Option<Vec<String>>,
+}
+
+fn default_step_owner() -> String {
+    "AGENT".to_owned()
+}
+
+/// Parses a duration: one or more `<number><unit>` parts, unit `s`, `m`, `h` or `d`
+/// (`"30m"`, `"2h"`, `"1d"`, `"1h30m"`). Zero and overflowing durations are refused.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let bad = || {
+        format!(
+            "{text:?} is not a duration: write a number and a unit, s, m, h or d (e.g. \"30m\", \"2h\", \"1h30m\")"
+        )
+    };
+    if text.is_empty() {
+        return Err(bad());
+    }
+    let mut total: u64 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit = rest[digits..].chars().next().ok_or_else(bad)?;
+        let seconds = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        total = number
+            .checked_mul(seconds)
+            .and_then(|s| total.checked_add(s))
+            .ok_or_else(|| format!("{text:?} is too long a duration"))?;
+        rest = &rest[digits + unit.len_utf8()..];
+    }
+    if total == 0 {
+        return Err(format!("{text:?} must be longer than zero"));
+    }
+    Ok(Duration::from_secs(total))
+}
+
+fn at(config_path: &Path, key: &str) -> String {
+    format!("{key} in {}", config_path.display())
+}
+
+/// Checks `[inbox]`; errors name the key and the file.
+pub(crate) fn validate_inbox(c: &InboxConfig, config_path: &Path) -> Result<(), ConfigError> {
+    let invalid = |key: &str, problem: String| {
+        ConfigError::Invalid(format!("{}: {problem}", at(config_path, key)))
+    };
+    if let Some(url) = &c.public_url
+        && !is_http_url(url.trim())
+    {
+        return Err(invalid(
+            "inbox.public_url",
+            format!("{url:?} is not a URL (it must start with http:// or https://)"),
+        ));
+    }
+    if c.max_upload_bytes < 1 {
+        return Err(invalid(
+            "inbox.max_upload_bytes",
+            "must be at least 1 (got 0)".to_owned(),
+        ));
+    }
+    let p = &c.policy;
+    if let Some(text) = &p.expires_after {
+        parse_duration(text).map_err(|e| invalid("inbox.policy.expires_after", e))?;
+    }
+    if !EXPIRY_OUTCOMES.contains(&p.expiry_outcome.as_str()) {
+        return Err(invalid(
+            "inbox.policy.expiry_outcome",
+            format!(
+                "unknown outcome {:?} (known: {})",
+                p.expiry_outcome,
+                EXPIRY_OUTCOMES.join(", ")
+            ),
+        ));
+    }
+    if p.always_review.iter().any(|a| a.trim().is_empty()) {
+        return Err(invalid(
+            "inbox.policy.always_review",
+            "an action must not be empty".to_owned(),
+        ));
+    }
+    for (i, rule) in p.auto_approve.iter().enumerate() {
+        let key = |field: &str| format!("inbox.policy.auto_approve[{i}].{field}");
+        if rule.project.trim().is_empty() {
+            return Err(invalid(&key("project"), "must not be empty".to_owned()));
+        }
+        match (&rule.action, &rule.summary) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(invalid(
+                    &format!("inbox.policy.auto_approve[{i}]"),
+                    "set exactly one of `action` and `summary`".to_owned(),
+                ));
+            }
+            (Some(action), None) if action.trim().is_empty() => {
+                return Err(invalid(&key("action"), "must not be empty".to_owned()));
+            }
+            (None, Some(pattern)) => {
+                regex::Regex::new(pattern).map_err(|e| {
+                    invalid(
+                        &key("summary"),
+                        format!("not a valid regular expression: {e}"),
+                    )
+                })?;
+            }
+            _ => {}
+        }
+        if rule.task.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(invalid(&key("task"), "must not be empty".to_owned()));
+        }
+    }
+    for (i, rule) in p.rate_limit.iter().enumerate() {
+        let key = |field: &str| format!("inbox.policy.rate_limit[{i}].{field}");
+        if rule.action.trim().is_empty() {
+            return Err(invalid(&key("action"), "must not be empty".to_owned()));
+        }
+        if rule.max < 1 {
+            return Err(invalid(
+                &key("max"),
+                "must be at least 1 (got 0)".to_owned(),
+            ));
+        }
+        parse_duration(&rule.window).map_err(|e| invalid(&key("window"), e))?;
+    }
+    for (i, n) in c.notify.iter().enumerate() {
+        let key = |field: &str| format!("inbox.notify[{i}].{field}");
+        if !is_http_url(n.url.trim()) {
+            return Err(invalid(
+                &key("url"),
+                format!(
+                    "{:?} is not a URL (it must start with http:// or https://)",
+                    mask_url(&n.url)
+                ),
+            ));
+        }
+        let len = n.secret.chars().count();
+        if len < 16 {
+            // Never echo the secret, not even a short one.
+            return Err(invalid(
+                &key("secret"),
+                format!("is too short: it must have at least 16 characters (got {len})"),
+            ));
+        }
+        for (field, value) in [
+            ("max_attempts", u64::from(n.max_attempts)),
+            ("retry_base_ms", n.retry_base_ms),
+            ("timeout_ms", n.timeout_ms),
+        ] {
+            if value < 1 {
+                return Err(invalid(
+                    &key(field),
+                    "must be at least 1 (got 0)".to_owned(),
+                ));
+            }
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    for (i, project) in c.projects.iter().enumerate() {
+        validate_project(project, |field, problem| {
+            invalid(&format!("inbox.projects[{i}]{field}"), problem)
+        })?;
+        if !names.insert(project.name.as_str()) {
+            return Err(invalid(
+                &format!("inbox.projects[{i}].name"),
+                format!("project {:?} is listed twice", project.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_project(
+    project: &InboxProjectConfig,
+    invalid: impl Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if project.name.trim().is_empty() {
+        return Err(invalid(".name", "must not be empty".to_owned()));
+    }
+    if project.steps.is_empty() {
+        return Err(invalid(".steps", "must list at least one step".to_owned()));
+    }
+    let mut steps = std::collections::HashSet::new();
+    for (j, step) in project.steps.iter().enumerate() {
+        if step.name.trim().is_empty() {
+            return Err(invalid(
+                &format!(".steps[{j}].name"),
+                "must not be empty".into(),
+            ));
+        }
+        if !steps.insert(step.name.as_str()) {
+            return Err(invalid(
+                &format!(".steps[{j}].name"),
+                format!("step {:?} is listed twice", step.name),
+            ));
+        }
+        if !matches!(step.owner.as_str(), "AGENT" | "HUMAN") {
+            return Err(invalid(
+                &format!(".steps[{j}].owner"),
+                format!("unknown owner {:?} (AGENT or HUMAN)", step.owner),
+            ));
+        }
+    }
+    for (j, step) in project.steps.iter().enumerate() {
+        if let Some(bad) = step
+            .exits
+            .iter()
+            .flatten()
+            .find(|e| !steps.contains(e.as_str()))
+        {
+            return Err(invalid(
+                &format!(".steps[{j}].exits"),
+                format!("{bad:?} is not one of the project's steps"),
+            ));
+        }
+    }
+    if let Some(initial) = &project.initial_step
+        && !steps.contains(initial.as_str())
+    {
+        return Err(invalid(
+            ".initial_step",
+            format!("{initial:?} is not one of the project's steps"),
+        ));
+    }
+    Ok(())
+}
+
+/// Renders `[inbox.policy]`, `[[inbox.notify]]` (secrets masked) and `[[inbox.projects]]`
+/// with their effective values; `public_url` and `max_upload_bytes` are rendered with the
+/// other keys, with their sources.
+pub(crate) fn render_inbox_tables(c: &InboxConfig, file_name: &str, out: &mut String) {
+    let p = &c.policy;
+    out.push_str("\n[inbox.policy]\n");
+    match &p.expires_after {
+        Some(d) => out.push_str(&format!("expires_after = {}\n", quote(d))),
+        None => out.push_str("# expires_after is not set: requests wait until decided\n"),
+    }
+    out.push_str(&format!("expiry_outcome = {}\n", quote(&p.expiry_outcome)));
+    out.push_str(&format!(
+        "always_review = {}\n",
+        quote_array(&p.always_review)
+    ));
+    for rule in &p.auto_approve {
+        out.push_str(&format!(
+            "\n[[inbox.policy.auto_approve]]   # from {file_name}\n"
+        ));
+        out.push_str(&format!("project = {}\n", quote(&rule.project)));
+        if let Some(a) = &rule.action {
+            out.push_str(&format!("action = {}\n", quote(a)));
+        }
+        if let Some(s) = &rule.summary {
+            out.push_str(&format!("summary = {}\n", quote(s)));
+        }
+        if let Some(t) = &rule.task {
+            out.push_str(&format!("task = {}\n", quote(t)));
+        }
+    }
+    for rule in &p.rate_limit {
+        out.push_str(&format!(
+            "\n[[inbox.policy.rate_limit]]   # from {file_name}\n"
+        ));
+        out.push_str(&format!("action = {}\n", quote(&rule.action)));
+        out.push_str(&format!("max = {}\n", rule.max));
+        out.push_str(&format!("window = {}\n", quote(&rule.window)));
+    }
+    if c.notify.is_empty() {
+        out.push_str("\n# no [[inbox.notify]] configured\n");
+    }
+    for n in &c.notify {
+        out.push_str(&format!("\n[[inbox.notify]]   # from {file_name}\n"));
+        out.push_str(&format!("url = {}\n", quote(&mask_url(&n.url))));
+        out.push_str(&format!("secret = {}\n", quote(&mask_secret(&n.secret))));
+        out.push_str(&format!("max_attempts = {}\n", n.max_attempts));
+        out.push_str(&format!("retry_base_ms = {}\n", n.retry_base_ms));
+        out.push_str(&format!("timeout_ms = {}\n", n.timeout_ms));
+    }
+    for project in &c.projects {
+        out.push_str(&format!("\n[[inbox.projects]]   # from {file_name}\n"));
+        out.push_str(&format!("name = {}\n", quote(&project.name)));
+        if let Some(initial) = project.initial_step() {
+            out.push_str(&format!("initial_step = {}\n", quote(initial)));
+        }
+        let steps: Vec<String> = project
+            .steps
+            .iter()
+            .map(|s| {
+                let exits = s
+                    .exits
+                    .as_ref()
+                    .map(|e| format!(", exits = {}", quote_array(e)))
+                    .unwrap_or_default();
+                format!(
+                    "{{ name = {}, owner = {}{exits} }}",
+                    quote(&s.name),
+                    quote(&s.owner)
+                )
+            })
+            .collect();
+        out.push_str(&format!("steps = [{}]\n", steps.join(", ")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Home, Source, load, render_masked};
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn home_with(text: &str) -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            root: dir.path().join("home"),
+        };
+        home.ensure().unwrap();
+        std::fs::write(home.config_path(), text).unwrap();
+        (dir, home)
+    }
+
+    fn load_error(text: &str) -> String {
+        let (_d, home) = home_with(text);
+        load(&home, &no_env).unwrap_err().to_string()
+    }
+
+    const INBOX_TOML: &str = r#"
+[inbox]
+public_url = "https://inbox.example"
+
+[inbox.policy]
+expires_after = "1h30m"
+always_review = ["deploy_prod"]
+
+[[inbox.policy.auto_approve]]
+project = "default"
+action = "read_logs"
+
+[[inbox.policy.auto_approve]]
+project = "ops"
+summary = "^Restart [a-z]+$"
+task = "t1"
+
+[[inbox.policy.rate_limit]]
+action = "send_email"
+max = 10
+window = "1h"
+
+[[inbox.notify]]
+url = "https://hooks.example/inbox"
+secret = "0123456789abcdef-secret"
+
+[[inbox.projects]]
+name = "refunds"
+steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HUMAN" }]
+"#;
+
+    #[test]
+    fn defaults_without_an_inbox_section() {
+        let (_d, home) = home_with("");
+        let eff = load(&home, &no_env).unwrap();
+        let c = &eff.config.inbox;
+        assert_eq!(c, &InboxConfig::default());
+        assert_eq!(c.max_upload_bytes, 25 * 1024 * 1024);
+        assert_eq!(c.policy.expiry_outcome, "REJECT");
+        assert_eq!(c.policy.expires_after_duration(), Ok(None));
+        assert_eq!(eff.source("inbox.max_upload_bytes"), Source::Default);
+    }
+
+    #[test]
+    fn full_section_parses_with_defaults_filled_in() {
+        let (_d, home) = home_with(INBOX_TOML);
+        let eff = load(&home, &no_env).unwrap();
+        let c = &eff.config.inbox;
+        assert_eq!(c.public_url.as_deref(), Some("https://inbox.example"));
+        assert_eq!(eff.source("inbox.public_url"), Source::File);
+        assert_eq!(
+            c.policy.expires_after_duration(),
+            Ok(Some(Duration::from_secs(5400)))
+        );
+        assert_eq!(c.policy.expiry_outcome, "REJECT");
+        assert_eq!(c.policy.always_review, vec!["deploy_prod"]);
+        assert_eq!(
+            c.policy.auto_approve[1],
+            AutoApproveConfig {
+                project: "ops".into(),
+                action: None,
+                summary: Some("^Restart [a-z]+$".into()),
+                task: Some("t1".into()),
+            }
+        );
+        assert_eq!(
+            c.policy.rate_limit,
+            vec![RateLimitConfig {
+                action: "send_email".into(),
+                max: 10,
+                window: "1h".into()
+            }]
+        );
+        let n = &c.notify[0];
+        assert_eq!(
+            (n.max_attempts, n.retry_base_ms, n.timeout_ms),
+            (10, 1000, 10_000)
+        );
+        let p = &c.projects[0];
+        assert_eq!(p.initial_step(), Some("triage"));
+        assert_eq!(p.steps[0].owner, "AGENT");
+        assert_eq!(p.steps[1].exits, None);
+    }
+
+    #[test]
+    fn durations() {
+        for (text, secs) in [
+            ("30s", 30),
+            ("30m", 1800),
+            ("2h", 7200),
+            ("1d", 86_400),
+            ("1h30m", 5400),
+            (" 5m ", 300),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for text in ["", "5", "m", "5x", "1.5h", "-1h", "h5", "1h 30m"] {
+            assert!(parse_duration(text).is_err(), "{text:?} parsed");
+        }
+        assert!(
+            parse_duration("0m")
+                .unwrap_err()
+                .contains("longer than zero")
+        );
+        assert!(
+            parse_duration("99999999999999999999d")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+        assert!(
+            parse_duration("999999999999999999d")
+                .unwrap_err()
+                .contains("too long")
+        );
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        for (text, expect) in [
+            (
+                "[inbox]\npublic_url = \"inbox.example\"\n",
+                "inbox.public_url in ",
+            ),
+            ("[inbox]\nmax_upload_bytes = 0\n", "inbox.max_upload_bytes"),
+            (
+                "[inbox.policy]\nexpires_after = \"soon\"\n",
+                "inbox.policy.expires_after",
+            ),
+            (
+                "[inbox.policy]\nexpiry_outcome = \"MAYBE\"\n",
+                "unknown outcome \"MAYBE\" (known: APPROVE, REJECT",
+            ),
+            (
+                "[[inbox.policy.auto_approve]]\nproject = \"p\"\nsummary = \"(unclosed\"\n",
+                "inbox.policy.auto_approve[0].summary in ",
+            ),
+            (
+                "[[inbox.policy.auto_approve]]\nproject = \"p\"\nsummary = \"(unclosed\"\n",
+                "not a valid regular expression",
+            ),
+            (
+                "[[inbox.policy.auto_approve]]\nproject = \"p\"\n",
+                "set exactly one of `action` and `summary`",
+            ),
+            (
+                "[[inbox.policy.auto_approve]]\nproject = \"p\"\naction = \"a\"\nsummary = \"s\"\n",
+                "set exactly one of `action` and `summary`",
+            ),
+            (
+                "[[inbox.policy.rate_limit]]\naction = \"a\"\nmax = 1\nwindow = \"0s\"\n",
+                "inbox.policy.rate_limit[0].window",
+            ),
+            (
+                "[[inbox.policy.rate_limit]]\naction = \"a\"\nmax = 0\nwindow = \"1h\"\n",
+                "inbox.policy.rate_limit[0].max",
+            ),
+            (
+                "[[inbox.notify]]\nurl = \"ftp://x\"\nsecret = \"0123456789abcdef\"\n",
+                "inbox.notify[0].url",
+            ),
+            (
+                "[[inbox.notify]]\nurl = \"http://x\"\nsecret = \"short\"\n",
+                "inbox.notify[0].secret in ",
+            ),
+            (
+                "[[inbox.projects]]\nname = \"p\"\nsteps = []\n",
+                "inbox.projects[0].steps",
+            ),
+            (
+                "[[inbox.projects]]\nname = \"p\"\nsteps = [{ name = \"a\", owner = \"ROBOT\" }]\n",
+                "inbox.projects[0].steps[0].owner",
+            ),
+            (
+                "[[inbox.projects]]\nname = \"p\"\nsteps = [{ name = \"a\", exits = [\"b\"] }]\n",
+                "\"b\" is not one of the project's steps",
+            ),
+            (
+                "[[inbox.projects]]\nname = \"p\"\ninitial_step = \"z\"\nsteps = [{ name = \"a\" }]\n",
+                "inbox.projects[0].initial_step",
+            ),
+            (
+                "[[inbox.projects]]\nname = \"p\"\nsteps = [{ name = \"a\" }]\n\
+                 [[inbox.projects]]\nname = \"p\"\nsteps = [{ name = \"a\" }]\n",
+                "project \"p\" is listed twice",
+            ),
+            ("[inbox]\nbogus = 1\n", "unknown field `bogus`"),
+        ] {
+            let err = load_error(text);
+            assert!(err.contains(expect), "{text:?}: {err}");
+        }
+        // A short secret is never echoed.
+        let err = load_error("[[inbox.notify]]\nurl = \"http://x\"\nsecret = \"hunter2\"\n");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn render_shows_the_section_with_secrets_masked() {
+        let (_d, home) = home_with(INBOX_TOML);
+        let out = render_masked(&load(&home, &no_env).unwrap());
+        assert!(out.contains("\n[inbox]\n"), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("public_url = \"https://inbox.example\"")
+                    && l.ends_with("# from config.toml")),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("max_upload_bytes = 26214400") && l.ends_with("# default")),
+            "{out}"
+        );
+        assert!(out.contains("\n[inbox.policy]\nexpires_after = \"1h30m\"\nexpiry_outcome = \"REJECT\"\nalways_review = [\"deploy_prod\"]\n"), "{out}");
+        assert_eq!(out.matches("[[inbox.policy.auto_approve]]").count(), 2);
+        assert!(
+            out.contains("summary = \"^Restart [a-z]+$\"\ntask = \"t1\"\n"),
+            "{out}"
+        );
+        assert!(out.contains("max = 10\nwindow = \"1h\"\n"), "{out}");
+        assert!(!out.contains("0123456789abcdef-secret"), "{out}");
+        assert!(out.contains("secret = \"012…cret\"\n"), "{out}");
+        assert!(out.contains(
+            "steps = [{ name = \"triage\", owner = \"AGENT\", exits = [\"review\"] }, { name = \"review\", owner = \"HUMAN\" }]\n"
+        ), "{out}");
+    }
+
+    #[test]
+    fn render_without_a_section() {
+        let (_d, home) = home_with("");
+        let out = render_masked(&load(&home, &no_env).unwrap());
+        assert!(out.contains("# public_url is not set"), "{out}");
+        assert!(out.contains("# expires_after is not set"), "{out}");
+        assert!(out.contains("# no [[inbox.notify]] configured"), "{out}");
+    }
+
+    #[test]
+    fn notify_debug_masks_the_secret() {
+        let n = InboxNotifyConfig {
+            url: "https://a:b-password@x.example/".into(),
+            secret: "supersecretvalue9876".into(),
+            max_attempts: 1,
+            retry_base_ms: 1,
+            timeout_ms: 1,
+        };
+        let dbg = format!("{n:?}");
+        assert!(
+            !dbg.contains("supersecret") && !dbg.contains("b-password"),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn serialize_round_trips() {
+        let config: crate::Config = toml::from_str(INBOX_TOML).unwrap();
+        let text = toml::to_string(&config).unwrap();
+        let back: crate::Config = toml::from_str(&text).unwrap();
+        assert_eq!(back, config);
+    }
+}
