@@ -7,7 +7,9 @@
 //! a 10,000-message session and time loading its transcript.
 //!
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
-//! [--runs N] [--tern PATH]`
+//! [gateway|inbox] [--runs N] [--tern PATH]` (`inbox`: see `inbox.rs`)
+
+mod inbox;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,7 +42,7 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--runs" => runs = it.next().context("--runs needs a number")?.parse()?,
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
-                println!("tern-bench [gateway|load|serve] [--runs N] [--tern PATH]");
+                println!("tern-bench [gateway|inbox|load|serve] [--runs N] [--tern PATH]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -255,6 +257,10 @@ async fn main() -> anyhow::Result<()> {
         Some("gateway") => {
             let args = parse_args_from(2)?;
             return bench_gateway(&args).await;
+        }
+        Some("inbox") => {
+            let args = parse_args_from(2)?;
+            return inbox::bench_inbox(&args).await;
         }
         _ => {}
     }

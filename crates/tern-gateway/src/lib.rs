@@ -22,6 +22,7 @@ pub mod auth;
 pub mod error;
 mod inbox_api;
 mod openai;
+mod reviewer_auth;
 pub mod turns;
 
 use std::path::PathBuf;
@@ -172,6 +173,8 @@ impl Gateway {
             .route("/health", get(health))
             .route("/v1/health", get(health))
             .merge(authed)
+            // The reviewers' routes: outside `require_key`, they check reviewers themselves.
+            .merge(reviewer_auth::routes())
             .fallback(not_found)
             .layer(middleware::map_response(json_errors))
             .with_state(self.clone())
@@ -232,14 +235,15 @@ async fn not_found(req: Request) -> ApiError {
 }
 
 /// Puts error responses that axum or a layer produced in plain text (405, a bad query string,
-/// a path that is not UTF-8) into the error envelope, so that every error is JSON.
+/// a path that is not UTF-8) into the error envelope, so that every error is JSON — except
+/// the web inbox's error pages, which are HTML on purpose.
 async fn json_errors(resp: Response) -> Response {
     let status = resp.status();
     let is_json = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return resp;
     }

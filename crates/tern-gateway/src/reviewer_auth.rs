@@ -1,0 +1,370 @@
+//! Who is reviewing: authentication of the people who use the inbox (reviewers), kept apart
+//! from agent keys so that **an agent can never decide a request**.
+//!
+//! # The flow
+//!
+//! 1. A person opens a one-time login link `GET /inbox/login/{token}` (printed by
+//!    `tern inbox reviewers add|link NAME`, or by the gateway's first start for `admin`).
+//!    [`tern_inbox::reviewers::Reviewers::login`] consumes the token and opens a session; the
+//!    answer sets the session cookie [`COOKIE`] (`HttpOnly; SameSite=Strict; Path=/;
+//!    Secure`) and sends the browser on to `/inbox`. A used, expired or unknown token gets a
+//!    401 page that says to ask for a new link.
+//! 2. Every reviewer route takes the [`Reviewer`] extractor, which accepts either
+//!    - `Authorization: Bearer tern_rv_…`, a reviewer token (the CLI), or
+//!    - the session cookie (the browser), which also yields the session's CSRF token.
+//!
+//!    An *agent key* as bearer token is refused with 403 (`agent keys cannot act as
+//!    reviewers`); no or unknown credentials get 401 — JSON, or for a browser
+//!    (`Accept: text/html`) a page that says how to get a login link.
+//! 3. Every state-changing request that came with the cookie must carry the session's CSRF
+//!    token (form field `csrf_token` or header `X-CSRF-Token`), checked by
+//!    [`Reviewer::check_csrf`]; a bearer token cannot be sent by another site's form, so
+//!    bearer requests need none.
+//! 4. `POST /inbox/logout` (CSRF-checked) ends the session and clears the cookie.
+//!
+//! # Why the login answer is a page, not a redirect
+//!
+//! A login link is usually clicked in another site (a mail or chat client). The browser
+//! treats the whole navigation — and any redirect it follows — as cross-site, and does not
+//! send a `SameSite=Strict` cookie with it, so a `303` to `/inbox` would arrive without the
+//! fresh cookie and show "not signed in". The login answer is therefore a small page that
+//! moves on to `/inbox` by itself (`<meta http-equiv="refresh">`, no script needed): that
+//! navigation starts from the inbox's own page, so the cookie goes with it.
+//!
+//! # `Secure` over plain HTTP
+//!
+//! The cookie is always `Secure`. Browsers keep and send `Secure` cookies over plain HTTP
+//! for `localhost` and `127.0.0.1` (potentially trustworthy origins; checked with headless
+//! Chromium), which covers a gateway used on its own machine. A gateway reached from other
+//! machines must sit behind HTTPS (a TLS-terminating proxy, with `[inbox] public_url` set to
+//! its `https://` address) — a session cookie must not travel in clear text anyway.
+
+use axum::Router;
+use std::collections::HashMap;
+
+use axum::extract::{Form, FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tern_inbox::reviewers::{ReviewerError, SESSION_TTL_MS};
+
+use crate::AppState;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "tern_inbox";
+/// The header that carries the CSRF token of a cookie-authenticated JSON request.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// The form field that carries it in an HTML form.
+pub const CSRF_FIELD: &str = "csrf_token";
+
+/// A reviewer, authenticated by a session cookie or a reviewer bearer token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reviewer {
+    /// The reviewer's name: `decidedBy` / `answeredBy` of what they decide.
+    pub name: String,
+    /// The session's CSRF token (only with a cookie), to put into every form.
+    pub csrf: Option<String>,
+    /// Whether the request came with the session cookie (then POSTs need the CSRF token).
+    pub via_cookie: bool,
+}
+
+/// Why a reviewer route refused a request.
+#[derive(Debug)]
+pub enum AuthError {
+    /// No credentials, or unknown ones. `html` when the client asked for a page.
+    Unauthorized { html: bool },
+    /// An agent key was presented where a reviewer is needed.
+    AgentKey,
+    /// A cookie-authenticated change without the session's CSRF token.
+    Csrf,
+    /// The reviewer store failed (details in the log).
+    Internal,
+}
+
+impl From<ReviewerError> for AuthError {
+    fn from(e: ReviewerError) -> Self {
+        tracing::error!(error = %e, "reviewer store error");
+        AuthError::Internal
+    }
+}
+
+const LOGIN_HELP: &str = "Open a login link to sign in. The inbox's admin makes one with \
+                          `tern inbox reviewers link NAME` (or `tern inbox reviewers add NAME` \
+                          for a new reviewer); a link works once and for 24 hours.";
+
+impl AuthError {
+    fn status(&self) -> StatusCode {
+        match self {
+            AuthError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            AuthError::AgentKey | AuthError::Csrf => StatusCode::FORBIDDEN,
+            AuthError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            AuthError::Unauthorized { .. } => {
+                "reviewer login required: open a login link, or send a reviewer token \
+                 (Authorization: Bearer tern_rv_…)"
+            }
+            AuthError::AgentKey => "agent keys cannot act as reviewers",
+            AuthError::Csrf => "missing or wrong CSRF token; reload the page and try again",
+            AuthError::Internal => "internal error",
+        }
+    }
+
+    /// The refusal as an HTML page, for the web inbox's forms.
+    pub fn html_response(&self) -> Response {
+        let (title, text) = match self {
+            AuthError::Unauthorized { .. } => ("Not signed in", LOGIN_HELP),
+            AuthError::AgentKey => (
+                "Agent keys cannot review",
+                "Agent keys cannot act as reviewers. Sign in with a reviewer login link.",
+            ),
+            AuthError::Csrf => (
+                "Form expired",
+                "The form was missing its security token or came from an old page. Go back, \
+                 reload the page and submit it again.",
+            ),
+            AuthError::Internal => ("Error", "The inbox failed; see the gateway's log."),
+        };
+        html_page(self.status(), title, text)
+    }
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        if let AuthError::Unauthorized { html: true } = self {
+            return self.html_response();
+        }
+        let mut resp =
+            (self.status(), axum::Json(json!({"error": self.message()}))).into_response();
+        if let AuthError::Unauthorized { .. } = self {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"tern inbox\""),
+            );
+        }
+        resp
+    }
+}
+
+/// A small page with a fixed text (nothing from the request goes into it).
+fn html_page(status: StatusCode, title: &str, text: &str) -> Response {
+    let body = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · tern inbox</title></head>\
+         <body style=\"font-family: system-ui, sans-serif; max-width: 36rem; margin: 3rem auto; \
+         padding: 0 1rem; line-height: 1.5\"><h1>{title}</h1><p>{text}</p></body></html>",
+        title = escape(title),
+        text = escape(text),
+    );
+    let mut resp = (status, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Whether the client asked for a page (a browser navigating) rather than JSON.
+pub fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"))
+}
+
+/// The bearer token of an `Authorization` header (the scheme is case-insensitive).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The value of the cookie `name` (of any `Cookie` header).
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, v)| *k == name && !v.is_empty())
+        .map(|(_, v)| v.trim_matches('"'))
+}
+
+impl Reviewer {
+    /// Checks the CSRF token of a state-changing request: bearer requests need none; a
+    /// cookie-authenticated one must submit its session's token.
+    pub fn check_csrf(&self, submitted: Option<&str>) -> Result<(), AuthError> {
+        if !self.via_cookie {
+            return Ok(());
+        }
+        match (self.csrf.as_deref(), submitted) {
+            (Some(expected), Some(got))
+                if bool::from(expected.as_bytes().ct_eq(got.trim().as_bytes())) =>
+            {
+                Ok(())
+            }
+            _ => Err(AuthError::Csrf),
+        }
+    }
+
+    /// [`Reviewer::check_csrf`] with the token from the `X-CSRF-Token` header.
+    pub fn check_csrf_header(&self, headers: &HeaderMap) -> Result<(), AuthError> {
+        self.check_csrf(headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()))
+    }
+}
+
+impl FromRequestParts<AppState> for Reviewer {
+    type Rejection = AuthError;
+
+    async fn from_request_parts(parts: &mut Parts, gw: &AppState) -> Result<Self, AuthError> {
+        let html = wants_html(&parts.headers);
+        let reviewers = gw.inbox.reviewers();
+        // An explicit bearer token decides, whatever cookie comes with it: an agent's key
+        // must be refused even from a browser that is signed in.
+        if let Some(token) = bearer(&parts.headers) {
+            if let Some(name) = reviewers.check_bearer(token).await? {
+                return Ok(Reviewer {
+                    name,
+                    csrf: None,
+                    via_cookie: false,
+                });
+            }
+            if gw.auth.check(token).await.is_some() {
+                tracing::warn!("an agent key was presented on a reviewer route");
+                return Err(AuthError::AgentKey);
+            }
+            return Err(AuthError::Unauthorized { html });
+        }
+        if let Some(token) = cookie(&parts.headers, COOKIE)
+            && let Some(session) = reviewers.session(token).await?
+        {
+            return Ok(Reviewer {
+                name: session.reviewer,
+                csrf: Some(session.csrf),
+                via_cookie: true,
+            });
+        }
+        Err(AuthError::Unauthorized { html })
+    }
+}
+
+/// The login, logout routes (no agent-key check: they are the reviewers' own).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/inbox/login/{token}", get(login))
+        .route("/inbox/logout", post(logout))
+}
+
+/// The `Set-Cookie` value of a session (or, with `None`, of its removal).
+fn session_cookie(token: Option<&str>) -> HeaderValue {
+    let value = match token {
+        Some(t) => format!(
+            "{COOKIE}={t}; HttpOnly; SameSite=Strict; Path=/; Secure; Max-Age={}",
+            SESSION_TTL_MS / 1000
+        ),
+        None => format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Secure; Max-Age=0"),
+    };
+    // Tokens are hex, so the value is always a valid header.
+    HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// `GET /inbox/login/{token}`: consumes a login token, opens a session, sets the cookie and
+/// moves on to `/inbox` (see the module docs for why by a page, not a redirect).
+async fn login(State(gw): State<AppState>, Path(token): Path<String>) -> Response {
+    let session = match gw.inbox.reviewers().login(&token).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return html_page(
+                StatusCode::UNAUTHORIZED,
+                "Login link not valid",
+                "This login link has already been used, has expired, or is unknown. Ask the \
+                 inbox's admin for a new link (`tern inbox reviewers link NAME`); each link \
+                 works once and for 24 hours.",
+            );
+        }
+        Err(e) => return AuthError::from(e).html_response(),
+    };
+    tracing::info!(reviewer = %session.reviewer, "reviewer logged in");
+    let body = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url=/inbox\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>Signed in · tern inbox</title></head>\
+         <body style=\"font-family: system-ui, sans-serif; max-width: 36rem; margin: 3rem auto; \
+         padding: 0 1rem\"><p>Signed in as {}. <a href=\"/inbox\">Continue to the inbox</a>.\
+         </p></body></html>",
+        escape(&session.reviewer)
+    );
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::SET_COOKIE, session_cookie(Some(&session.token)));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // The token is in this page's URL: do not hand it to anything the page links to.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    resp
+}
+
+/// `POST /inbox/logout`: ends the session (CSRF-checked: form field or header) and clears
+/// the cookie; a browser gets a "signed out" page, a program 204.
+async fn logout(
+    State(gw): State<AppState>,
+    reviewer: Reviewer,
+    req: Request,
+) -> Result<Response, AuthError> {
+    let headers = req.headers().clone();
+    let submitted = match headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(v) => Some(v.to_owned()),
+        None => csrf_form_field(req, &gw).await,
+    };
+    reviewer.check_csrf(submitted.as_deref())?;
+    if reviewer.via_cookie
+        && let Some(token) = cookie(&headers, COOKIE)
+    {
+        gw.inbox.reviewers().logout(token).await?;
+    }
+    let mut resp = if wants_html(&headers) {
+        html_page(
+            StatusCode::OK,
+            "Signed out",
+            "You are signed out. To sign in again, open a new login link.",
+        )
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    };
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, session_cookie(None));
+    Ok(resp)
+}
+
+/// The `csrf_token` field of a urlencoded form body, if the body is one.
+pub(crate) async fn csrf_form_field(req: Request, gw: &AppState) -> Option<String> {
+    let Form(fields) = Form::<HashMap<String, String>>::from_request(req, gw)
+        .await
+        .ok()?;
+    fields.get(CSRF_FIELD).cloned()
+}
