@@ -36,6 +36,10 @@ pub enum Command {
     Doctor,
     /// Run the gateway: the always-on HTTP daemon (Hermes-compatible API, OpenAI endpoint)
     Gateway(GatewayArgs),
+    /// Ask a human from a script: an approval or a form, waiting for the answer
+    Ask(crate::ask::AskArgs),
+    /// Review the human inbox: list, show, approve, reject and answer requests
+    Inbox(crate::inbox::InboxArgs),
     /// Create, list and revoke the gateway's agent API keys
     Keys {
         #[command(subcommand)]

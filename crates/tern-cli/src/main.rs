@@ -8,10 +8,12 @@
 
 mod approve;
 mod args;
+mod ask;
 mod chat;
 mod context;
 mod doctor;
 mod gateway;
+mod inbox;
 mod render;
 mod sessions;
 
@@ -92,6 +94,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Doctor => doctor::run(home).await,
         Command::Gateway(args) => gateway::run(home, args).await,
+        Command::Ask(args) => ask::run(home, args).await,
+        Command::Inbox(args) => inbox::run(home, args).await,
         Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
     }
