@@ -1,0 +1,172 @@
+//! The page shell every web inbox page shares (header, navigation, stylesheet), the headers
+//! every page is sent with, and small formatting helpers.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use tern_inbox::Timestamp;
+
+/// Where the stylesheet is served; its query string changes with its content so a cached
+/// old copy is never used with new markup.
+pub(super) const STYLESHEET: &str =
+    concat!("/inbox/assets/inbox.css?v=", env!("CARGO_PKG_VERSION"));
+pub(super) const CSS: &str = include_str!("inbox.css");
+
+/// Which navigation entry is the current page.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Nav {
+    Pending,
+    History,
+    None,
+}
+
+/// One HTML page.
+pub(super) struct Page<'a> {
+    pub title: &'a str,
+    pub nav: Nav,
+    /// The signed-in reviewer's name, shown in the header.
+    pub reviewer: Option<&'a str>,
+    pub body: Markup,
+    /// Inline script run after the page (live refresh); the pages work without it.
+    pub script: Option<&'static str>,
+}
+
+impl Page<'_> {
+    pub fn render(self, status: StatusCode) -> Response {
+        let doc = html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    meta name="color-scheme" content="light";
+                    title { (self.title) " · tern inbox" }
+                    link rel="stylesheet" href=(STYLESHEET);
+                }
+                body {
+                    header.top {
+                        div.inner {
+                            a.brand href="/inbox" { "tern inbox" }
+                            nav aria-label="Inbox" {
+                                a href="/inbox" aria-current=[(self.nav == Nav::Pending).then_some("page")] { "Pending" }
+                                a href="/inbox?status=decided" aria-current=[(self.nav == Nav::History).then_some("page")] { "History" }
+                            }
+                            @if let Some(name) = self.reviewer {
+                                span.who { "Signed in as " strong { (name) } }
+                            }
+                        }
+                    }
+                    main { (self.body) }
+                    @if let Some(js) = self.script {
+                        script { (PreEscaped(js)) }
+                    }
+                }
+            }
+        };
+        html_response(status, doc.into_string())
+    }
+}
+
+/// An HTML response with the headers every inbox page carries: not cached (it shows live
+/// state and a CSRF token), not framed (no clickjacking of the decision buttons), and no
+/// referrer (a login link's token must not leak to an attachment's host).
+pub(super) fn html_response(status: StatusCode, body: String) -> Response {
+    let mut resp = (status, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// A page that only says what went wrong, with a way back.
+pub(super) fn message_page(
+    status: StatusCode,
+    reviewer: Option<&str>,
+    title: &str,
+    text: &str,
+) -> Response {
+    Page {
+        title,
+        nav: Nav::None,
+        reviewer,
+        body: html! {
+            h1 { (title) }
+            div.card {
+                p { (text) }
+                p { a href="/inbox" { "Back to the inbox" } }
+            }
+        },
+        script: None,
+    }
+    .render(status)
+}
+
+/// `2024-05-01 07:30 UTC` in a `<time>` element carrying the exact instant.
+pub(super) fn when(t: &Timestamp) -> Markup {
+    let millis = t.unix_millis();
+    let utc = Timestamp::from_unix_millis(millis);
+    let text = utc.as_str();
+    // from_unix_millis writes `YYYY-MM-DDTHH:MM:SS.mmmZ`: always ASCII, 24 characters.
+    let shown = match (text.get(0..10), text.get(11..16)) {
+        (Some(date), Some(time)) => format!("{date} {time} UTC"),
+        _ => text.to_owned(),
+    };
+    html! { time datetime=(t.as_str()) title=(t.as_str()) { (shown) } }
+}
+
+/// `APPROVE` → `Approve`, `EDIT_AND_APPROVE` → `Edit and approve`.
+pub(super) fn humanize(wire: &str) -> String {
+    let lower = wire.replace('_', " ").to_lowercase();
+    let mut chars = lower.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A JSON value as a person reads it: strings without quotes, lists joined by commas,
+/// booleans as yes/no.
+pub(super) fn plain(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "—".into(),
+        Value::Bool(true) => "yes".into(),
+        Value::Bool(false) => "no".into(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(", "),
+        Value::Object(_) => value.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn humanize_outcomes() {
+        assert_eq!(humanize("APPROVE"), "Approve");
+        assert_eq!(humanize("EDIT_AND_APPROVE"), "Edit and approve");
+        assert_eq!(humanize(""), "");
+    }
+
+    #[test]
+    fn when_shows_utc_minutes() {
+        let t = Timestamp::parse("2024-05-01T09:30:15+02:00").unwrap();
+        let s = when(&t).into_string();
+        assert!(s.contains("2024-05-01 07:30 UTC"), "{s}");
+        assert!(s.contains("datetime=\"2024-05-01T09:30:15+02:00\""), "{s}");
+    }
+}
