@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, Serve, auth};
+use tern_gateway::{Authenticator, Gateway, GatewaySettings, InboxSettings, Serve, auth};
 use tern_tools::approval::Grants;
 use tern_tools::{Approver, DenyAll};
 use tokio_util::sync::CancellationToken;
@@ -86,6 +86,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         tracing::error!(error = %e, "cannot create the inbox's default project");
         return Err(anyhow::Error::new(e).context("creating the inbox's default project"));
     }
+    crate::inbox::apply_config_projects(&inbox, &eff.config.inbox.projects).await?;
     if repaired > 0 {
         // This gateway owns the store: a session still `running` was left by a process that
         // died mid-turn. Its transcript is repaired on its next turn.
@@ -128,7 +129,19 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     ));
     let g = &eff.config.gateway;
     let listen = args.listen.clone().unwrap_or_else(|| g.listen.clone());
-    let gw = Gateway::new(
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| {
+            format!("cannot listen on {listen} (in use? choose another with --listen)")
+        })?;
+    let addr = listener.local_addr()?;
+    // The admin reviewer, its first-start login link, and the local admin credential.
+    let local_url = crate::reviewers::local_url(addr);
+    let link_base = eff.config.inbox.public_url.clone();
+    let link_base = link_base.as_deref().unwrap_or(&local_url);
+    crate::reviewers::prepare_admin(&home, &store, link_base, &local_url).await?;
+    let inbox_config = &eff.config.inbox;
+    let gw = Gateway::with_inbox(
         agent,
         authenticator,
         approver,
@@ -140,13 +153,13 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             toolsets: eff.config.agent.toolsets.clone(),
             model,
         },
+        inbox,
+        InboxSettings {
+            uploads_dir: Some(home.root.join("uploads")),
+            max_upload_bytes: inbox_config.max_upload_bytes,
+            public_url: inbox_config.public_url.clone(),
+        },
     );
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| {
-            format!("cannot listen on {listen} (in use? choose another with --listen)")
-        })?;
-    let addr = listener.local_addr()?;
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();
