@@ -21,10 +21,12 @@ mod api;
 pub mod auth;
 pub mod error;
 mod inbox_api;
+mod inbox_settings;
 mod openai;
 mod reviewer_api;
 mod reviewer_auth;
 pub mod turns;
+mod uploads_api;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,6 +48,7 @@ use tern_tools::Approver;
 
 pub use auth::Authenticator;
 pub use error::ApiError;
+pub use inbox_settings::InboxSettings;
 pub use turns::TurnManager;
 
 /// Settings of a running gateway.
@@ -72,6 +75,8 @@ pub struct Gateway {
     pub settings: GatewaySettings,
     /// The human inbox behind the Pump Up agent API (`/api/projects`, `/api/tasks`, …).
     pub inbox: tern_inbox::Inbox,
+    /// The inbox's uploads, size limit and links (from `[inbox]`).
+    pub inbox_settings: InboxSettings,
 }
 
 /// What a gateway serves.
@@ -98,9 +103,31 @@ impl Gateway {
         approver: Arc<dyn Approver>,
         settings: GatewaySettings,
     ) -> Arc<Self> {
+        let inbox = tern_inbox::Inbox::new(agent.store().clone());
+        Self::with_inbox(
+            agent,
+            auth,
+            approver,
+            settings,
+            inbox,
+            InboxSettings::default(),
+        )
+    }
+
+    /// [`Gateway::new`] with a configured inbox: `inbox` (on the agent's store) carries the
+    /// policy and notification targets, `inbox_settings` the uploads and links.
+    pub fn with_inbox(
+        agent: Arc<Agent>,
+        auth: Authenticator,
+        approver: Arc<dyn Approver>,
+        settings: GatewaySettings,
+        inbox: tern_inbox::Inbox,
+        inbox_settings: InboxSettings,
+    ) -> Arc<Self> {
         Arc::new(Self {
             store: agent.store().clone(),
-            inbox: tern_inbox::Inbox::new(agent.store().clone()),
+            inbox,
+            inbox_settings,
             hooks: agent.hooks().clone(),
             turns: TurnManager::new(settings.max_concurrent_turns),
             agent,
@@ -165,7 +192,10 @@ impl Gateway {
             )
             .route("/api/agent-actions", post(inbox_api::record_action))
             .route("/api/exceptions", post(inbox_api::report_exception))
-            .route("/api/notes", post(inbox_api::add_note));
+            .route("/api/notes", post(inbox_api::add_note))
+            .merge(uploads_api::agent_routes(
+                self.inbox_settings.max_upload_bytes,
+            ));
         if serve == Serve::Everything {
             authed = authed.merge(agent_routes);
         }
@@ -176,6 +206,7 @@ impl Gateway {
             .merge(authed)
             // The reviewers' routes: outside `require_key`, they check reviewers themselves.
             .merge(reviewer_auth::routes())
+            .merge(uploads_api::reviewer_routes())
             .merge(reviewer_api::routes())
             .fallback(not_found)
             .layer(middleware::map_response(json_errors))

@@ -45,6 +45,7 @@ pub mod model;
 pub mod outcome;
 pub mod reviewers;
 pub mod service;
+pub mod uploads;
 
 pub use error::InboxError;
 pub use service::{Inbox, review};

@@ -751,6 +751,10 @@ impl Inbox {
             return Ok(original);
         }
         let (mut task, project) = agent_task(&mut tx, owner, new.task_id, new.project_name).await?;
+        let added: Vec<&str> = (new.add_attachments.into_iter().flatten())
+            .map(|a| a.upload_id.as_str())
+            .collect();
+        crate::uploads::check_owned_uploads(&mut tx, owner, &added).await?;
         if let Some(to) = new.transitions_to {
             check_transition(&project, &task.current_step, to)?;
             let from = std::mem::replace(&mut task.current_step, to.to_owned());
@@ -878,6 +882,12 @@ impl RequestTarget<'_> {
     ) -> Result<EventId> {
         let (task, project) =
             agent_task(&mut tx, self.owner, self.task_id, self.project_name).await?;
+        let named: Vec<&str> = attachments
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        crate::uploads::check_owned_uploads(&mut tx, self.owner, &named).await?;
         check_attachments(&task, attachments)?;
         let event_type = match kind {
             Kind::Approval => EventType::ApprovalRequested,

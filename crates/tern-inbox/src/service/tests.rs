@@ -744,8 +744,23 @@ async fn metadata_patches_set_set_once_and_unset() {
         }))
         .unwrap(),
     );
+    // Attachments name uploads of the same key (see `crate::uploads`).
+    let stored = crate::uploads::StoredFile {
+        sha256: "0".repeat(64),
+        size: 1,
+    };
+    let up1 = inbox
+        .add_upload(AGENT, &stored, "application/pdf", Some("invoice.pdf"))
+        .await
+        .unwrap()
+        .id;
+    let up2 = inbox
+        .add_upload(AGENT, &stored, "application/pdf", None)
+        .await
+        .unwrap()
+        .id;
     act.add_attachments = Some(vec![Attachment {
-        upload_id: "up1".into(),
+        upload_id: up1.clone(),
         label: "invoice.pdf".into(),
     }]);
     inbox.record_action(AGENT, act, None).await.unwrap();
@@ -758,10 +773,10 @@ async fn metadata_patches_set_set_once_and_unset() {
 
     // A request may show only files attached to its task.
     let mut with_file = approval(&task.id);
-    with_file.request.attachments = Some(vec!["up1".into()]);
+    with_file.request.attachments = Some(vec![up1]);
     inbox.create_approval(AGENT, with_file, None).await.unwrap();
     let mut unknown_file = approval(&task.id);
-    unknown_file.request.attachments = Some(vec!["up2".into()]);
+    unknown_file.request.attachments = Some(vec![up2]);
     let err = inbox
         .create_approval(AGENT, unknown_file, None)
         .await

@@ -1,0 +1,662 @@
+//! Files agents upload for the human to see (`POST /api/uploads`), stored content-addressed.
+//!
+//! # The flow at a glance
+//!
+//! 1. The gateway streams the file's bytes into an [`UploadWriter`] from
+//!    [`UploadDir::begin`]: each chunk goes to a temporary file under `uploads/tmp/` while
+//!    a SHA-256 and the size are computed; past the size limit the write stops with
+//!    [`UploadError::TooLarge`] and the temporary file is removed.
+//! 2. [`UploadWriter::finish`] flushes the file to disk and renames it to
+//!    `uploads/<first two hex digits>/<sha256>`. When that file exists already (the same
+//!    content was uploaded before) the temporary file is dropped instead: identical content
+//!    is stored once. A rename within one directory tree is atomic, so a reader never sees a
+//!    half-written file under its final name.
+//! 3. [`Inbox::add_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
+//!    owning agent key, the hash, the size, the declared content type ([`normalize_content_type`])
+//!    and file name ([`sanitize_file_name`]).
+//! 4. Reads: [`Inbox::owned_upload`] for the owning key (another key's upload is reported
+//!    missing, like a missing one), [`Inbox::upload`] for reviewers. Downloads serve
+//!    [`Upload::served_content_type`] with [`Upload::content_disposition`]: images a browser
+//!    displays safely are shown inline; everything else is a download, and types a browser
+//!    would run (HTML, SVG, …) are served as `application/octet-stream`.
+//! 5. Requests and actions that name uploads (`attachments`, `addAttachments`) are checked
+//!    with [`check_owned_uploads`]: each must be an upload of the same key.
+//!
+//! Files are never deleted by the inbox: rows reference them by hash, and the audit trail
+//! keeps pointing at them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection};
+use tern_store::now_ms;
+use tokio::io::AsyncWriteExt;
+
+use crate::error::InboxError;
+use crate::outcome::Timestamp;
+use crate::service::{Inbox, Result};
+
+/// Why a file could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The file is larger than the limit; nothing was kept.
+    #[error("the file is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    /// The uploads directory could not be written.
+    #[error("cannot store the upload: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The uploads directory, `$TERN_HOME/uploads`.
+#[derive(Debug, Clone)]
+pub struct UploadDir {
+    root: PathBuf,
+}
+
+impl UploadDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        UploadDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the content with this SHA-256 (lowercase hex) is stored. `None` for anything
+    /// that is not 64 hex digits, so a stored value can never name a path outside the root.
+    pub fn path_of(&self, sha256: &str) -> Option<PathBuf> {
+        let valid = sha256.len() == 64
+            && sha256
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        valid.then(|| self.root.join(&sha256[..2]).join(sha256))
+    }
+
+    /// Starts storing a file of at most `limit` bytes.
+    pub async fn begin(&self, limit: u64) -> Result<UploadWriter, UploadError> {
+        let tmp_dir = self.root.join("tmp");
+        tokio::fs::create_dir_all(&tmp_dir).await?;
+        let tmp_path = tmp_dir.join(format!("{}.part", uuid::Uuid::now_v7().simple()));
+        let file = tokio::fs::File::create(&tmp_path).await?;
+        Ok(UploadWriter {
+            dir: self.clone(),
+            file: Some(file),
+            tmp_path: Some(tmp_path),
+            hasher: Sha256::new(),
+            size: 0,
+            limit,
+        })
+    }
+}
+
+/// A file being stored; see the module docs. Dropped before [`UploadWriter::finish`], it
+/// removes its temporary file.
+#[derive(Debug)]
+pub struct UploadWriter {
+    dir: UploadDir,
+    file: Option<tokio::fs::File>,
+    tmp_path: Option<PathBuf>,
+    hasher: Sha256,
+    size: u64,
+    limit: u64,
+}
+
+/// A file stored under its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    pub sha256: String,
+    pub size: u64,
+}
+
+impl UploadWriter {
+    /// Appends a chunk; [`UploadError::TooLarge`] once the file passes the limit.
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), UploadError> {
+        let len = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+        let size = self.size.saturating_add(len);
+        if size > self.limit {
+            return Err(UploadError::TooLarge { limit: self.limit });
+        }
+        let file = self.file.as_mut().ok_or_else(finished)?;
+        file.write_all(chunk).await?;
+        self.hasher.update(chunk);
+        self.size = size;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Flushes the file to disk and moves it to its content address (or drops it when that
+    /// content is stored already).
+    pub async fn finish(mut self) -> Result<StoredFile, UploadError> {
+        let mut file = self.file.take().ok_or_else(finished)?;
+        file.flush().await?;
+        file.sync_all().await?;
+        drop(file);
+        let sha256 = hex::encode(std::mem::take(&mut self.hasher).finalize());
+        let target = self
+            .dir
+            .path_of(&sha256)
+            .ok_or_else(|| std::io::Error::other("hex digest of unexpected shape"))?;
+        let tmp_path = self.tmp_path.take().ok_or_else(finished)?;
+        if tokio::fs::try_exists(&target).await? {
+            tokio::fs::remove_file(&tmp_path).await?;
+        } else {
+            if let Some(parent) = target.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            // Two uploads of the same new content may race to here; both renames put the
+            // same bytes in place, so whichever lands last changes nothing.
+            tokio::fs::rename(&tmp_path, &target).await?;
+        }
+        Ok(StoredFile {
+            sha256,
+            size: self.size,
+        })
+    }
+}
+
+fn finished() -> std::io::Error {
+    std::io::Error::other("the upload was already finished")
+}
+
+impl Drop for UploadWriter {
+    fn drop(&mut self) {
+        let Some(path) = self.tmp_path.take() else {
+            return;
+        };
+        // Removing a file may block; off the runtime's worker threads when there is one.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || remove_quietly(&path));
+            }
+            Err(_) => remove_quietly(&path),
+        }
+    }
+}
+
+/// A temporary file that cannot be removed is harmless: it is a `*.part` file under
+/// `uploads/tmp/`, never read, safe to delete by hand.
+fn remove_quietly(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+/// One upload: `{id, contentType, size, …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upload {
+    pub id: String,
+    /// The agent key that uploaded it.
+    #[serde(skip)]
+    pub owner_key: String,
+    pub sha256: String,
+    pub size: u64,
+    pub content_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_name: Option<String>,
+    pub created_at: Timestamp,
+}
+
+/// Images browsers display without running anything; shown inline.
+const INLINE_IMAGES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Other types served as declared (as downloads); anything else is
+/// `application/octet-stream`, so that no stored file is ever rendered as a page.
+const SERVED_AS_IS: &[&str] = &[
+    "application/pdf",
+    "text/plain",
+    "text/csv",
+    "application/json",
+    "application/zip",
+    "application/gzip",
+    "audio/mpeg",
+    "audio/wav",
+    "video/mp4",
+    "video/webm",
+];
+
+impl Upload {
+    /// Whether a browser may show it inline (an image type that runs no script).
+    pub fn is_inline_image(&self) -> bool {
+        INLINE_IMAGES.contains(&self.content_type.as_str())
+    }
+
+    /// The `Content-Type` a download is served with: the declared type when it is one that
+    /// cannot carry a page or a script, else `application/octet-stream`.
+    pub fn served_content_type(&self) -> &str {
+        let ct = self.content_type.as_str();
+        if INLINE_IMAGES.contains(&ct) || SERVED_AS_IS.contains(&ct) {
+            ct
+        } else {
+            "application/octet-stream"
+        }
+    }
+
+    /// The `Content-Disposition` a download is served with: `inline` for images,
+    /// `attachment` otherwise, with the file name (ASCII fallback plus RFC 5987 UTF-8 form).
+    pub fn content_disposition(&self) -> String {
+        let disposition = if self.is_inline_image() {
+            "inline"
+        } else {
+            "attachment"
+        };
+        let name = self.file_name.as_deref().unwrap_or(&self.id);
+        let ascii: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let mut encoded = String::new();
+        for b in name.bytes() {
+            if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+                encoded.push(char::from(b));
+            } else {
+                encoded.push_str(&format!("%{b:02X}"));
+            }
+        }
+        format!("{disposition}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+    }
+}
+
+/// A declared content type reduced to `type/subtype` in lowercase, without parameters;
+/// `application/octet-stream` when missing or malformed.
+pub fn normalize_content_type(declared: Option<&str>) -> String {
+    let essence = declared
+        .and_then(|ct| ct.split(';').next())
+        .map(|ct| ct.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    match essence.split_once('/') {
+        Some((t, s)) if essence.len() <= 100 && token(t) && token(s) => essence,
+        _ => "application/octet-stream".to_owned(),
+    }
+}
+
+/// A client's file name reduced to its last path component, without control characters, at
+/// most 255 characters; `None` when nothing is left.
+pub fn sanitize_file_name(declared: Option<&str>) -> Option<String> {
+    let name = declared?.rsplit(['/', '\\']).next()?;
+    let clean: String = name.chars().filter(|c| !c.is_control()).take(255).collect();
+    let clean = clean.trim();
+    (!clean.is_empty() && clean != "." && clean != "..").then(|| clean.to_owned())
+}
+
+macro_rules! upload_cols {
+    () => {
+        "id, owner_key, sha256, size, content_type, file_name, created_at"
+    };
+}
+
+impl Inbox {
+    /// Records an upload of `owner` whose bytes [`UploadWriter::finish`] stored.
+    pub async fn add_upload(
+        &self,
+        owner: &str,
+        stored: &StoredFile,
+        content_type: &str,
+        file_name: Option<&str>,
+    ) -> Result<Upload> {
+        let upload = Upload {
+            id: uuid::Uuid::now_v7().simple().to_string(),
+            owner_key: owner.to_owned(),
+            sha256: stored.sha256.clone(),
+            size: stored.size,
+            content_type: content_type.to_owned(),
+            file_name: file_name.map(str::to_owned),
+            created_at: Timestamp::from_unix_millis(now_ms()),
+        };
+        sqlx::query(concat!(
+            "INSERT INTO inbox_uploads (",
+            upload_cols!(),
+            ") VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .bind(&upload.id)
+        .bind(owner)
+        .bind(&upload.sha256)
+        .bind(i64::try_from(upload.size).unwrap_or(i64::MAX))
+        .bind(&upload.content_type)
+        .bind(&upload.file_name)
+        .bind(upload.created_at.unix_millis())
+        .execute(self.store().pool())
+        .await?;
+        Ok(upload)
+    }
+
+    /// Any upload, for reviewers.
+    pub async fn upload(&self, id: &str) -> Result<Upload> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            upload_cols!(),
+            " FROM inbox_uploads WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(self.store().pool())
+        .await?
+        .ok_or_else(|| InboxError::NotFound(format!("upload {id}")))?;
+        upload_from_row(&row)
+    }
+
+    /// One of `owner`'s uploads; another key's is reported missing, like a missing one.
+    pub async fn owned_upload(&self, owner: &str, id: &str) -> Result<Upload> {
+        let upload = self.upload(id).await?;
+        if upload.owner_key != owner {
+            return Err(InboxError::NotFound(format!("upload {id}")));
+        }
+        Ok(upload)
+    }
+}
+
+fn upload_from_row(row: &SqliteRow) -> Result<Upload> {
+    let size: i64 = row.try_get("size")?;
+    Ok(Upload {
+        id: row.try_get("id")?,
+        owner_key: row.try_get("owner_key")?,
+        sha256: row.try_get("sha256")?,
+        size: u64::try_from(size).unwrap_or(0),
+        content_type: row.try_get("content_type")?,
+        file_name: row.try_get("file_name")?,
+        created_at: Timestamp::from_unix_millis(row.try_get("created_at")?),
+    })
+}
+
+/// Each id must be an upload of `owner`: 400 `unknown_upload` otherwise (another key's
+/// upload is as unknown as a missing one).
+pub(crate) async fn check_owned_uploads(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    ids: &[&str],
+) -> Result<()> {
+    for id in ids {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM inbox_uploads WHERE id = ? AND owner_key = ?")
+                .bind(id)
+                .bind(owner)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if found.is_none() {
+            return Err(InboxError::Invalid {
+                code: "unknown_upload",
+                message: format!("{id:?} is not an upload of this key (POST /api/uploads first)"),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store_bytes(dir: &UploadDir, bytes: &[u8]) -> StoredFile {
+        let mut w = dir.begin(1 << 20).await.unwrap();
+        for chunk in bytes.chunks(7) {
+            w.write(chunk).await.unwrap();
+        }
+        w.finish().await.unwrap()
+    }
+
+    fn files_under(root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn identical_content_is_stored_once_under_its_hash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = UploadDir::new(tmp.path().join("uploads"));
+        let a = store_bytes(&dir, b"hello world").await;
+        let b = store_bytes(&dir, b"hello world").await;
+        let c = store_bytes(&dir, b"other").await;
+        assert_eq!(a, b);
+        assert_eq!(
+            a.sha256,
+            "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+        );
+        assert_eq!(a.size, 11);
+        let path = dir.path_of(&a.sha256).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"hello world");
+        assert!(path.starts_with(tmp.path().join("uploads").join("b9")));
+        assert_ne!(a.sha256, c.sha256);
+        // Two stored files, no temporaries left.
+        assert_eq!(
+            files_under(dir.root()).len(),
+            2,
+            "{:?}",
+            files_under(dir.root())
+        );
+    }
+
+    #[tokio::test]
+    async fn too_large_stops_and_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = UploadDir::new(tmp.path());
+        let mut w = dir.begin(10).await.unwrap();
+        w.write(b"0123456789").await.unwrap();
+        let err = w.write(b"x").await.unwrap_err();
+        assert!(matches!(err, UploadError::TooLarge { limit: 10 }), "{err}");
+        assert_eq!(w.size(), 10);
+        drop(w);
+        // The removal runs on the blocking pool; wait for it without a timed assertion.
+        for _ in 0..500 {
+            if files_under(dir.root()).is_empty() {
+                break;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(files_under(dir.root()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn attachments_must_be_uploads_of_the_same_key() {
+        use crate::model::{Attachment, CreateApproval, CreateTask, RecordAction};
+        use crate::service::DEFAULT_PROJECT;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tern_store::Store::open(&tmp.path().join("tern.db"))
+            .await
+            .unwrap();
+        let inbox = Inbox::new(store);
+        inbox.ensure_default_project().await.unwrap();
+        let task = inbox
+            .create_task(
+                "a",
+                serde_json::from_value::<CreateTask>(
+                    serde_json::json!({"name": "t", "projectName": DEFAULT_PROJECT}),
+                )
+                .unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        let stored = StoredFile {
+            sha256: "1".repeat(64),
+            size: 3,
+        };
+        let mine = inbox
+            .add_upload("a", &stored, "text/plain", Some("a.txt"))
+            .await
+            .unwrap();
+        let theirs = inbox
+            .add_upload("b", &stored, "text/plain", None)
+            .await
+            .unwrap();
+        assert_eq!(inbox.owned_upload("a", &mine.id).await.unwrap(), mine);
+        assert!(matches!(
+            inbox.owned_upload("a", &theirs.id).await,
+            Err(InboxError::NotFound(_))
+        ));
+        assert_eq!(inbox.upload(&theirs.id).await.unwrap(), theirs);
+
+        let action = |upload_id: &str| RecordAction {
+            project_name: DEFAULT_PROJECT.into(),
+            task_id: task.id.clone(),
+            description: "attach".into(),
+            detail: None,
+            transitions_to: None,
+            metadata_patch: None,
+            add_attachments: Some(vec![Attachment {
+                upload_id: upload_id.into(),
+                label: "file".into(),
+            }]),
+            external_trace_id: None,
+        };
+        for bad in [theirs.id.as_str(), "no-such-upload"] {
+            let err = inbox
+                .record_action("a", action(bad), None)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    InboxError::Invalid {
+                        code: "unknown_upload",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+        }
+        inbox
+            .record_action("a", action(&mine.id), None)
+            .await
+            .unwrap();
+
+        let approval = |ids: Vec<String>| -> CreateApproval {
+            serde_json::from_value(serde_json::json!({
+                "projectName": DEFAULT_PROJECT, "taskId": task.id,
+                "summary": "s", "attachments": ids,
+            }))
+            .unwrap()
+        };
+        let err = inbox
+            .create_approval("a", approval(vec![theirs.id.clone()]), None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                InboxError::Invalid {
+                    code: "unknown_upload",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        inbox
+            .create_approval("a", approval(vec![mine.id.clone()]), None)
+            .await
+            .unwrap();
+    }
+
+    #[test]
+    fn path_of_refuses_anything_but_a_digest() {
+        let dir = UploadDir::new("/u");
+        assert!(dir.path_of("../etc/passwd").is_none());
+        assert!(dir.path_of(&"A".repeat(64)).is_none());
+        assert!(dir.path_of(&"a".repeat(63)).is_none());
+        assert_eq!(
+            dir.path_of(&"ab".repeat(32)).unwrap(),
+            PathBuf::from("/u/ab").join("ab".repeat(32))
+        );
+    }
+
+    fn upload(ct: &str, name: Option<&str>) -> Upload {
+        Upload {
+            id: "u1".into(),
+            owner_key: "k".into(),
+            sha256: "0".repeat(64),
+            size: 1,
+            content_type: ct.into(),
+            file_name: name.map(str::to_owned),
+            created_at: Timestamp::from_unix_millis(0),
+        }
+    }
+
+    #[test]
+    fn downloads_are_safe() {
+        let png = upload("image/png", Some("shot.png"));
+        assert!(png.is_inline_image());
+        assert_eq!(png.served_content_type(), "image/png");
+        assert_eq!(
+            png.content_disposition(),
+            "inline; filename=\"shot.png\"; filename*=UTF-8''shot.png"
+        );
+        for risky in [
+            "text/html",
+            "image/svg+xml",
+            "application/xhtml+xml",
+            "text/javascript",
+        ] {
+            let u = upload(risky, None);
+            assert_eq!(
+                u.served_content_type(),
+                "application/octet-stream",
+                "{risky}"
+            );
+            assert!(
+                u.content_disposition()
+                    .starts_with("attachment; filename=\"u1\"")
+            );
+        }
+        let pdf = upload("application/pdf", Some("Réçu \"final\".pdf"));
+        assert_eq!(pdf.served_content_type(), "application/pdf");
+        assert_eq!(
+            pdf.content_disposition(),
+            "attachment; filename=\"R__u _final_.pdf\"; \
+             filename*=UTF-8''R%C3%A9%C3%A7u%20%22final%22.pdf"
+        );
+    }
+
+    #[test]
+    fn declared_types_and_names_are_normalized() {
+        assert_eq!(
+            normalize_content_type(Some("Image/PNG; charset=x")),
+            "image/png"
+        );
+        assert_eq!(normalize_content_type(None), "application/octet-stream");
+        assert_eq!(
+            normalize_content_type(Some("nonsense")),
+            "application/octet-stream"
+        );
+        assert_eq!(
+            normalize_content_type(Some("text/html\r\nX: y")),
+            "application/octet-stream"
+        );
+        assert_eq!(
+            sanitize_file_name(Some("../../etc/pass\nwd")).as_deref(),
+            Some("passwd")
+        );
+        assert_eq!(
+            sanitize_file_name(Some("C:\\tmp\\a.txt")).as_deref(),
+            Some("a.txt")
+        );
+        assert_eq!(sanitize_file_name(Some("dir/")), None);
+        assert_eq!(sanitize_file_name(Some("..")), None);
+        assert_eq!(sanitize_file_name(None), None);
+    }
+}
