@@ -15,6 +15,7 @@ mod doctor;
 mod gateway;
 mod inbox;
 mod render;
+mod reviewers;
 mod sessions;
 
 use std::process::ExitCode;
