@@ -27,6 +27,7 @@ mod reviewer_api;
 mod reviewer_auth;
 pub mod turns;
 mod uploads_api;
+mod web;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,6 +78,9 @@ pub struct Gateway {
     pub inbox: tern_inbox::Inbox,
     /// The inbox's uploads, size limit and links (from `[inbox]`).
     pub inbox_settings: InboxSettings,
+    /// Cancelled when the gateway starts shutting down, to end long-lived responses (the web
+    /// inbox's event streams) that would otherwise hold the server open.
+    pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
 /// What a gateway serves.
@@ -128,6 +132,7 @@ impl Gateway {
             store: agent.store().clone(),
             inbox,
             inbox_settings,
+            closing: tokio_util::sync::CancellationToken::new(),
             hooks: agent.hooks().clone(),
             turns: TurnManager::new(settings.max_concurrent_turns),
             agent,
@@ -208,6 +213,7 @@ impl Gateway {
             .merge(reviewer_auth::routes())
             .merge(uploads_api::reviewer_routes())
             .merge(reviewer_api::routes())
+            .merge(web::routes())
             .fallback(not_found)
             .layer(middleware::map_response(json_errors))
             .with_state(self.clone())
@@ -216,6 +222,7 @@ impl Gateway {
     /// Shutdown: refuse new turns, give running ones `drain_timeout`, interrupt the rest and
     /// wait (bounded) until they have recorded their interruption.
     pub async fn drain(&self) {
+        self.closing.cancel();
         self.turns.begin_drain();
         let busy = self.turns.running_count();
         if busy > 0 {

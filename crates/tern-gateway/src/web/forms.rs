@@ -217,9 +217,9 @@ fn field_control(
             let on = matches!(value, Some(Value::Bool(true)))
                 || matches!(value, Some(Value::String(s)) if s == "true");
             html! {
-                label.choice.switch {
-                    input type="checkbox" id=(dom_id) name=(name) value="true" checked[on]
-                        aria-describedby=[described];
+                label.switch {
+                    input.toggle type="checkbox" id=(dom_id) name=(name) value="true" checked[on]
+                        role="switch" aria-describedby=[described];
                     span { "Yes" }
                 }
             }
@@ -318,7 +318,7 @@ fn bid_and_errors(
             }
         }
         @if !errors.is_empty() {
-            div.error id=(err_id) role="alert" {
+            div.errors id=(err_id) role="alert" {
                 @for e in errors { p.error { (e.message) } }
             }
         }

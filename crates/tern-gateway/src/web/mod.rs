@@ -170,16 +170,48 @@ async fn render_request(
     )
 }
 
-/// The request's attachments with what the page needs to show them.
-async fn attachments(_gw: &AppState, view: &RequestView) -> Vec<AttachmentInfo> {
-    view.attachments
-        .iter()
-        .map(|id| AttachmentInfo {
-            id: id.clone(),
-            label: id.clone(),
-            is_image: false,
-        })
-        .collect()
+/// The request's attachments with what the page needs to show them: images (of the types
+/// a browser shows without running anything) inline, other files as downloads. An upload
+/// that cannot be read is still listed, as a download by its id.
+async fn attachments(gw: &AppState, view: &RequestView) -> Vec<AttachmentInfo> {
+    let mut out = Vec::with_capacity(view.attachments.len());
+    for id in &view.attachments {
+        let info = match gw.inbox.upload(id).await {
+            Ok(u) => AttachmentInfo {
+                id: id.clone(),
+                label: u.file_name.clone().unwrap_or_else(|| id.clone()),
+                detail: format!("{} · {}", u.content_type, size_text(u.size)),
+                is_image: u.is_inline_image(),
+            },
+            Err(e) => {
+                tracing::warn!(upload = %id, error = %e, "cannot read an attachment's details");
+                AttachmentInfo {
+                    id: id.clone(),
+                    label: id.clone(),
+                    detail: String::new(),
+                    is_image: false,
+                }
+            }
+        };
+        out.push(info);
+    }
+    out
+}
+
+/// `1536` → `1.5 KiB`.
+fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["bytes", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

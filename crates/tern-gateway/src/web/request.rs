@@ -6,6 +6,7 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 use tern_inbox::FieldError;
+use tern_inbox::model::Payload;
 use tern_inbox::review::{RequestKind, RequestStatus, RequestView};
 
 use super::forms::{self, ApprovalDraft};
@@ -15,6 +16,8 @@ use super::layout::{Nav, Page, humanize, plain, when};
 pub(super) struct AttachmentInfo {
     pub id: String,
     pub label: String,
+    /// Type and size, e.g. `image/png · 12.5 KiB`; empty when unknown.
+    pub detail: String,
     pub is_image: bool,
 }
 
@@ -103,8 +106,13 @@ pub(super) fn page(
                         figure {
                             @if a.is_image {
                                 a href=(href) { img src=(href) alt=(a.label) loading="lazy"; }
+                            } @else {
+                                a.file href=(href) download aria-hidden="true" tabindex="-1" { (extension(&a.label)) }
                             }
-                            figcaption { a href=(href) download[!a.is_image] { (a.label) } }
+                            figcaption {
+                                a href=(href) download[!a.is_image] { (a.label) }
+                                @if !a.detail.is_empty() { br; span.small { (a.detail) } }
+                            }
                         }
                     }
                 }
@@ -183,6 +191,16 @@ fn result_card(view: &RequestView) -> Markup {
 /// The task's events, oldest first; the event of this request is marked, and an event that
 /// answers a request links to it.
 fn timeline(view: &RequestView) -> Markup {
+    // The summaries of the task's requests, to name the request an answer responds to.
+    let summaries: std::collections::HashMap<&str, &str> = view
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ApprovalRequested(r) => Some((e.id.as_str(), r.summary.as_str())),
+            Payload::ElicitationRequested(r) => Some((e.id.as_str(), r.summary.as_str())),
+            _ => None,
+        })
+        .collect();
     html! {
         section.card {
             h2 { "Timeline of task " (view.summary.task_name) }
@@ -200,10 +218,17 @@ fn timeline(view: &RequestView) -> Markup {
                                 span.when { (when(&e.timestamp)) " · by " (who(&source, &payload)) }
                             }
                             div.body {
-                                (event_text(&payload))
+                                @if !this && summaries.contains_key(e.id.as_str()) {
+                                    a href={"/inbox/requests/" (e.id)} { (event_text(&payload)) }
+                                } @else {
+                                    (event_text(&payload))
+                                }
                                 @if let Some(r) = &e.in_response_to {
                                     div.small { "In response to "
-                                        a href={"/inbox/requests/" (r)} { (short(r)) } }
+                                        a href={"/inbox/requests/" (r)} {
+                                            (summaries.get(r.as_str()).copied().unwrap_or(short(r)))
+                                        }
+                                    }
                                 }
                                 @if let (Some(from), Some(to)) = (&e.transition_from, &e.transition_to) {
                                     div.small { "Step " (from) " → " (to) }
@@ -247,6 +272,14 @@ fn event_text(payload: &Value) -> Markup {
         } @else if let Some(Value::Object(a)) = payload.get("answers") {
             (a.len()) " answer" (if a.len() == 1 { "" } else { "s" })
         }
+    }
+}
+
+/// `receipt.txt` → `txt`; `FILE` without an extension.
+fn extension(name: &str) -> &str {
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && !ext.is_empty() && ext.len() <= 5 => ext,
+        _ => "file",
     }
 }
 
