@@ -39,7 +39,7 @@ use tern_inbox::review::{RequestFilter, RequestKind, RequestStatus};
 
 use crate::AppState;
 use crate::inbox_api::{InboxApiError, InboxJson};
-use crate::reviewer_auth::Reviewer;
+use crate::reviewer_auth::{AuthError, Reviewer};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -50,16 +50,47 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/inbox/api/requests/{id}/answer", post(answer))
 }
 
-/// Any failure of these routes, already in its wire shape.
-type ApiResult = Result<Response, Response>;
+/// A failure of these routes: the caller was refused, or the inbox refused or failed.
+enum Failure {
+    Auth(AuthError),
+    Inbox(InboxApiError),
+}
 
-fn bad_request(code: &'static str, message: String) -> Response {
-    InboxApiError::Request {
+impl From<AuthError> for Failure {
+    fn from(e: AuthError) -> Self {
+        Failure::Auth(e)
+    }
+}
+
+impl From<InboxApiError> for Failure {
+    fn from(e: InboxApiError) -> Self {
+        Failure::Inbox(e)
+    }
+}
+
+impl From<tern_inbox::InboxError> for Failure {
+    fn from(e: tern_inbox::InboxError) -> Self {
+        Failure::Inbox(e.into())
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        match self {
+            Failure::Auth(e) => e.into_response(),
+            Failure::Inbox(e) => e.into_response(),
+        }
+    }
+}
+
+type ApiResult = Result<Response, Failure>;
+
+fn bad_request(code: &'static str, message: String) -> Failure {
+    Failure::Inbox(InboxApiError::Request {
         status: StatusCode::BAD_REQUEST,
         code,
         message,
-    }
-    .into_response()
+    })
 }
 
 /// `GET /inbox/api/me` → `{"name"}`: who the credentials belong to.
@@ -68,7 +99,7 @@ async fn me(reviewer: Reviewer) -> Json<Value> {
 }
 
 /// The filter of `GET /inbox/api/requests`; every bad value is a 400 naming it.
-fn filter(query: &HashMap<String, String>) -> Result<RequestFilter, Response> {
+fn filter(query: &HashMap<String, String>) -> Result<RequestFilter, Failure> {
     let get = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
     let status = match get("status").unwrap_or("pending") {
         "all" => None,
@@ -123,11 +154,7 @@ async fn list(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let filter = filter(&query)?;
-    let list = gw
-        .inbox
-        .list_requests(&filter)
-        .await
-        .map_err(|e| InboxApiError::from(e).into_response())?;
+    let list = gw.inbox.list_requests(&filter).await?;
     Ok(Json(list).into_response())
 }
 
@@ -137,11 +164,7 @@ async fn show(
     _reviewer: Reviewer,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let view = gw
-        .inbox
-        .request_view(&id)
-        .await
-        .map_err(|e| InboxApiError::from(e).into_response())?;
+    let view = gw.inbox.request_view(&id).await?;
     Ok(Json(view).into_response())
 }
 
@@ -161,13 +184,9 @@ async fn checked_body<T: serde::de::DeserializeOwned>(
     reviewer: &Reviewer,
     req: Request,
     gw: &AppState,
-) -> Result<T, Response> {
-    reviewer
-        .check_csrf_header(req.headers())
-        .map_err(IntoResponse::into_response)?;
-    let InboxJson(body) = InboxJson::<T>::from_request(req, gw)
-        .await
-        .map_err(IntoResponse::into_response)?;
+) -> Result<T, Failure> {
+    reviewer.check_csrf_header(req.headers())?;
+    let InboxJson(body) = InboxJson::<T>::from_request(req, gw).await?;
     Ok(body)
 }
 
@@ -183,8 +202,7 @@ async fn decide(
     let result = gw
         .inbox
         .decide_approval(&id, outcome, &reviewer.name)
-        .await
-        .map_err(|e| InboxApiError::from(e).into_response())?;
+        .await?;
     tracing::info!(request = %id, reviewer = %reviewer.name, "approval decided");
     Ok(Json(result).into_response())
 }
@@ -202,8 +220,7 @@ async fn answer(
     let result = gw
         .inbox
         .answer_elicitation(&id, &fields, &reviewer.name)
-        .await
-        .map_err(|e| InboxApiError::from(e).into_response())?;
+        .await?;
     tracing::info!(request = %id, reviewer = %reviewer.name, "elicitation answered");
     Ok(Json(result).into_response())
 }

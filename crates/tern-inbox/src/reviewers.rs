@@ -128,8 +128,12 @@ fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 
+/// Names a reviewer cannot take: they would read as another actor in the audit trail.
+const RESERVED_NAMES: [&str; 3] = ["platform", "agent", "system"];
+
 fn valid_name(name: &str) -> bool {
-    !name.is_empty()
+    !RESERVED_NAMES.iter().any(|r| name.eq_ignore_ascii_case(r))
+        && !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
             .chars()
@@ -470,7 +474,7 @@ mod tests {
             r.add("alice", true).await,
             Err(ReviewerError::Exists(_))
         ));
-        for bad in ["", "a b", "x/y", &"a".repeat(65)] {
+        for bad in ["", "a b", "x/y", &"a".repeat(65), "PLATFORM", "agent"] {
             assert!(matches!(
                 r.add(bad, false).await,
                 Err(ReviewerError::InvalidName(_))
