@@ -51,9 +51,6 @@ const EXIT_NOT_FOUND: u8 = 5;
 const EXIT_INVALID: u8 = 6;
 const EXIT_UNREACHABLE: u8 = 7;
 
-/// The name of the file the gateway writes its address and admin token to.
-pub const ADMIN_FILE: &str = "inbox-admin.json";
-
 #[derive(Args, Debug)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct InboxArgs {
@@ -80,10 +77,6 @@ pub struct ConnArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
-
-    /// Print JSON (for scripts) instead of text
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -103,9 +96,17 @@ pub enum InboxCommand {
         /// Continue after a previous page (its "next" cursor)
         #[arg(long, value_name = "CURSOR")]
         before: Option<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// Show a request: summary, context, recommendation, fields, result and the timeline
-    Show { id: String },
+    Show {
+        id: String,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Approve an approval request
     Approve {
         id: String,
@@ -118,6 +119,9 @@ pub enum InboxCommand {
         /// Approve with changes (EDIT_AND_APPROVE); say what changed in --note
         #[arg(long)]
         edit: bool,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// Reject an approval request
     Reject {
@@ -126,6 +130,9 @@ pub enum InboxCommand {
         note: Option<String>,
         #[arg(long, value_name = "CODE")]
         reason_code: Option<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// Decide an approval request with any outcome (ESCALATE, REQUEST_MORE_INFO, …)
     Decide {
@@ -136,6 +143,9 @@ pub enum InboxCommand {
         note: Option<String>,
         #[arg(long, value_name = "CODE")]
         reason_code: Option<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// Answer an elicitation request: --field ID=VALUE for each field
     #[command(after_long_help = "\
@@ -149,6 +159,14 @@ answers again and lists every problem; nothing is stored unless all are valid.")
         /// ID=VALUE, once per field (repeat for a Multiselect's options)
         #[arg(long = "field", value_name = "ID=VALUE")]
         fields: Vec<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reviewers: the people who decide (on the database in $TERN_HOME; no gateway needed)
+    Reviewers {
+        #[command(subcommand)]
+        command: crate::reviewers::ReviewersCommand,
     },
     /// Projects and their steps (on the database in $TERN_HOME; no gateway needed)
     Projects {
@@ -174,15 +192,41 @@ Without --step the project has one step named after it, owned by the agent.")]
         /// The step new tasks start in (default: the first)
         #[arg(long, value_name = "STEP")]
         initial: Option<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// List projects and their steps
-    List,
+    List {
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl InboxCommand {
+    /// Whether `--json` was given.
+    fn json(&self) -> bool {
+        match self {
+            InboxCommand::List { json, .. }
+            | InboxCommand::Show { json, .. }
+            | InboxCommand::Approve { json, .. }
+            | InboxCommand::Reject { json, .. }
+            | InboxCommand::Decide { json, .. }
+            | InboxCommand::Answer { json, .. } => *json,
+            InboxCommand::Reviewers { .. } | InboxCommand::Projects { .. } => false,
+        }
+    }
 }
 
 pub async fn run(home: Option<PathBuf>, args: InboxArgs) -> anyhow::Result<ExitCode> {
-    let json = args.conn.json;
+    let json = args.command.json();
     let result = match args.command {
-        InboxCommand::Projects { command } => return projects(home, command, json).await,
+        InboxCommand::Projects { command } => return projects(home, command).await,
+        InboxCommand::Reviewers { command } => {
+            crate::reviewers::run(home, command).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         command => reviewer_command(home, &args.conn, command).await,
     };
     Ok(match result {
@@ -202,7 +246,7 @@ async fn reviewer_command(
     command: InboxCommand,
 ) -> Result<(), Failure> {
     let http = Http::reviewer(home, conn)?;
-    let json = conn.json;
+    let json = command.json();
     match command {
         InboxCommand::List {
             status,
@@ -210,6 +254,7 @@ async fn reviewer_command(
             kind,
             limit,
             before,
+            ..
         } => {
             let mut query = vec![("status", status)];
             query.extend(project.map(|p| ("project", p)));
@@ -223,7 +268,7 @@ async fn reviewer_command(
                 print_list(&list);
             }
         }
-        InboxCommand::Show { id } => {
+        InboxCommand::Show { id, .. } => {
             let view = http.get_json(&request_path(&id), &[]).await?;
             if json {
                 print_json(&view);
@@ -236,6 +281,7 @@ async fn reviewer_command(
             note,
             reason_code,
             edit,
+            ..
         } => {
             let kind = if edit { "EDIT_AND_APPROVE" } else { "APPROVE" };
             decide(&http, &id, kind, note, reason_code, json).await?;
@@ -244,18 +290,22 @@ async fn reviewer_command(
             id,
             note,
             reason_code,
+            ..
         } => decide(&http, &id, "REJECT", note, reason_code, json).await?,
         InboxCommand::Decide {
             id,
             outcome,
             note,
             reason_code,
+            ..
         } => {
             let kind = outcome.to_ascii_uppercase();
             decide(&http, &id, &kind, note, reason_code, json).await?;
         }
-        InboxCommand::Answer { id, fields } => answer(&http, &id, &fields, json).await?,
-        InboxCommand::Projects { .. } => unreachable!("handled by run"),
+        InboxCommand::Answer { id, fields, .. } => answer(&http, &id, &fields, json).await?,
+        InboxCommand::Projects { .. } | InboxCommand::Reviewers { .. } => {
+            unreachable!("handled by run")
+        }
     }
     Ok(())
 }
@@ -460,6 +510,13 @@ pub(crate) fn print_json(v: &Value) {
 fn compact(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        // A bound stored as a float but whole reads better as `10` than as `10.0`.
+        Value::Number(n)
+            if n.as_f64()
+                .is_some_and(|f| f.fract() == 0.0 && f.abs() < 1e15) =>
+        {
+            format!("{}", n.as_f64().unwrap_or_default() as i64)
+        }
         other => other.to_string(),
     }
 }
@@ -498,8 +555,13 @@ fn print_list(list: &Value) {
         eprintln!("no requests match");
         return;
     }
+    let w = items
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or("?").chars().count())
+        .max()
+        .unwrap_or(2);
     println!(
-        "{:<36}  {:<11}  {:<9}  {:<12}  {:<20}  SUMMARY",
+        "{:<w$}  {:<11}  {:<9}  {:<12}  {:<20}  SUMMARY",
         "ID", "KIND", "STATUS", "PROJECT", "CREATED"
     );
     for r in items {
@@ -508,7 +570,7 @@ fn print_list(list: &Value) {
             status = o.to_owned();
         }
         println!(
-            "{:<36}  {:<11}  {:<9}  {:<12}  {:<20}  {}",
+            "{:<w$}  {:<11}  {:<9}  {:<12}  {:<20}  {}",
             r["id"].as_str().unwrap_or("?"),
             r["kind"].as_str().unwrap_or("?"),
             clip(&status, 9),
@@ -586,10 +648,15 @@ fn print_view(v: &Value) {
         && !fields.is_empty()
     {
         println!("\nFields");
+        let width = fields
+            .iter()
+            .map(|f| f["id"].as_str().unwrap_or("?").chars().count())
+            .max()
+            .unwrap_or(0);
         for f in fields {
             let id = f["id"].as_str().unwrap_or("?");
             let mut line = format!(
-                "  {id}  {}{}  \"{}\"",
+                "  {id:<width$}  {}{}  \"{}\"",
                 f["type"].as_str().unwrap_or("?"),
                 if f["required"].as_bool() == Some(true) {
                     ", required"
@@ -737,11 +804,7 @@ fn event_text(e: &Value) -> String {
 
 // ---- projects (on the database) ---------------------------------------------------------
 
-async fn projects(
-    home: Option<PathBuf>,
-    cmd: ProjectsCommand,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+async fn projects(home: Option<PathBuf>, cmd: ProjectsCommand) -> anyhow::Result<ExitCode> {
     let (home, _) = context::load_config(home)?;
     let store = context::open_store(&home).await?;
     let inbox = tern_inbox::Inbox::new(store.clone());
@@ -751,6 +814,7 @@ async fn projects(
             name,
             steps,
             initial,
+            json,
         } => {
             let steps = match parse_steps(name.trim(), &steps, initial.as_deref()) {
                 Ok(s) => s,
@@ -776,7 +840,7 @@ async fn projects(
                 Err(e) => return Err(e.into()),
             }
         }
-        ProjectsCommand::List => {
+        ProjectsCommand::List { json } => {
             let list = inbox.projects(None).await?;
             if json {
                 print_json(&serde_json::to_value(&list)?);
@@ -931,7 +995,7 @@ pub(crate) struct AdminFile {
 
 impl AdminFile {
     pub(crate) fn path(home: &Home) -> PathBuf {
-        home.root.join(ADMIN_FILE)
+        home.root.join(crate::reviewers::ADMIN_FILE)
     }
 
     /// `Ok(None)` when the file does not exist (no gateway has started here).
