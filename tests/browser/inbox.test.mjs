@@ -362,6 +362,15 @@ step('phone-sized screen', async () => {
   await shot(page, '12-live-departure');
 });
 
+step('sign out', async () => {
+  await page.goto(`${BASE}/inbox`);
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByRole('heading', { name: 'Signed out' }).waitFor();
+  const r = await page.goto(`${BASE}/inbox`);
+  assert(r.status() === 401, `signed out: ${r.status()}`);
+  assert((await page.content()).includes('login link'), 'the page says how to log in again');
+});
+
 let passed = 0;
 let failed = 0;
 for (const { name, fn } of steps) {

@@ -312,7 +312,7 @@ fn bid_and_errors(
     html! {
         @if let Some(b) = bid.filter(|b| !b.value.is_null()) {
             p.bid {
-                "Agent suggests: " strong { (bid_text(field, &b.value)) }
+                "Agent suggests: " strong { (answer_text(field, &b.value)) }
                 @if let Some(c) = b.confidence { " (" (percent(c)) " sure)" }
                 @if let Some(r) = &b.rationale { " — " (r) }
             }
@@ -325,7 +325,8 @@ fn bid_and_errors(
     }
 }
 
-fn bid_text(field: &Field, value: &Value) -> String {
+/// An answer (or a suggestion) as a person reads it; date-times in UTC.
+pub(super) fn answer_text(field: &Field, value: &Value) -> String {
     match (field, value) {
         (Field::DateTime(_), Value::String(s)) => match Timestamp::parse(s) {
             Ok(t) => format!("{} UTC", to_local_input(t.as_str()).replace('T', " ")),

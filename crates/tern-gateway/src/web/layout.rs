@@ -26,6 +26,8 @@ pub(super) struct Page<'a> {
     pub nav: Nav,
     /// The signed-in reviewer's name, shown in the header.
     pub reviewer: Option<&'a str>,
+    /// The session's CSRF token, for the sign-out form (cookie sessions only).
+    pub csrf: Option<&'a str>,
     pub body: Markup,
     /// Inline script run after the page (live refresh); the pages work without it.
     pub script: Option<&'static str>,
@@ -52,7 +54,15 @@ impl Page<'_> {
                                 a href="/inbox?status=decided" aria-current=[(self.nav == Nav::History).then_some("page")] { "History" }
                             }
                             @if let Some(name) = self.reviewer {
-                                span.who { "Signed in as " strong { (name) } }
+                                div.who {
+                                    span { "Signed in as " strong { (name) } }
+                                    @if let Some(csrf) = self.csrf.filter(|c| !c.is_empty()) {
+                                        form.signout method="post" action="/inbox/logout" {
+                                            input type="hidden" name="csrf_token" value=(csrf);
+                                            button.link type="submit" { "Sign out" }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
@@ -101,6 +111,7 @@ pub(super) fn message_page(
         title,
         nav: Nav::None,
         reviewer,
+        csrf: None,
         body: html! {
             h1 { (title) }
             div.card {

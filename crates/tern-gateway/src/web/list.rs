@@ -112,6 +112,7 @@ pub(super) fn page(
     list: &RequestList,
     projects: &[String],
     reviewer: &str,
+    csrf: &str,
 ) -> Response {
     let status = query.status_key();
     let title = match status {
@@ -162,6 +163,7 @@ pub(super) fn page(
         title,
         nav,
         reviewer: Some(reviewer),
+        csrf: Some(csrf),
         body,
         script: Some(LIVE_SCRIPT),
     }

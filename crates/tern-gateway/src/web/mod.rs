@@ -126,7 +126,13 @@ async fn list_page(
         Ok(p) => p.items.into_iter().map(|p| p.name).collect::<Vec<_>>(),
         Err(e) => return inbox_error_page(&e, &reviewer.name),
     };
-    list::page(&query, &list, &projects, &reviewer.name)
+    list::page(
+        &query,
+        &list,
+        &projects,
+        &reviewer.name,
+        reviewer.csrf.as_deref().unwrap_or(""),
+    )
 }
 
 /// `?done=1` after a decision was recorded (the redirect of Post/Redirect/Get).

@@ -10,7 +10,7 @@ use tern_inbox::model::Payload;
 use tern_inbox::review::{RequestKind, RequestStatus, RequestView};
 
 use super::forms::{self, ApprovalDraft};
-use super::layout::{Nav, Page, humanize, plain, when};
+use super::layout::{Nav, Page, humanize, when};
 
 /// An attachment as the page shows it.
 pub(super) struct AttachmentInfo {
@@ -140,6 +140,7 @@ pub(super) fn page(
         title: &s.summary,
         nav: Nav::None,
         reviewer: Some(reviewer),
+        csrf: Some(csrf),
         body,
         script: None,
     }
@@ -179,7 +180,7 @@ fn result_card(view: &RequestView) -> Markup {
                 @if let Some(Value::Object(answers)) = get("fields") {
                     @for field in &view.fields {
                         @if let Some(v) = answers.get(field.id()) {
-                            tr { th scope="row" { (field.label()) } td { (plain(v)) } }
+                            tr { th scope="row" { (field.label()) } td { (forms::answer_text(field, v)) } }
                         }
                     }
                 }
