@@ -679,6 +679,19 @@ async fn the_event_stream_reports_created_and_decided_requests() {
     assert!(text.contains("event: change"), "{text}");
     assert!(text.contains(&format!("\"requestId\":\"{id}\"")), "{text}");
 
+    // Shutdown ends the stream, so an open browser tab cannot hold the server open.
+    gw.gw.drain().await;
+    let ended = async {
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ended)
+        .await
+        .expect("the stream ends once the gateway drains");
+
     // Without a session: 401.
     let r = gw
         .http
