@@ -103,6 +103,7 @@ pub struct Common {
 #[derive(Subcommand, Debug)]
 pub enum AskCommand {
     /// Ask for an approval and wait: exit 0 approved, 1 rejected, 3 timed out
+    #[command(after_long_help = EXIT_CODES)]
     Approve {
         /// What to approve, as the human will read it
         summary: String,

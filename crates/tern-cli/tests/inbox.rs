@@ -67,11 +67,16 @@ impl Env {
     /// Starts the gateway on `listen` and waits until it listens and has written its admin
     /// file for this address.
     fn gateway_on(&self, listen: &str) -> Running {
+        self.gateway_with(listen, &[])
+    }
+
+    fn gateway_with(&self, listen: &str, extra: &[&str]) -> Running {
         let admin = self.home().join("inbox-admin.json");
         let _ = std::fs::remove_file(&admin);
         let mut child = self
             .tern()
             .args(["gateway", "--listen", listen, "--log-format", "json"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -823,4 +828,24 @@ async fn projects_with_steps_from_the_cli_and_from_config() {
     let o = e.inbox(&["projects", "list"]);
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("check (HUMAN)"), "{}", stdout(&o));
+}
+
+#[tokio::test]
+async fn an_inbox_only_gateway_serves_tern_ask_and_tern_inbox() {
+    let e = Env::new().await;
+    let _gw = e.gateway_with("127.0.0.1:0", &["--inbox-only"]);
+    let mut cmd = e.tern();
+    cmd.env_remove("OPENAI_BASE_URL")
+        .env_remove("TERN_MODEL")
+        .args([
+            "ask",
+            "approve",
+            "Remote inbox?",
+            "--poll-interval",
+            "100ms",
+        ]);
+    let ask = Asking::start(cmd);
+    assert_exit(&e.inbox(&["approve", &ask.id]), 0);
+    let (code, out, err) = ask.finish();
+    assert_eq!(code, Some(0), "{out}\n{err}");
 }
