@@ -146,6 +146,23 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let link_base = link_base.as_deref().unwrap_or(&local_url);
     crate::reviewers::prepare_admin(&home, &store, link_base, &local_url).await?;
     let inbox_config = &eff.config.inbox;
+    // Links in notifications need an address others can open: the configured one, else
+    // the bound one (`localhost` for a wildcard bind).
+    let public_url = match &inbox_config.public_url {
+        Some(url) => url.clone(),
+        None if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
+        None => format!("http://{addr}"),
+    };
+    let policy = tern_inbox::policy::Policy::from_config(&inbox_config.policy)
+        .context("in the [inbox.policy] configuration")?;
+    let targets = inbox_config
+        .notify
+        .iter()
+        .map(tern_inbox::notify::NotifyTarget::from_config)
+        .collect();
+    let inbox = inbox
+        .with_policy(policy)
+        .with_notifications(tern_inbox::notify::Notifications::new(targets, &public_url));
     let gw = Gateway::with_inbox(
         agent,
         authenticator,

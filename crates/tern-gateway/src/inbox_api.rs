@@ -71,7 +71,13 @@ impl IntoResponse for InboxApiError {
                 }
                 let status = StatusCode::from_u16(e.http_status())
                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                (status, Json(e.body())).into_response()
+                let mut resp = (status, Json(e.body())).into_response();
+                // A rate limit says when to come back.
+                if let Some(secs) = e.retry_after_secs() {
+                    resp.headers_mut()
+                        .insert(axum::http::header::RETRY_AFTER, secs.into());
+                }
+                resp
             }
             InboxApiError::Request {
                 status,

@@ -22,6 +22,7 @@ pub mod auth;
 pub mod error;
 mod inbox_api;
 mod inbox_settings;
+mod inbox_upkeep;
 mod openai;
 mod reviewer_api;
 mod reviewer_auth;
@@ -144,6 +145,8 @@ impl Gateway {
 
     /// Background upkeep; runs until `stop` is cancelled.
     pub fn spawn_upkeep(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        // The inbox's notification worker and expiry sweeper (see `inbox_upkeep`).
+        inbox_upkeep::spawn(self.inbox.clone(), stop.clone());
         tokio::spawn(self.turns.clone().trim_when_idle(stop));
     }
 

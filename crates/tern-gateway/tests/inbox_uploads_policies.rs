@@ -10,8 +10,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tern_agent::{Agent, AgentSettings};
 use tern_gateway::{Authenticator, Gateway, GatewaySettings, InboxSettings, auth};
+use tern_inbox::notify::{Notifications, NotifyTarget};
+use tern_inbox::policy::Policy;
 use tern_store::Store;
 use tern_tools::{DenyAll, Registry, ToolLimits};
+use tokio_util::sync::CancellationToken;
 
 struct Gw {
     gw: Arc<Gateway>,
@@ -24,15 +27,20 @@ struct Gw {
 
 /// What a test gateway is built with.
 struct Setup {
-    inbox: fn(tern_inbox::Inbox) -> tern_inbox::Inbox,
+    policy: Policy,
+    notify: Vec<NotifyTarget>,
     max_upload_bytes: u64,
+    /// Run the notification worker and expiry sweeper.
+    upkeep: bool,
 }
 
 impl Default for Setup {
     fn default() -> Self {
         Setup {
-            inbox: |i| i,
+            policy: Policy::default(),
+            notify: Vec::new(),
             max_upload_bytes: 1024 * 1024,
+            upkeep: false,
         }
     }
 }
@@ -68,7 +76,9 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
         },
     ));
     let uploads = dir.join("uploads");
-    let inbox = (setup.inbox)(tern_inbox::Inbox::new(store.clone()));
+    let inbox = tern_inbox::Inbox::new(store.clone())
+        .with_policy(setup.policy)
+        .with_notifications(Notifications::new(setup.notify, "https://inbox.example"));
     let gw = Gateway::with_inbox(
         agent,
         Authenticator::new(store, None).unwrap(),
@@ -96,6 +106,9 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = gw.router();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    if setup.upkeep {
+        gw.spawn_upkeep(CancellationToken::new());
+    }
     Gw {
         gw,
         url,
@@ -441,4 +454,564 @@ async fn attachments_name_uploads_of_the_same_key() {
         .post_json("/api/approval-requests", &approval(&mine["id"]))
         .await;
     assert_eq!(status, 201, "{body}");
+}
+
+// ---- notifications --------------------------------------------------------------------------
+
+const SECRET: &str = "notify-secret-0123456789";
+
+/// One POST a receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// A loopback HTTP receiver that answers its first `fail_first` POSTs with 500, then 200.
+async fn receiver(fail_first: usize) -> (String, tokio::sync::mpsc::UnboundedReceiver<Received>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let tx = tx.clone();
+                let seen = seen.clone();
+                async move {
+                    let n = seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = tx.send(Received {
+                        headers,
+                        body: body.to_vec(),
+                    });
+                    if n < fail_first {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        axum::http::StatusCode::OK
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, rx)
+}
+
+fn target(url: &str) -> NotifyTarget {
+    NotifyTarget {
+        url: url.to_owned(),
+        secret: SECRET.to_owned(),
+        max_attempts: 5,
+        retry_base: Duration::from_millis(20),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// The next POST, or a failure after a generous bound (so a broken worker fails the test
+/// instead of hanging it).
+async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Received>) -> Received {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("no notification arrived")
+        .expect("receiver closed")
+}
+
+/// Checks the signature the way a receiver would, and returns the body as JSON.
+fn verified(r: &Received) -> Value {
+    let timestamp: i64 = r.headers["x-tern-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let expected = tern_hooks::webhook_signature(SECRET, timestamp, &r.body);
+    assert_eq!(r.headers["x-tern-signature"].to_str().unwrap(), expected);
+    assert_eq!(r.headers["x-tern-event"], "inbox.request.created");
+    assert_eq!(r.headers["content-type"], "application/json");
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+impl Gw {
+    async fn approval(&self, task: &str, summary: &str, action: Option<&str>) -> (u16, Value) {
+        let mut body = json!({"projectName": "default", "taskId": task, "summary": summary});
+        if let Some(a) = action {
+            body["keyValueContext"] = json!({"action": a, "env": "test"});
+        }
+        self.post_json("/api/approval-requests", &body).await
+    }
+
+    async fn events(&self, task: &str) -> Vec<Value> {
+        let r = self
+            .get_as(&self.key, &format!("/api/tasks/{task}/events?limit=100"))
+            .await;
+        let body: Value = r.json().await.unwrap();
+        body["items"].as_array().unwrap().clone()
+    }
+
+    async fn wait_delivered(&self, request_id: &str) -> Vec<tern_inbox::notify::NotificationRow> {
+        for _ in 0..1000 {
+            let rows = self.gw.inbox.notifications_of(request_id).await.unwrap();
+            if rows.iter().all(|r| r.status != "pending") {
+                return rows;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the notification of {request_id} stayed pending");
+    }
+}
+
+#[tokio::test]
+async fn new_requests_are_notified_signed_and_retried_with_backoff() {
+    let (url, mut rx) = receiver(1).await;
+    let (_d, gw) = start(Setup {
+        notify: vec![target(&url)],
+        upkeep: true,
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "notify me").await;
+    let (status, created) = gw.approval(&task, "Deploy v2?", None).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["eventId"].as_str().unwrap();
+
+    // The first attempt gets a 500; the retry carries the same body and delivery id.
+    let first = next(&mut rx).await;
+    let second = next(&mut rx).await;
+    assert_eq!(first.body, second.body);
+    assert_eq!(
+        first.headers["x-tern-delivery"],
+        second.headers["x-tern-delivery"]
+    );
+    let body = verified(&second);
+    assert_eq!(body["type"], "inbox.request.created");
+    assert_eq!(body["requestId"], id);
+    assert_eq!(body["kind"], "approval");
+    assert_eq!(body["projectName"], "default");
+    assert_eq!(body["taskId"], task.as_str());
+    assert_eq!(body["summary"], "Deploy v2?");
+    assert_eq!(
+        body["url"],
+        format!("https://inbox.example/inbox/requests/{id}")
+    );
+    assert!(body["createdAt"].as_str().unwrap().ends_with('Z'), "{body}");
+
+    let rows = gw.wait_delivered(id).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].attempts),
+        ("delivered", 2)
+    );
+    assert_eq!(rows[0].last_error, None);
+}
+
+#[tokio::test]
+async fn a_gateway_stopped_before_delivery_delivers_after_restart() {
+    let (url, mut rx) = receiver(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    // No worker runs: as if the gateway died right after answering the create.
+    let first = start_in(
+        dir.path(),
+        Setup {
+            notify: vec![target(&url)],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let task = first.task("default", "survives").await;
+    let (_, created) = first.approval(&task, "Still there?", None).await;
+    let id = created["eventId"].as_str().unwrap().to_owned();
+    let rows = first.gw.inbox.notifications_of(&id).await.unwrap();
+    assert_eq!((rows.len(), rows[0].status.as_str()), (1, "pending"));
+    assert!(rx.try_recv().is_err(), "nothing may be delivered yet");
+
+    // The restarted gateway finds the pending row and delivers it.
+    let second = start_in(
+        dir.path(),
+        Setup {
+            notify: vec![target(&url)],
+            upkeep: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let got = verified(&next(&mut rx).await);
+    assert_eq!(got["requestId"], id.as_str());
+    let rows = second.wait_delivered(&id).await;
+    assert_eq!(rows[0].status, "delivered");
+}
+
+#[tokio::test]
+async fn a_failing_receiver_is_retried_up_to_max_attempts_and_the_error_is_kept() {
+    let (url, mut rx) = receiver(usize::MAX).await;
+    let mut t = target(&url);
+    t.max_attempts = 3;
+    let (_d, gw) = start(Setup {
+        notify: vec![t],
+        upkeep: true,
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "never").await;
+    let (_, created) = gw.approval(&task, "Anyone?", None).await;
+    let id = created["eventId"].as_str().unwrap();
+    for _ in 0..3 {
+        next(&mut rx).await;
+    }
+    let rows = gw.wait_delivered(id).await;
+    assert_eq!((rows[0].status.as_str(), rows[0].attempts), ("failed", 3));
+    assert_eq!(
+        rows[0].last_error.as_deref(),
+        Some("HTTP 500 Internal Server Error")
+    );
+}
+
+// ---- policies -------------------------------------------------------------------------------
+
+fn policy(toml_like: tern_config::InboxPolicyConfig) -> Policy {
+    Policy::from_config(&toml_like).unwrap()
+}
+
+fn auto_approve(action: Option<&str>, summary: Option<&str>) -> tern_config::AutoApproveConfig {
+    tern_config::AutoApproveConfig {
+        project: "default".into(),
+        action: action.map(Into::into),
+        summary: summary.map(Into::into),
+        task: None,
+    }
+}
+
+#[tokio::test]
+async fn auto_approve_decides_at_once_as_the_platform() {
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            auto_approve: vec![auto_approve(Some("read_logs"), None)],
+            ..Default::default()
+        }),
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "auto").await;
+    let (status, created) = gw.approval(&task, "Read the logs", Some("read_logs")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["eventId"].as_str().unwrap();
+    let r = gw
+        .get_as(&gw.key, &format!("/api/approval-requests/{id}/result"))
+        .await;
+    assert_eq!(r.status(), 200);
+    let result: Value = r.json().await.unwrap();
+    assert_eq!(result["outcome"]["type"], "APPROVE");
+    assert_eq!(result["decidedBy"], "PLATFORM");
+    assert!(
+        result["outcome"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("auto_approve[0] (project \"default\", action \"read_logs\")"),
+        "{result}"
+    );
+    let events = gw.events(&task).await;
+    let decided = events
+        .iter()
+        .find(|e| e["eventType"] == "APPROVAL_DECIDED")
+        .expect("a decision on the timeline");
+    assert_eq!(decided["source"], "PLATFORM");
+    assert_eq!(decided["inResponseTo"], id);
+    assert!(
+        decided["payload"]["authority"]["tags"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("policy:auto_approve[0]"),
+        "{decided}"
+    );
+
+    // Another action, or an elicitation with the same action, waits for a human.
+    let (_, other) = gw
+        .approval(&task, "Write the logs", Some("write_logs"))
+        .await;
+    let r = gw
+        .get_as(
+            &gw.key,
+            &format!(
+                "/api/approval-requests/{}/result",
+                other["eventId"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    let (status, form) = gw
+        .post_json(
+            "/api/elicitation-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Which logs?",
+                    "keyValueContext": {"action": "read_logs"},
+                    "fields": [{"type": "Switch", "id": "all", "label": "All", "required": true}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{form}");
+    let r = gw
+        .get_as(
+            &gw.key,
+            &format!(
+                "/api/elicitation-requests/{}/result",
+                form["eventId"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+}
+
+#[tokio::test]
+async fn always_review_beats_auto_approve() {
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            always_review: vec!["deploy_prod".into()],
+            auto_approve: vec![auto_approve(None, Some("(?i)^deploy"))],
+            ..Default::default()
+        }),
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "deploys").await;
+    let (_, prod) = gw
+        .approval(&task, "Deploy v2 to prod", Some("deploy_prod"))
+        .await;
+    let prod_id = prod["eventId"].as_str().unwrap();
+    let r = gw
+        .get_as(&gw.key, &format!("/api/approval-requests/{prod_id}/result"))
+        .await;
+    assert_eq!(r.status(), 204, "always_review must leave it to a human");
+    let events = gw.events(&task).await;
+    let note = events
+        .iter()
+        .find(|e| e["eventType"] == "NOTE" && e["inResponseTo"] == prod_id)
+        .expect("the override is on the timeline");
+    assert_eq!(note["source"], "PLATFORM");
+    let message = note["payload"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("always_review") && message.contains("auto_approve[0]"),
+        "{message}"
+    );
+
+    // The same rule approves another action at once.
+    let (_, staging) = gw
+        .approval(&task, "Deploy v2 to staging", Some("deploy_staging"))
+        .await;
+    let r = gw
+        .get_as(
+            &gw.key,
+            &format!(
+                "/api/approval-requests/{}/result",
+                staging["eventId"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+
+    // A human still decides the always-reviewed one.
+    let result = gw
+        .gw
+        .inbox
+        .decide_approval(
+            prod_id,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Reject),
+            "alice",
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.decided_by.as_deref(), Some("alice"));
+}
+
+#[tokio::test]
+async fn rate_limits_answer_429_with_retry_after_and_store_nothing() {
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            rate_limit: vec![tern_config::RateLimitConfig {
+                action: "send_email".into(),
+                max: 2,
+                window: "1h".into(),
+            }],
+            ..Default::default()
+        }),
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "mailer").await;
+    for i in 0..2 {
+        let (status, body) = gw
+            .approval(&task, &format!("Mail {i}"), Some("send_email"))
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let events_before = gw.events(&task).await.len();
+    let r = gw
+        .post(
+            "/api/approval-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Mail 3",
+                    "keyValueContext": {"action": "send_email"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("send_email"),
+        "{body}"
+    );
+    assert_eq!(
+        gw.events(&task).await.len(),
+        events_before,
+        "nothing stored"
+    );
+
+    // Other actions, and requests without one, are not limited.
+    let (status, _) = gw.approval(&task, "Read", Some("read_logs")).await;
+    assert_eq!(status, 201);
+    let (status, _) = gw.approval(&task, "Plain", None).await;
+    assert_eq!(status, 201);
+}
+
+#[tokio::test]
+async fn expiry_settles_overdue_requests_with_a_timeout_and_the_default_outcome() {
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            expires_after: Some("1h".into()),
+            ..Default::default()
+        }),
+        ..Setup::default()
+    })
+    .await;
+    let task = gw.task("default", "slow humans").await;
+    let (_, approval) = gw.approval(&task, "Approve in time?", None).await;
+    let approval_id = approval["eventId"].as_str().unwrap().to_owned();
+    let (_, form) = gw
+        .post_json(
+            "/api/elicitation-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Fill in?",
+                    "fields": [{"type": "Switch", "id": "ok", "label": "OK", "required": true}]}),
+        )
+        .await;
+    let form_id = form["eventId"].as_str().unwrap().to_owned();
+
+    // Not yet due: nothing happens.
+    let now = tern_store::now_ms();
+    assert_eq!(gw.gw.inbox.expire_overdue(now).await.unwrap(), 0);
+    // Two hours later both are overdue.
+    let later = now + 2 * 3600 * 1000;
+    assert_eq!(gw.gw.inbox.expire_overdue(later).await.unwrap(), 2);
+    assert_eq!(gw.gw.inbox.expire_overdue(later).await.unwrap(), 0);
+
+    let r = gw
+        .get_as(
+            &gw.key,
+            &format!("/api/approval-requests/{approval_id}/result"),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let result: Value = r.json().await.unwrap();
+    assert_eq!(result["outcome"]["type"], "REJECT");
+    assert_eq!(result["outcome"]["reasonCode"], "expired");
+    assert_eq!(result["decidedBy"], "PLATFORM");
+
+    let r = gw
+        .get_as(
+            &gw.key,
+            &format!("/api/elicitation-requests/{form_id}/result"),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let result: Value = r.json().await.unwrap();
+    assert_eq!(result["answeredBy"], "PLATFORM");
+    assert!(result.get("fields").is_none(), "{result}");
+
+    let events = gw.events(&task).await;
+    for id in [&approval_id, &form_id] {
+        let timeout = events
+            .iter()
+            .find(|e| e["eventType"] == "TIMEOUT" && e["inResponseTo"] == id.as_str())
+            .expect("a TIMEOUT event");
+        assert_eq!(timeout["source"], "PLATFORM");
+        assert_eq!(timeout["payload"]["state"], "expired");
+    }
+    // The expiry is also announced when the request is created.
+    assert!(events.iter().any(|e| {
+        e["eventType"] == "NOTE"
+            && e["payload"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("expires after 1h unless decided; it then becomes REJECT")
+    }));
+
+    // Listed as expired for reviewers; a late decision is refused.
+    let view = gw.gw.inbox.request_view(&approval_id).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(view.summary.status).unwrap(),
+        json!("expired")
+    );
+    let late = gw
+        .gw
+        .inbox
+        .decide_approval(
+            &approval_id,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Approve),
+            "alice",
+        )
+        .await;
+    assert!(
+        matches!(late, Err(tern_inbox::InboxError::AlreadyDecided)),
+        "{late:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_sweeper_runs_at_start() {
+    // A request created by an earlier gateway, overdue when the next one starts.
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_in(
+        dir.path(),
+        Setup {
+            policy: policy(tern_config::InboxPolicyConfig {
+                expires_after: Some("1s".into()),
+                expiry_outcome: "ESCALATE".into(),
+                ..Default::default()
+            }),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let task = first.task("default", "restart").await;
+    let (_, created) = first.approval(&task, "Decide soon", None).await;
+    let id = created["eventId"].as_str().unwrap().to_owned();
+    // Wait (without asserting on time) until the request is overdue.
+    while first.gw.inbox.next_expiry().await.unwrap().unwrap() > tern_store::now_ms() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = start_in(
+        dir.path(),
+        Setup {
+            policy: policy(tern_config::InboxPolicyConfig {
+                expires_after: Some("1s".into()),
+                expiry_outcome: "ESCALATE".into(),
+                ..Default::default()
+            }),
+            upkeep: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut result = Value::Null;
+    for _ in 0..1000 {
+        let r = second
+            .get_as(&second.key, &format!("/api/approval-requests/{id}/result"))
+            .await;
+        if r.status() == 200 {
+            result = r.json().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(result["outcome"]["type"], "ESCALATE", "{result}");
 }

@@ -28,6 +28,18 @@ pub enum InboxError {
     /// The `Idempotency-Key` was first used with another method or path.
     #[error("the idempotency key was already used for another method or path")]
     IdempotencyMismatch,
+    /// A `[[inbox.policy.rate_limit]]` for the request's action is exhausted; nothing was
+    /// stored. Answered 429 with `Retry-After`.
+    #[error(
+        "rate limit: at most {max} requests with action {action:?} per {window}; retry in {retry_after_secs} s"
+    )]
+    RateLimited {
+        action: String,
+        max: u32,
+        /// The window as configured, e.g. `1h`.
+        window: String,
+        retry_after_secs: u64,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -57,7 +69,18 @@ impl InboxError {
             // Not 409: the SDK retries 409s, and a key reused elsewhere stays reused.
             | InboxError::IdempotencyMismatch => 400,
             InboxError::AlreadyDecided => 409,
+            InboxError::RateLimited { .. } => 429,
             InboxError::Store(_) => 500,
+        }
+    }
+
+    /// Seconds after which a refused create may succeed (`Retry-After`), for a rate limit.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            InboxError::RateLimited {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 
@@ -79,7 +102,9 @@ impl InboxError {
             InboxError::IdempotencyMismatch => {
                 json!({"code": "idempotency_key_reused", "message": self.to_string()})
             }
-            InboxError::NotFound(_) | InboxError::AlreadyDecided => {
+            InboxError::NotFound(_)
+            | InboxError::AlreadyDecided
+            | InboxError::RateLimited { .. } => {
                 json!({"error": self.to_string()})
             }
             InboxError::Store(_) => json!({"error": "internal error"}),

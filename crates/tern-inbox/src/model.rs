@@ -205,6 +205,8 @@ pub enum EventType {
     Action,
     Exception,
     Note,
+    /// A request expired without a decision (`[inbox.policy] expires_after`).
+    Timeout,
 }
 
 impl EventType {
@@ -219,6 +221,7 @@ impl EventType {
             EventType::Action => "ACTION",
             EventType::Exception => "EXCEPTION",
             EventType::Note => "NOTE",
+            EventType::Timeout => "TIMEOUT",
         }
     }
 }
@@ -292,6 +295,13 @@ pub enum Payload {
     },
     Note {
         message: String,
+    },
+    /// A request expired: `state` is `"expired"`; `outcome` is what an approval became (the
+    /// configured `expiry_outcome`), absent for an elicitation.
+    Timeout {
+        state: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<Outcome>,
     },
 }
 

@@ -93,6 +93,10 @@ macro_rules! event_cols {
 pub struct Inbox {
     store: Store,
     changes: tokio::sync::broadcast::Sender<review::Change>,
+    /// Applied when requests are created ([`crate::policy`]).
+    pub(crate) policy: std::sync::Arc<crate::policy::Policy>,
+    /// Told about new requests ([`crate::notify`]).
+    pub(crate) notifications: std::sync::Arc<crate::notify::Notifications>,
 }
 
 /// How many changes a slow subscriber of [`Inbox::changes`] may fall behind before it
@@ -168,7 +172,12 @@ struct AgentEvent<'a> {
 impl Inbox {
     pub fn new(store: Store) -> Self {
         let (changes, _) = tokio::sync::broadcast::channel(CHANGE_FEED_CAPACITY);
-        Inbox { store, changes }
+        Inbox {
+            store,
+            changes,
+            policy: Default::default(),
+            notifications: Default::default(),
+        }
     }
 
     /// Subscribes to requests being created and decided, from now on; for live views. The
@@ -432,12 +441,17 @@ impl Inbox {
             return Ok(original);
         }
         require_text("summary", &body.request.summary)?;
+        let summary = body.request.summary.clone();
+        let action = policy_hooks::action_of(body.request.key_value_context.as_ref());
         let target = RequestTarget {
+            inbox: self,
             owner,
             idem,
             task_id: &body.task_id,
             project_name: &body.project_name,
             external_trace_id: body.external_trace_id.as_deref(),
+            summary: &summary,
+            action: action.as_deref(),
         };
         let attachments = body.request.attachments.clone();
         let request_json = to_json(&body.request)?;
@@ -495,12 +509,17 @@ impl Inbox {
                 });
             }
         }
+        let summary = request.summary.clone();
+        let action = policy_hooks::action_of(request.key_value_context.as_ref());
         let target = RequestTarget {
+            inbox: self,
             owner,
             idem,
             task_id: &body.task_id,
             project_name: &body.project_name,
             external_trace_id: body.external_trace_id.as_deref(),
+            summary: &summary,
+            action: action.as_deref(),
         };
         let attachments = request.attachments.clone();
         let request_json = to_json(request)?;
@@ -861,11 +880,16 @@ async fn remember_response<T: Serialize>(
 
 /// Where a new request goes, and the idempotency key it was created under.
 struct RequestTarget<'a> {
+    /// Its policy and notifications apply.
+    inbox: &'a Inbox,
     owner: &'a str,
     idem: Option<&'a str>,
     task_id: &'a str,
     project_name: &'a str,
     external_trace_id: Option<&'a str>,
+    /// What the policy looks at: the summary and `keyValueContext.action`.
+    summary: &'a str,
+    action: Option<&'a str>,
 }
 
 impl RequestTarget<'_> {
@@ -889,6 +913,7 @@ impl RequestTarget<'_> {
             .collect();
         crate::uploads::check_owned_uploads(&mut tx, self.owner, &named).await?;
         check_attachments(&task, attachments)?;
+        policy_hooks::check_rate_limits(&mut tx, self, now_ms()).await?;
         let event_type = match kind {
             Kind::Approval => EventType::ApprovalRequested,
             Kind::Elicitation => EventType::ElicitationRequested,
@@ -896,8 +921,11 @@ impl RequestTarget<'_> {
         let mut event = NewEvent::new(event_type, Actor::Agent, payload);
         event.external_trace_id = self.external_trace_id;
         let response = open_request(&mut tx, task, &project, kind, request_json, event).await?;
+        let applied =
+            policy_hooks::after_open(&mut tx, self, kind, &project, &response.event_id).await?;
         remember_response(&mut tx, self.owner, self.idem, &response).await?;
         tx.commit().await?;
+        policy_hooks::after_commit(self.inbox, &response.event_id, &applied);
         Ok(response)
     }
 }
@@ -1303,6 +1331,7 @@ fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 
+mod policy_hooks;
 pub mod review;
 
 #[cfg(test)]

@@ -1,0 +1,349 @@
+//! Notifications: every new request is announced to the `[[inbox.notify]]` URLs, with a link
+//! to its page in the web inbox.
+//!
+//! # The flow at a glance
+//!
+//! 1. The transaction that creates a request also inserts one `inbox_notifications` row per
+//!    configured URL ([`enqueue`]), holding the exact JSON to send:
+//!    `{type: "inbox.request.created", requestId, kind, projectName, taskId, summary,
+//!    url: "<public_url>/inbox/requests/<id>", createdAt}`. The request and its
+//!    notifications commit together, so none is lost to a crash in between. (A request the
+//!    policy approves at once needs no human and is not announced.)
+//! 2. After the commit the service wakes the delivery worker ([`Notifications::wake`]); the
+//!    gateway runs it. The worker takes due rows ([`Inbox::due_notifications`]), POSTs each
+//!    body signed like tern's webhooks (`X-Tern-Signature: sha256=HMAC-SHA256(secret,
+//!    "<X-Tern-Timestamp>.<body>")`, `X-Tern-Delivery` = the row id, the same on every
+//!    attempt), and records the outcome: delivered ([`Inbox::notification_delivered`]) or
+//!    failed with the error and the next attempt after an exponential backoff
+//!    ([`Inbox::notification_failed`], [`retry_delay`]); after `max_attempts` it gives up
+//!    and the row stays `failed` with its last error.
+//! 3. Rows are durable: a gateway that stops (or dies) before delivering picks the pending
+//!    rows up again when it starts. Delivery is at least once; receivers drop duplicates by
+//!    `X-Tern-Delivery`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::{Row, SqliteConnection};
+use tern_config::InboxNotifyConfig;
+use tern_store::now_ms;
+
+use crate::outcome::Timestamp;
+use crate::service::{Inbox, Result};
+
+/// The `type` of the notification body, also sent as `X-Tern-Event`.
+pub const EVENT: &str = "inbox.request.created";
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
+
+/// One configured URL.
+#[derive(Clone)]
+pub struct NotifyTarget {
+    pub url: String,
+    /// The HMAC-SHA256 key.
+    pub secret: String,
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The first retry's delay; doubling after each failure, at most [`MAX_BACKOFF`].
+    pub retry_base: Duration,
+    /// Per attempt.
+    pub timeout: Duration,
+}
+
+// Hand-written so the secret never ends up in logs.
+impl std::fmt::Debug for NotifyTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyTarget")
+            .field("url", &tern_config::mask_url(&self.url))
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_base", &self.retry_base)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NotifyTarget {
+    pub fn from_config(c: &InboxNotifyConfig) -> Self {
+        NotifyTarget {
+            url: c.url.trim().to_owned(),
+            secret: c.secret.clone(),
+            max_attempts: c.max_attempts.max(1),
+            retry_base: Duration::from_millis(c.retry_base_ms),
+            timeout: Duration::from_millis(c.timeout_ms),
+        }
+    }
+}
+
+/// The notification targets and the base of the links they carry; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct Notifications {
+    pub targets: Vec<NotifyTarget>,
+    /// The base of request links, e.g. `https://inbox.example` (no trailing slash).
+    pub public_url: String,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Notifications {
+    pub fn new(targets: Vec<NotifyTarget>, public_url: &str) -> Self {
+        Notifications {
+            targets,
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            wake: Arc::default(),
+        }
+    }
+
+    /// The target configured for `url`, if it still is.
+    pub fn target(&self, url: &str) -> Option<&NotifyTarget> {
+        self.targets.iter().find(|t| t.url == url)
+    }
+
+    /// Tells the worker there may be new work.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves at the next [`Notifications::wake`] (or at once if one came since the last
+    /// wait).
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+/// The wait before attempt `attempts + 1`, after `attempts` failed ones (1-based):
+/// `base`, doubling, at most [`MAX_BACKOFF`].
+pub fn retry_delay(base: Duration, attempts: u32) -> Duration {
+    let factor = 1u32 << attempts.saturating_sub(1).min(20);
+    base.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
+/// The notification body.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    #[serde(rename = "type")]
+    kind_of_event: &'static str,
+    request_id: &'a str,
+    kind: &'a str,
+    project_name: &'a str,
+    task_id: &'a str,
+    summary: &'a str,
+    url: String,
+    created_at: Timestamp,
+}
+
+/// What [`enqueue`] needs to know about the new request.
+pub(crate) struct NewRequest<'a> {
+    pub id: &'a str,
+    pub kind: &'a str,
+    pub project_name: &'a str,
+    pub task_id: &'a str,
+    pub summary: &'a str,
+    pub created_at: i64,
+}
+
+/// Inserts a row per target, in the caller's transaction.
+pub(crate) async fn enqueue(
+    conn: &mut SqliteConnection,
+    notifications: &Notifications,
+    request: &NewRequest<'_>,
+) -> Result<()> {
+    if notifications.targets.is_empty() {
+        return Ok(());
+    }
+    let body = Body {
+        kind_of_event: EVENT,
+        request_id: request.id,
+        kind: request.kind,
+        project_name: request.project_name,
+        task_id: request.task_id,
+        summary: request.summary,
+        url: format!("{}/inbox/requests/{}", notifications.public_url, request.id),
+        created_at: Timestamp::from_unix_millis(request.created_at),
+    };
+    let body = serde_json::to_string(&body).map_err(|e| {
+        crate::InboxError::Store(tern_store::StoreError::Corrupt(format!(
+            "cannot encode a notification: {e}"
+        )))
+    })?;
+    for target in &notifications.targets {
+        sqlx::query(
+            "INSERT INTO inbox_notifications (id, request_id, url, body, status, attempts, \
+             next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?)",
+        )
+        .bind(uuid::Uuid::now_v7().simple().to_string())
+        .bind(request.id)
+        .bind(&target.url)
+        .bind(&body)
+        .bind(request.created_at)
+        .bind(request.created_at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A notification due for an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Also the `X-Tern-Delivery` header.
+    pub id: String,
+    pub request_id: String,
+    pub url: String,
+    pub body: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+}
+
+/// A stored notification, for tests and diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotificationRow {
+    pub id: String,
+    pub request_id: String,
+    pub url: String,
+    pub status: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
+impl Inbox {
+    /// This inbox announcing new requests to `notifications`' targets.
+    pub fn with_notifications(mut self, notifications: Notifications) -> Self {
+        self.notifications = Arc::new(notifications);
+        self
+    }
+
+    pub fn notifications(&self) -> &Notifications {
+        &self.notifications
+    }
+
+    /// Pending notifications whose next attempt is due at `now` (ms), oldest first.
+    pub async fn due_notifications(&self, now: i64, limit: u32) -> Result<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT id, request_id, url, body, attempts FROM inbox_notifications \
+             WHERE status = 'pending' AND next_attempt_at <= ? \
+             ORDER BY next_attempt_at, id LIMIT ?",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(self.store().pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let attempts: i64 = row.try_get("attempts")?;
+                Ok(Delivery {
+                    id: row.try_get("id")?,
+                    request_id: row.try_get("request_id")?,
+                    url: row.try_get("url")?,
+                    body: row.try_get("body")?,
+                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                })
+            })
+            .collect()
+    }
+
+    /// When the next pending notification is due (ms), if any.
+    pub async fn next_notification_due(&self) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM inbox_notifications WHERE status = 'pending'",
+        )
+        .fetch_one(self.store().pool())
+        .await?)
+    }
+
+    /// Records a successful attempt.
+    pub async fn notification_delivered(&self, id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE inbox_notifications SET status = 'delivered', attempts = attempts + 1, \
+             delivered_at = ?, last_error = NULL WHERE id = ? AND status = 'pending'",
+        )
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.store().pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a failed attempt: retried at `retry_at` (ms), or given up (`failed`) with
+    /// `None`.
+    pub async fn notification_failed(
+        &self,
+        id: &str,
+        error: &str,
+        retry_at: Option<i64>,
+    ) -> Result<()> {
+        let (status, next) = match retry_at {
+            Some(at) => ("pending", at),
+            None => ("failed", now_ms()),
+        };
+        // Errors can be long (a chain of causes); the row keeps the first 1000 characters.
+        let error: String = error.chars().take(1000).collect();
+        sqlx::query(
+            "UPDATE inbox_notifications SET status = ?, attempts = attempts + 1, \
+             next_attempt_at = ?, last_error = ? WHERE id = ? AND status = 'pending'",
+        )
+        .bind(status)
+        .bind(next)
+        .bind(error)
+        .bind(id)
+        .execute(self.store().pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The notifications of a request, oldest first.
+    pub async fn notifications_of(&self, request_id: &str) -> Result<Vec<NotificationRow>> {
+        let rows = sqlx::query(
+            "SELECT id, request_id, url, status, attempts, last_error FROM inbox_notifications \
+             WHERE request_id = ? ORDER BY created_at, id",
+        )
+        .bind(request_id)
+        .fetch_all(self.store().pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let attempts: i64 = row.try_get("attempts")?;
+                Ok(NotificationRow {
+                    id: row.try_get("id")?,
+                    request_id: row.try_get("request_id")?,
+                    url: row.try_get("url")?,
+                    status: row.try_get("status")?,
+                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                    last_error: row.try_get("last_error")?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let base = Duration::from_secs(1);
+        assert_eq!(retry_delay(base, 1), Duration::from_secs(1));
+        assert_eq!(retry_delay(base, 2), Duration::from_secs(2));
+        assert_eq!(retry_delay(base, 4), Duration::from_secs(8));
+        assert_eq!(retry_delay(base, 30), MAX_BACKOFF);
+        assert_eq!(retry_delay(base, u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let t = NotifyTarget {
+            url: "https://u:pw-secret@x.example/h".into(),
+            secret: "very-secret-value-123".into(),
+            max_attempts: 1,
+            retry_base: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        };
+        let dbg = format!("{t:?}");
+        assert!(
+            !dbg.contains("very-secret") && !dbg.contains("pw-secret"),
+            "{dbg}"
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! Where the service applies [`crate::policy`] and [`crate::notify`]: inside the transaction
+//! that opens a request (rate limits before, expiry, auto-approval and notifications after),
+//! and in the expiry sweep ([`Inbox::expire_overdue`]). The module docs of `policy` and
+//! `notify` give the rules; this is the glue to the service's tables and events.
+
+use std::collections::BTreeMap;
+
+use sqlx::{Row, SqliteConnection};
+use tern_store::now_ms;
+
+use super::{
+    Inbox, Kind, NewEvent, RequestTarget, Result, from_json, insert_event, pending_request,
+    project_by_id, review, settle, task_by_id,
+};
+use crate::error::InboxError;
+use crate::model::{Actor, ApprovalRequest, EventType, Payload, Project};
+use crate::notify::{NewRequest, enqueue};
+use crate::outcome::{
+    ApprovalResult, AuthoritySnapshot, ElicitationResult, Outcome, OutcomeType, Timestamp,
+};
+use crate::policy::{PLATFORM, RequestFacts, Verdict};
+
+/// How many overdue requests one sweep settles; the next sweep takes the rest.
+const SWEEP_BATCH: i64 = 500;
+
+/// `keyValueContext.action` of a request.
+pub(super) fn action_of(context: Option<&BTreeMap<String, String>>) -> Option<String> {
+    context.and_then(|c| c.get("action")).cloned()
+}
+
+/// Refuses the request when a rate limit for its action is exhausted (see
+/// [`crate::policy`]). Runs under the write lock, so two racing creates cannot both pass
+/// the last free slot.
+pub(super) async fn check_rate_limits(
+    conn: &mut SqliteConnection,
+    target: &RequestTarget<'_>,
+    now: i64,
+) -> Result<()> {
+    let Some(action) = target.action else {
+        return Ok(());
+    };
+    for limit in target.inbox.policy.rate_limits_for(action) {
+        let window = i64::try_from(limit.window.as_millis()).unwrap_or(i64::MAX);
+        let since = now.saturating_sub(window);
+        // The `max` most recent requests with this action inside the window; when there are
+        // `max` of them, the oldest of these must leave the window before another fits.
+        let recent: Vec<i64> = sqlx::query_scalar(
+            "SELECT created_at FROM inbox_requests WHERE action = ? AND created_at > ? \
+             ORDER BY created_at DESC LIMIT ?",
+        )
+        .bind(action)
+        .bind(since)
+        .bind(i64::from(limit.max))
+        .fetch_all(&mut *conn)
+        .await?;
+        if recent.len() >= limit.max as usize {
+            let oldest = recent.last().copied().unwrap_or(now);
+            let free_at = oldest.saturating_add(window);
+            let wait_ms = u64::try_from(free_at.saturating_sub(now)).unwrap_or(0);
+            return Err(InboxError::RateLimited {
+                action: action.to_owned(),
+                max: limit.max,
+                window: humanize(limit.window),
+                retry_after_secs: wait_ms.div_ceil(1000).max(1),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `1h30m`-style text for a duration in whole seconds.
+fn humanize(d: std::time::Duration) -> String {
+    let mut secs = d.as_secs();
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    if out.is_empty() { "0s".into() } else { out }
+}
+
+/// What [`after_open`] did, for what happens after the commit.
+pub(super) struct Applied {
+    /// Approved at once by the policy.
+    pub decided: bool,
+    /// Notification rows were written.
+    pub notify: bool,
+}
+
+/// Right after the request row is written, in the same transaction: stores the action and
+/// expiry, then auto-approves or records why not, and queues the notifications.
+pub(super) async fn after_open(
+    conn: &mut SqliteConnection,
+    target: &RequestTarget<'_>,
+    kind: Kind,
+    project: &Project,
+    request_id: &str,
+) -> Result<Applied> {
+    let policy = &target.inbox.policy;
+    let created_at: i64 = sqlx::query_scalar("SELECT created_at FROM inbox_requests WHERE id = ?")
+        .bind(request_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let expires_at = policy
+        .expires_after
+        .map(|d| created_at.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+    sqlx::query("UPDATE inbox_requests SET action = ?, expires_at = ? WHERE id = ?")
+        .bind(target.action)
+        .bind(expires_at)
+        .bind(request_id)
+        .execute(&mut *conn)
+        .await?;
+
+    let facts = RequestFacts {
+        is_approval: kind == Kind::Approval,
+        project: &project.name,
+        task_id: target.task_id,
+        summary: target.summary,
+        action: target.action,
+    };
+    match policy.verdict(&facts) {
+        Verdict::AutoApprove { rule } => {
+            let outcome = Outcome {
+                kind: OutcomeType::Approve,
+                reason_code: Some("policy_auto_approve".into()),
+                note: Some(format!("Approved by policy: {rule}")),
+            };
+            let tags = vec![format!("policy:{rule}")];
+            decide_as_platform(conn, request_id, outcome, tags, false).await?;
+            return Ok(Applied {
+                decided: true,
+                notify: false,
+            });
+        }
+        Verdict::AlwaysReview { action, rule } => {
+            let message = format!(
+                "Policy: {rule} matched, but action {action:?} is on always_review: a human decides."
+            );
+            platform_note(conn, target.task_id, request_id, message).await?;
+        }
+        Verdict::Review => {}
+    }
+    if let (Some(after), Some(_)) = (policy.expires_after, expires_at) {
+        let outcome = match kind {
+            Kind::Approval => format!("; it then becomes {}", outcome_name(policy.expiry_outcome)),
+            Kind::Elicitation => "; it is then closed without answers".to_owned(),
+        };
+        let message = format!(
+            "Policy: expires after {} unless decided{outcome}.",
+            humanize(after)
+        );
+        platform_note(conn, target.task_id, request_id, message).await?;
+    }
+    let notifications = &target.inbox.notifications;
+    enqueue(
+        conn,
+        notifications,
+        &NewRequest {
+            id: request_id,
+            kind: kind.as_str(),
+            project_name: &project.name,
+            task_id: target.task_id,
+            summary: target.summary,
+            created_at,
+        },
+    )
+    .await?;
+    Ok(Applied {
+        decided: false,
+        notify: !notifications.targets.is_empty(),
+    })
+}
+
+/// After the commit: wake the notification worker, tell live views about a decision.
+pub(super) fn after_commit(inbox: &Inbox, request_id: &str, applied: &Applied) {
+    if applied.notify {
+        inbox.notifications.wake();
+    }
+    if applied.decided {
+        inbox.announce(request_id, review::ChangeKind::Decided);
+    }
+}
+
+fn outcome_name(kind: OutcomeType) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{kind:?}"))
+}
+
+/// A `NOTE` from `PLATFORM` on the request's task, in response to the request.
+async fn platform_note(
+    conn: &mut SqliteConnection,
+    task_id: &str,
+    request_id: &str,
+    message: String,
+) -> Result<()> {
+    let task = task_by_id(&mut *conn, task_id).await?.task;
+    let project = project_by_id(&mut *conn, &task.project_id).await?;
+    let mut event = NewEvent::new(EventType::Note, Actor::Platform, Payload::Note { message });
+    event.in_response_to = Some(request_id);
+    insert_event(&mut *conn, &task, &project, event, now_ms()).await?;
+    Ok(())
+}
+
+/// Decides a pending approval as `PLATFORM`: an `APPROVAL_DECIDED` event, or with
+/// `expired` a `TIMEOUT` event and the request's status `expired`.
+async fn decide_as_platform(
+    conn: &mut SqliteConnection,
+    request_id: &str,
+    outcome: Outcome,
+    tags: Vec<String>,
+    expired: bool,
+) -> Result<ApprovalResult> {
+    let (task_id, request_json) = pending_request(&mut *conn, request_id, Kind::Approval).await?;
+    let request: ApprovalRequest = from_json(&request_json, "request")?;
+    let decided_at = Timestamp::now();
+    let authority = AuthoritySnapshot {
+        subject: Some(PLATFORM.to_owned()),
+        tags: Some(tags),
+    };
+    let result = ApprovalResult {
+        request_id: request_id.to_owned(),
+        task_id,
+        outcome: outcome.clone(),
+        decided_at: decided_at.clone(),
+        decided_by: Some(PLATFORM.to_owned()),
+        authority_snapshot: Some(authority.clone()),
+        recommendation_snapshot: request.recommendation.clone(),
+    };
+    let event = if expired {
+        NewEvent::new(
+            EventType::Timeout,
+            Actor::Platform,
+            Payload::Timeout {
+                state: "expired".into(),
+                outcome: Some(outcome),
+            },
+        )
+    } else {
+        NewEvent::new(
+            EventType::ApprovalDecided,
+            Actor::Platform,
+            Payload::ApprovalDecided {
+                outcome,
+                authority: Some(authority),
+                recommendation_snapshot: request.recommendation,
+            },
+        )
+    };
+    settle(
+        &mut *conn,
+        request_id,
+        &result,
+        &result.task_id,
+        PLATFORM,
+        &decided_at,
+        event,
+    )
+    .await?;
+    if expired {
+        mark_expired(conn, request_id).await?;
+    }
+    Ok(result)
+}
+
+/// `settle` records a decision; an expiry is a decision whose status says it timed out.
+async fn mark_expired(conn: &mut SqliteConnection, request_id: &str) -> Result<()> {
+    sqlx::query("UPDATE inbox_requests SET status = 'expired' WHERE id = ?")
+        .bind(request_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+impl Inbox {
+    /// Settles every pending request whose expiry time is at or before `now` (ms since the
+    /// epoch): status `expired`, a `TIMEOUT` event from `PLATFORM`; an approval gets the
+    /// policy's `expiry_outcome` decided by `PLATFORM` (its result reads 200 like any
+    /// decision), an elicitation an `ElicitationResult` answered by `PLATFORM` **without
+    /// `fields`** (the agent tells an expired form from an answered one by that). Returns how
+    /// many it settled. Each request is settled in a transaction of its own; one decided
+    /// meanwhile by a human is left as the human decided it.
+    pub async fn expire_overdue(&self, now: i64) -> Result<usize> {
+        let rows = sqlx::query(
+            "SELECT id, kind FROM inbox_requests WHERE status = 'pending' \
+             AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+        )
+        .bind(now)
+        .bind(SWEEP_BATCH)
+        .fetch_all(self.store().pool())
+        .await?;
+        let mut settled = 0;
+        for row in &rows {
+            let id: String = row.try_get("id")?;
+            let kind: String = row.try_get("kind")?;
+            let mut tx = self.begin().await?;
+            let done = if kind == Kind::Approval.as_str() {
+                let outcome = Outcome {
+                    kind: self.policy.expiry_outcome,
+                    reason_code: Some("expired".into()),
+                    note: Some("No decision before the request expired.".into()),
+                };
+                let tags = vec!["policy:expires_after".to_owned()];
+                decide_as_platform(&mut tx, &id, outcome, tags, true)
+                    .await
+                    .map(|_| ())
+            } else {
+                expire_elicitation(&mut tx, &id).await
+            };
+            match done {
+                Ok(()) => {
+                    tx.commit().await?;
+                    self.announce(&id, review::ChangeKind::Decided);
+                    settled += 1;
+                }
+                // Decided between the query and this transaction: nothing to do.
+                Err(InboxError::AlreadyDecided) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(settled)
+    }
+
+    /// When the next pending request expires (ms since the epoch), if any does.
+    pub async fn next_expiry(&self) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(expires_at) FROM inbox_requests WHERE status = 'pending' \
+             AND expires_at IS NOT NULL",
+        )
+        .fetch_one(self.store().pool())
+        .await?)
+    }
+}
+
+async fn expire_elicitation(conn: &mut SqliteConnection, request_id: &str) -> Result<()> {
+    let (task_id, _) = pending_request(&mut *conn, request_id, Kind::Elicitation).await?;
+    let answered_at = Timestamp::now();
+    let result = ElicitationResult {
+        request_id: request_id.to_owned(),
+        task_id,
+        answered_at: answered_at.clone(),
+        answered_by: Some(PLATFORM.to_owned()),
+        fields: None,
+    };
+    let event = NewEvent::new(
+        EventType::Timeout,
+        Actor::Platform,
+        Payload::Timeout {
+            state: "expired".into(),
+            outcome: None,
+        },
+    );
+    settle(
+        &mut *conn,
+        request_id,
+        &result,
+        &result.task_id,
+        PLATFORM,
+        &answered_at,
+        event,
+    )
+    .await?;
+    mark_expired(conn, request_id).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::humanize;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_back_as_configured() {
+        assert_eq!(humanize(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(humanize(Duration::from_secs(86_400)), "1d");
+        assert_eq!(humanize(Duration::from_secs(61)), "1m1s");
+        assert_eq!(humanize(Duration::ZERO), "0s");
+    }
+}
