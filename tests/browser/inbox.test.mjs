@@ -348,18 +348,28 @@ step('phone-sized screen', async () => {
   const choice = await phone.locator('label.choice').first().boundingBox();
   assert(choice && choice.height >= 44, `outcome choices are large tap targets: ${JSON.stringify(choice)}`);
   await shot(phone, '10-phone-request');
+  // Another reviewer's tab has the same request open.
+  const other = await context.newPage();
+  await other.goto(`${BASE}/inbox/requests/${state.live}`);
+  assert(await other.locator('#elsewhere').isHidden(), 'no notice while nobody decided');
+  await other.getByLabel('Note').fill('typed before the other decision');
   // Decide it on the phone, with taps.
   await phone.getByText('Reject', { exact: true }).click();
   await phone.getByRole('button', { name: 'Submit decision' }).click();
   await phone.getByText('Your decision was recorded.').waitFor();
   await shot(phone, '11-phone-decided');
   await phone.close();
+  // The other tab is told, without losing what was typed there.
+  await other.locator('#elsewhere').waitFor({ state: 'visible' });
+  assert((await other.getByLabel('Note').inputValue()) === 'typed before the other decision', 'typing kept');
+  await shot(other, '12-decided-elsewhere');
+  await other.close();
   const r = await agent('GET', `/api/approval-requests/${state.live}/result`);
   assert(r.status === 200 && r.body.outcome.type === 'REJECT', `rejected: ${JSON.stringify(r.body)}`);
   // The list still open in the first tab drops it live.
   await page.locator(`a.row[data-id="${state.live}"]`).waitFor({ state: 'detached' });
   assert(await page.evaluate(() => window.__sameDocument === true), 'left the list in place, not by a reload');
-  await shot(page, '12-live-departure');
+  await shot(page, '13-live-departure');
 });
 
 step('sign out', async () => {

@@ -74,7 +74,15 @@ pub(super) fn page(
             Some(Notice::Invalid(msg)) => div.notice.bad role="alert" { (msg) },
             None => {},
         }
-        @if !pending { (result_card(view)) }
+        @if pending {
+            div.notice.warn #elsewhere data-id=(s.id) role="alert" hidden {
+                "This request has just been settled elsewhere. "
+                a href={"/inbox/requests/" (s.id)} { "Reload to see the result" }
+                "; a submission now would not be recorded."
+            }
+        } @else {
+            (result_card(view))
+        }
         @if let Some(ctx) = view.key_value_context.as_ref().filter(|c| !c.is_empty()) {
             section.card {
                 h2 { "Context" }
@@ -142,10 +150,27 @@ pub(super) fn page(
         reviewer: Some(reviewer),
         csrf: Some(csrf),
         body,
-        script: None,
+        script: pending.then_some(DECIDED_ELSEWHERE_SCRIPT),
     }
     .render(status)
 }
+
+/// While a request is pending: if someone else settles it meanwhile, say so above the
+/// form (the page itself is not reloaded, so nothing typed is lost).
+const DECIDED_ELSEWHERE_SCRIPT: &str = r#"
+(function () {
+  var notice = document.getElementById('elsewhere');
+  if (!window.EventSource || !notice) return;
+  var id = notice.dataset.id;
+  var es = new EventSource('/inbox/events');
+  es.addEventListener('change', function (e) {
+    var c;
+    try { c = JSON.parse(e.data); } catch (_) { return; }
+    if (c.requestId === id && c.what === 'decided') { notice.hidden = false; es.close(); }
+  });
+  window.addEventListener('submit', function () { es.close(); });
+})();
+"#;
 
 fn result_card(view: &RequestView) -> Markup {
     let s = &view.summary;
@@ -270,6 +295,8 @@ fn event_text(payload: &Value) -> Markup {
         } @else if let Some(name) = s("name") {
             "Task " (name) " created"
             @if let Some(step) = s("initialState") { " in step " (step) }
+        } @else if let Some(state) = s("state") {
+            "Request " (state)
         } @else if let Some(Value::Object(a)) = payload.get("answers") {
             (a.len()) " answer" (if a.len() == 1 { "" } else { "s" })
         }
