@@ -140,11 +140,6 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let link_base = eff.config.inbox.public_url.clone();
     let link_base = link_base.as_deref().unwrap_or(&local_url);
     crate::reviewers::prepare_admin(&home, &store, link_base, &local_url).await?;
-    // The admin reviewer, its first-start login link, and the local admin credential.
-    let local_url = crate::reviewers::local_url(addr);
-    let link_base = eff.config.inbox.public_url.clone();
-    let link_base = link_base.as_deref().unwrap_or(&local_url);
-    crate::reviewers::prepare_admin(&home, &store, link_base, &local_url).await?;
     let inbox_config = &eff.config.inbox;
     // Links in notifications need an address others can open: the configured one, else
     // the bound one (`localhost` for a wildcard bind).
