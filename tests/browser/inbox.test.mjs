@@ -351,6 +351,7 @@ step('phone-sized screen', async () => {
   // Another reviewer's tab has the same request open.
   const other = await context.newPage();
   await other.goto(`${BASE}/inbox/requests/${state.live}`);
+  await other.locator('#elsewhere[data-live="on"]').waitFor({ state: 'attached' });
   assert(await other.locator('#elsewhere').isHidden(), 'no notice while nobody decided');
   await other.getByLabel('Note').fill('typed before the other decision');
   // Decide it on the phone, with taps.

@@ -163,6 +163,7 @@ const DECIDED_ELSEWHERE_SCRIPT: &str = r#"
   if (!window.EventSource || !notice) return;
   var id = notice.dataset.id;
   var es = new EventSource('/inbox/events');
+  es.addEventListener('open', function () { notice.dataset.live = 'on'; });
   es.addEventListener('change', function (e) {
     var c;
     try { c = JSON.parse(e.data); } catch (_) { return; }
