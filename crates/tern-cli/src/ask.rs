@@ -152,7 +152,11 @@ pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCod
         r = &mut work => r,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("tern ask: interrupted; a request already created stays pending in the inbox");
-            return Ok(ExitCode::from(crate::EXIT_INTERRUPTED));
+            // Exit at once: a blocking read of stdin (--fields-json -) would otherwise hold
+            // the runtime's shutdown. Nothing is left to save; the request is the server's.
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            std::process::exit(i32::from(crate::EXIT_INTERRUPTED));
         }
     };
     Ok(match outcome {
@@ -180,7 +184,7 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
             if summary.trim().is_empty() {
                 return Err(Failure::Usage("the summary is empty".into()));
             }
-            let http = agent_http(home, c)?;
+            let http = agent_http(home, c).await?;
             let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
             let mut body = json!({
                 "projectName": c.project,
@@ -210,8 +214,10 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
             fields_json,
             summary,
         } => {
-            let fields = form_fields(&fields, fields_json.as_deref()).map_err(Failure::Usage)?;
-            let http = agent_http(home, c)?;
+            let fields = form_fields(&fields, fields_json.as_deref())
+                .await
+                .map_err(Failure::Usage)?;
+            let http = agent_http(home, c).await?;
             let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
             let mut body = json!({
                 "projectName": c.project,
@@ -286,12 +292,12 @@ fn print_decision(result: &Value, json: bool) -> ExitCode {
 
 // ---- connecting as an agent ---------------------------------------------------------------
 
-fn agent_http(home: Option<PathBuf>, c: &Common) -> Result<Http, Failure> {
+async fn agent_http(home: Option<PathBuf>, c: &Common) -> Result<Http, Failure> {
     let home_dir = Home::resolve(home.clone(), &context::env_var)
         .map_err(|e| Failure::Other(e.to_string()))?;
     let url = match &c.gateway {
         Some(u) => u.clone(),
-        None => match AdminFile::read(&AdminFile::path(&home_dir))? {
+        None => match AdminFile::read(&AdminFile::path(&home_dir)).await? {
             Some(a) => a.url,
             None => configured_url(home)?,
         },
@@ -300,7 +306,7 @@ fn agent_http(home: Option<PathBuf>, c: &Common) -> Result<Http, Failure> {
         Some(k) => k,
         None => {
             let path = home_dir.root.join("gateway.key");
-            match std::fs::read_to_string(&path) {
+            match tokio::fs::read_to_string(&path).await {
                 Ok(k) if !k.trim().is_empty() => k.trim().to_owned(),
                 _ => context::env_var("TERN_SERVER_KEY")
                     .filter(|k| !k.is_empty())
@@ -567,17 +573,22 @@ fn format_duration(d: Duration) -> String {
 }
 
 /// The form's fields from `--field` specs and `--fields-json`, checked as the inbox will.
-fn form_fields(
+async fn form_fields(
     specs: &[String],
     json_path: Option<&std::path::Path>,
 ) -> Result<Vec<Field>, String> {
     let mut fields = Vec::new();
     if let Some(p) = json_path {
         let text = if p.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin())
+            // Off the runtime's thread, so Ctrl-C is still handled while stdin is open.
+            tokio::task::spawn_blocking(|| std::io::read_to_string(std::io::stdin()))
+                .await
+                .map_err(|e| format!("reading fields from stdin: {e}"))?
                 .map_err(|e| format!("reading fields from stdin: {e}"))?
         } else {
-            std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?
+            tokio::fs::read_to_string(p)
+                .await
+                .map_err(|e| format!("reading {}: {e}", p.display()))?
         };
         let v: Value =
             serde_json::from_str(&text).map_err(|e| format!("--fields-json is not JSON: {e}"))?;

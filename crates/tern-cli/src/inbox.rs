@@ -245,7 +245,7 @@ async fn reviewer_command(
     conn: &ConnArgs,
     command: InboxCommand,
 ) -> Result<(), Failure> {
-    let http = Http::reviewer(home, conn)?;
+    let http = Http::reviewer(home, conn).await?;
     let json = command.json();
     match command {
         InboxCommand::List {
@@ -999,8 +999,8 @@ impl AdminFile {
     }
 
     /// `Ok(None)` when the file does not exist (no gateway has started here).
-    pub(crate) fn read(path: &Path) -> Result<Option<Self>, Failure> {
-        match std::fs::read_to_string(path) {
+    pub(crate) async fn read(path: &Path) -> Result<Option<Self>, Failure> {
+        match tokio::fs::read_to_string(path).await {
             Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
                 Failure::Other(format!(
                     "{} is not what the gateway writes: {e}",
@@ -1180,11 +1180,11 @@ impl Http {
 
     /// The reviewer's connection: flags and environment first, else inbox-admin.json. The
     /// admin file's token is only ever sent to the admin file's own URL.
-    fn reviewer(home: Option<PathBuf>, conn: &ConnArgs) -> Result<Self, Failure> {
+    async fn reviewer(home: Option<PathBuf>, conn: &ConnArgs) -> Result<Self, Failure> {
         let home =
             Home::resolve(home, &context::env_var).map_err(|e| Failure::Other(e.to_string()))?;
         let path = AdminFile::path(&home);
-        let admin = AdminFile::read(&path)?;
+        let admin = AdminFile::read(&path).await?;
         let url = match (&conn.gateway, &admin) {
             (Some(u), _) => u.clone(),
             (None, Some(a)) => a.url.clone(),

@@ -491,12 +491,24 @@ struct Asking {
 }
 
 impl Asking {
-    fn start(mut cmd: Command) -> Self {
+    fn start(cmd: Command) -> Self {
+        Self::start_with_stdin(cmd, None)
+    }
+
+    /// Starts `cmd`, writing `input` to its stdin first when given.
+    fn start_with_stdin(mut cmd: Command, input: Option<&str>) -> Self {
+        if input.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        if let Some(text) = input {
+            let mut stdin = child.stdin.take().unwrap();
+            std::io::Write::write_all(&mut stdin, text.as_bytes()).unwrap();
+        }
         let err = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -709,12 +721,7 @@ async fn ask_waits_out_a_gateway_restart() {
 async fn ask_form_prints_the_answers_as_json() {
     let e = Env::new().await;
     let _gw = e.gateway();
-    let fields_file = e.dir.path().join("fields.json");
-    std::fs::write(
-        &fields_file,
-        json!([{"type": "Switch", "id": "ok", "label": "All good?", "required": true}]).to_string(),
-    )
-    .unwrap();
+    let fields = json!([{"type": "Switch", "id": "ok", "label": "All good?", "required": true}]);
     let mut cmd = e.tern();
     cmd.args([
         "ask",
@@ -730,9 +737,9 @@ async fn ask_form_prints_the_answers_as_json() {
         "--field",
         "notes?:textarea",
         "--fields-json",
-    ])
-    .arg(&fields_file);
-    let ask = Asking::start(cmd);
+        "-",
+    ]);
+    let ask = Asking::start_with_stdin(cmd, Some(&fields.to_string()));
     let o = e.inbox(&["show", &ask.id, "--json"]);
     let view = json_out(&o);
     assert_eq!(view["summary"], "About you");
