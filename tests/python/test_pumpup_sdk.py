@@ -388,6 +388,11 @@ def test_upload_and_attach():
     shown = tern_inbox("show", rid, "--json")
     assert shown.returncode == 0, shown.stderr
     assert ref.id in json.dumps(json.loads(shown.stdout)["attachments"]), shown.stdout
+    # The reviewer downloads it with the CLI.
+    got = tern_inbox("download", ref.id)
+    assert got.returncode == 0 and got.stdout == content.decode(), (got.returncode, got.stderr)
+    missing = tern_inbox("download", "0190a000-0000-7000-8000-000000000000")
+    assert missing.returncode == 5, (missing.returncode, missing.stderr)
 
 
 def main():

@@ -107,6 +107,13 @@ pub enum InboxCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Download an attachment of a request (an upload id that `show` lists)
+    Download {
+        upload_id: String,
+        /// Write to this file (default: stdout)
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Approve an approval request
     Approve {
         id: String,
@@ -214,7 +221,9 @@ impl InboxCommand {
             | InboxCommand::Reject { json, .. }
             | InboxCommand::Decide { json, .. }
             | InboxCommand::Answer { json, .. } => *json,
-            InboxCommand::Reviewers { .. } | InboxCommand::Projects { .. } => false,
+            InboxCommand::Download { .. }
+            | InboxCommand::Reviewers { .. }
+            | InboxCommand::Projects { .. } => false,
         }
     }
 }
@@ -274,6 +283,25 @@ async fn reviewer_command(
                 print_json(&view);
             } else {
                 print_view(&view);
+            }
+        }
+        InboxCommand::Download { upload_id, output } => {
+            let path = format!("/inbox/uploads/{}", path_segment(&upload_id));
+            let bytes = http.get_bytes(&path).await?;
+            match output {
+                Some(file) => {
+                    tokio::fs::write(&file, &bytes).await.map_err(|e| {
+                        Failure::Other(format!("cannot write {}: {e}", file.display()))
+                    })?;
+                    eprintln!("saved {} bytes to {}", bytes.len(), file.display());
+                }
+                None => {
+                    use std::io::Write as _;
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(&bytes)
+                        .and_then(|()| out.flush())
+                        .map_err(|e| Failure::Other(format!("cannot write to stdout: {e}")))?;
+                }
             }
         }
         InboxCommand::Approve {
@@ -675,7 +703,7 @@ fn print_view(v: &Value) {
     if let Some(att) = v["attachments"].as_array()
         && !att.is_empty()
     {
-        println!("\nAttachments");
+        println!("\nAttachments (save one with `tern inbox download ID -o FILE`)");
         for a in att {
             println!("  {}", compact(a));
         }
@@ -1021,6 +1049,17 @@ pub(crate) fn same_url(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
+/// A response body as JSON: `None` when empty; text that is not JSON becomes `{"error"}`.
+fn parse_body(bytes: &[u8]) -> Option<Value> {
+    if bytes.is_empty() {
+        return None;
+    }
+    Some(
+        serde_json::from_slice(bytes)
+            .unwrap_or_else(|_| json!({"error": String::from_utf8_lossy(bytes).trim().to_owned()})),
+    )
+}
+
 /// An HTTP client for one gateway, with a bearer token.
 pub(crate) struct Http {
     client: reqwest::Client,
@@ -1217,29 +1256,43 @@ impl Http {
 
     /// Sends a request; any 2xx is an [`Answer`], any other status a [`Failure::Http`].
     pub(crate) async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, Failure> {
+        let (status, bytes) = self
+            .send_raw(req.header("Accept", "application/json"))
+            .await?;
+        Ok(Answer {
+            status,
+            body: parse_body(&bytes),
+        })
+    }
+
+    /// Sends a request and reads the whole body; a non-2xx status is a [`Failure::Http`]
+    /// with the body parsed as JSON.
+    async fn send_raw(&self, req: reqwest::RequestBuilder) -> Result<(u16, Vec<u8>), Failure> {
         let resp = req
             .bearer_auth(&self.token)
-            .header("Accept", "application/json")
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| self.unreachable(e))?;
-        let body = if bytes.is_empty() {
-            None
-        } else {
-            Some(serde_json::from_slice(&bytes).unwrap_or_else(
-                |_| json!({"error": String::from_utf8_lossy(&bytes).trim().to_owned()}),
-            ))
-        };
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| self.unreachable(e))?
+            .to_vec();
         if (200..300).contains(&status) {
-            Ok(Answer { status, body })
+            Ok((status, bytes))
         } else {
             Err(Failure::Http {
                 status,
-                body: body.unwrap_or(Value::Null),
+                body: parse_body(&bytes).unwrap_or(Value::Null),
             })
         }
+    }
+
+    /// The body of a GET as bytes (a download).
+    pub(crate) async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, Failure> {
+        let req = self.client.get(format!("{}{path}", self.base));
+        Ok(self.send_raw(req).await?.1)
     }
 
     fn unreachable(&self, e: reqwest::Error) -> Failure {
