@@ -363,7 +363,14 @@ async fn post_create(
         attempts += 1;
         match http.post_json(path, body, Some(key)).await {
             Ok(a) => return Ok(a.body.unwrap_or(Value::Null)),
-            Err(f) if transient(&f) && attempts < 6 && !past(deadline, delay) => {
+            // A 429 on a create is a policy's rate limit, whose window is minutes or hours:
+            // reported, not retried.
+            Err(f)
+                if transient(&f)
+                    && !matches!(f, Failure::Http { status: 429, .. })
+                    && attempts < 6
+                    && !past(deadline, delay) =>
+            {
                 tracing::debug!(error = %f.message(), "retrying {path}");
                 eprintln!("tern ask: {}; retrying", f.message());
                 tokio::time::sleep(delay).await;
