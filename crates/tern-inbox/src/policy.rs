@@ -6,9 +6,9 @@
 //! configuration itself. In the transaction that creates an approval or elicitation request:
 //!
 //! 1. **Rate limit** — for each [`RateLimit`] that names the request's
-//!    `keyValueContext.action`: when `max` requests with that action were created within `window`, the create fails
-//!    with [`crate::InboxError::RateLimited`] (HTTP 429 with `Retry-After`: when the oldest
-//!    of them leaves the window). Nothing is stored.
+//!    `keyValueContext.action`: when `max` requests with that action were created within
+//!    `window`, the create fails with [`crate::InboxError::RateLimited`] (HTTP 429 with
+//!    `Retry-After`: when the oldest of them leaves the window). Nothing is stored.
 //! 2. **Expiry** — with `expires_after`, the request gets an expiry time. A sweeper
 //!    ([`Inbox::expire_overdue`]) settles overdue pending requests: status `expired`, a
 //!    `TIMEOUT` event; an approval gets `expiry_outcome` (REJECT unless configured) decided
