@@ -205,7 +205,8 @@ fn results(list: &RequestList, status: &str, query: &ListQuery) -> Markup {
                                 }
                                 div.meta {
                                     (r.project_name) " · " (r.task_name) " · " (when(&r.created_at))
-                                    @if let Some(by) = &r.decided_by { " · by " (by) }
+                                    @if let Some(at) = &r.decided_at { " · settled " (when(at)) }
+                                    @if let Some(by) = &r.decided_by { " by " (by) }
                                 }
                             }
                         }
