@@ -192,7 +192,7 @@ pub async fn prepare_admin(
         let token = reviewers.login_token(ADMIN).await?;
         // On stderr only, not in the log: the link is a credential for 24 hours.
         eprintln!(
-            "inbox: open {} to log in as admin (the link works once, within 24 hours)",
+            "tern: inbox: open {} to log in as admin (the link works once, within 24 hours)",
             login_url(link_base, &token)
         );
     }

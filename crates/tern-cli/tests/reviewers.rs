@@ -125,8 +125,8 @@ fn printed_links(running: &Running) -> Vec<String> {
         .lock()
         .unwrap()
         .iter()
-        .filter(|l| l.starts_with("inbox: open "))
-        .map(|l| l.split_whitespace().nth(2).unwrap().to_owned())
+        .filter(|l| l.starts_with("tern: inbox: open "))
+        .map(|l| l.split_whitespace().nth(3).unwrap().to_owned())
         .collect()
 }
 
