@@ -29,8 +29,8 @@ fn report(name: &str, v: &mut [f64]) {
     v.sort_by(f64::total_cmp);
     println!(
         "  {name}: median {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
-        pct(v, 50.0),
-        pct(v, 99.0),
+        pct(v, 0.5),
+        pct(v, 0.99),
         v.last().copied().unwrap_or(0.0),
         v.len()
     );
