@@ -29,6 +29,7 @@ use tern_inbox::model::{
     AddNote, CreateApproval, CreateElicitation, CreateTask, RecordAction, ReportException,
     TaskFilter,
 };
+use tern_inbox::review::RequestKind;
 
 use crate::{AppState, KeyName, read_json};
 
@@ -108,6 +109,28 @@ impl<T: DeserializeOwned> FromRequest<AppState> for InboxJson<T> {
                 "invalid_json",
                 "The request body is empty; send a JSON object",
             )),
+            Err(e) => Err(InboxApiError::Request {
+                status: e.status,
+                code: if e.status == StatusCode::BAD_REQUEST {
+                    "invalid_json"
+                } else {
+                    e.code
+                },
+                message: e.message,
+            }),
+        }
+    }
+}
+
+/// An optional JSON body: `None` when the body is empty.
+pub(crate) struct MaybeInboxJson<T>(pub Option<T>);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for MaybeInboxJson<T> {
+    type Rejection = InboxApiError;
+
+    async fn from_request(req: Request<Body>, state: &AppState) -> Result<Self, Self::Rejection> {
+        match read_json(req, state).await {
+            Ok(v) => Ok(MaybeInboxJson(v)),
             Err(e) => Err(InboxApiError::Request {
                 status: e.status,
                 code: if e.status == StatusCode::BAD_REQUEST {
@@ -270,6 +293,51 @@ pub(crate) async fn elicitation_result(
     Ok(result_response(
         gw.inbox.elicitation_result(&owner, &id).await?,
     ))
+}
+
+/// The optional body of a withdrawal.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Withdraw {
+    reason: Option<String>,
+}
+
+/// `POST /api/approval-requests/{id}/withdraw` and `POST /api/elicitation-requests/{id}/withdraw`
+/// `[{"reason"}]` → 200 `Withdrawal` (tern's extension; the same answer when repeated).
+/// A request of the other kind is not found under the wrong path.
+async fn withdraw(
+    gw: &AppState,
+    owner: &str,
+    id: &str,
+    kind: RequestKind,
+    body: Option<Withdraw>,
+) -> ApiResult<Response> {
+    let reason = body.unwrap_or_default().reason;
+    let withdrawal = gw
+        .inbox
+        .withdraw_request_of(Some(kind), owner, id, reason.as_deref())
+        .await?;
+    Ok((StatusCode::OK, Json(withdrawal)).into_response())
+}
+
+/// `POST /api/approval-requests/{id}/withdraw`.
+pub(crate) async fn withdraw_approval(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+    MaybeInboxJson(body): MaybeInboxJson<Withdraw>,
+) -> ApiResult<Response> {
+    withdraw(&gw, &owner, &id, RequestKind::Approval, body).await
+}
+
+/// `POST /api/elicitation-requests/{id}/withdraw`.
+pub(crate) async fn withdraw_elicitation(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Path(id): Path<String>,
+    MaybeInboxJson(body): MaybeInboxJson<Withdraw>,
+) -> ApiResult<Response> {
+    withdraw(&gw, &owner, &id, RequestKind::Elicitation, body).await
 }
 
 /// `POST /api/agent-actions` → 201 `{eventId}`.

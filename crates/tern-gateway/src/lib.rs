@@ -191,12 +191,20 @@ impl Gateway {
                 get(inbox_api::approval_result),
             )
             .route(
+                "/api/approval-requests/{id}/withdraw",
+                post(inbox_api::withdraw_approval),
+            )
+            .route(
                 "/api/elicitation-requests",
                 post(inbox_api::create_elicitation),
             )
             .route(
                 "/api/elicitation-requests/{id}/result",
                 get(inbox_api::elicitation_result),
+            )
+            .route(
+                "/api/elicitation-requests/{id}/withdraw",
+                post(inbox_api::withdraw_elicitation),
             )
             .route("/api/agent-actions", post(inbox_api::record_action))
             .route("/api/exceptions", post(inbox_api::report_exception))

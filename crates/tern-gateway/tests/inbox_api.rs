@@ -336,3 +336,167 @@ async fn bad_bodies_are_400_with_a_code() {
     assert!(body["code"].is_string(), "{body}");
     assert!(body.get("error").is_none(), "{body}");
 }
+
+impl Gw {
+    async fn post_as(&self, key: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(key);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+#[tokio::test]
+async fn the_agent_withdraws_its_pending_requests() {
+    let gw = start().await;
+    let task = gw.task("withdrawing").await;
+    let (_, approval) = gw
+        .post(
+            "/api/approval-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Deploy?"}),
+            None,
+        )
+        .await;
+    let approval_id = approval["eventId"].as_str().unwrap().to_owned();
+    let (_, form) = gw
+        .post(
+            "/api/elicitation-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Which one?",
+                    "fields": [{"type": "Switch", "id": "ok", "label": "OK", "required": true}]}),
+            None,
+        )
+        .await;
+    let form_id = form["eventId"].as_str().unwrap().to_owned();
+    let approval_path = format!("/api/approval-requests/{approval_id}/withdraw");
+    let form_path = format!("/api/elicitation-requests/{form_id}/withdraw");
+
+    // Another key, or the path of the other kind, does not find it; nothing changes.
+    let (status, body) = gw
+        .post_as(&gw.other_key, &approval_path, Some(&json!({})))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = gw
+        .post_as(
+            &gw.key,
+            &format!("/api/elicitation-requests/{approval_id}/withdraw"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = gw
+        .get(&format!("/api/approval-requests/{approval_id}/result"))
+        .await;
+    assert_eq!(status, 204);
+
+    // With a reason; a repeat (even with another reason) answers the first withdrawal.
+    let (status, first) = gw
+        .post_as(
+            &gw.key,
+            &approval_path,
+            Some(&json!({"reason": "the user left"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["requestId"], approval_id.as_str());
+    assert_eq!(first["taskId"], task.as_str());
+    assert_eq!(first["status"], "withdrawn");
+    assert_eq!(first["reason"], "the user left");
+    let (status, again) = gw
+        .post_as(&gw.key, &approval_path, Some(&json!({"reason": "other"})))
+        .await;
+    assert_eq!((status, &again), (200, &first));
+
+    // The task still waits for the form; the result read says why none will come.
+    let (_, detail) = gw.get(&format!("/api/tasks/{task}")).await;
+    assert_eq!(detail["task"]["status"], "WAITING", "{detail}");
+    let (status, result) = gw
+        .get(&format!("/api/approval-requests/{approval_id}/result"))
+        .await;
+    assert_eq!(status, 409, "{result}");
+    assert_eq!(
+        result["error"],
+        format!("request {approval_id} was withdrawn")
+    );
+
+    // Without a body; then nothing of the task is pending and it runs again.
+    let (status, w) = gw.post_as(&gw.key, &form_path, None).await;
+    assert_eq!(status, 200, "{w}");
+    assert!(w.get("reason").is_none(), "{w}");
+    let (_, detail) = gw.get(&format!("/api/tasks/{task}")).await;
+    assert_eq!(detail["task"]["status"], "RUNNING", "{detail}");
+    assert_eq!(detail["openRequests"], json!([]));
+
+    // The timeline: a NOTE from the agent in response to each request.
+    let (_, events) = gw.get(&format!("/api/tasks/{task}/events")).await;
+    let notes: Vec<&Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["eventType"] == "NOTE")
+        .collect();
+    assert_eq!(notes.len(), 2, "{events}");
+    assert_eq!(notes[0]["source"], "AGENT");
+    assert_eq!(notes[0]["inResponseTo"], approval_id.as_str());
+    assert_eq!(
+        notes[0]["payload"]["message"],
+        "Withdrawn by the agent: the user left"
+    );
+    assert_eq!(notes[1]["inResponseTo"], form_id.as_str());
+
+    // A reviewer is too late now; the status reads withdrawn.
+    let late = gw
+        .gw
+        .inbox
+        .decide_approval(&approval_id, Outcome::new(OutcomeType::Approve), "alice")
+        .await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+    let late = gw
+        .gw
+        .inbox
+        .answer_elicitation(&form_id, &serde_json::Map::new(), "alice")
+        .await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+    let view = gw.gw.inbox.request_view(&approval_id).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(view.summary.status).unwrap(),
+        "withdrawn"
+    );
+
+    // A decided request cannot be withdrawn.
+    let (_, decided) = gw
+        .post(
+            "/api/approval-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Again?"}),
+            None,
+        )
+        .await;
+    let decided_id = decided["eventId"].as_str().unwrap();
+    gw.gw
+        .inbox
+        .decide_approval(decided_id, Outcome::new(OutcomeType::Reject), "alice")
+        .await
+        .unwrap();
+    let (status, body) = gw
+        .post_as(
+            &gw.key,
+            &format!("/api/approval-requests/{decided_id}/withdraw"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].is_string(), "{body}");
+    let (status, result) = gw
+        .get(&format!("/api/approval-requests/{decided_id}/result"))
+        .await;
+    assert_eq!(
+        (status, &result["outcome"]["type"]),
+        (200, &json!("REJECT"))
+    );
+}

@@ -22,6 +22,9 @@ pub enum InboxError {
     /// The request was decided (or answered) before; the first decision stands.
     #[error("the request has already been decided")]
     AlreadyDecided,
+    /// The agent withdrew the request (tern's extension): it has no result and never will.
+    #[error("request {0} was withdrawn")]
+    Withdrawn(String),
     /// `transitionsTo` names no step of the project, or one the current step cannot exit to.
     #[error("invalid transition: {0}")]
     InvalidTransition(String),
@@ -68,7 +71,7 @@ impl InboxError {
             | InboxError::InvalidTransition(_)
             // Not 409: the SDK retries 409s, and a key reused elsewhere stays reused.
             | InboxError::IdempotencyMismatch => 400,
-            InboxError::AlreadyDecided => 409,
+            InboxError::AlreadyDecided | InboxError::Withdrawn(_) => 409,
             InboxError::RateLimited { .. } => 429,
             InboxError::Store(_) => 500,
         }
@@ -104,6 +107,7 @@ impl InboxError {
             }
             InboxError::NotFound(_)
             | InboxError::AlreadyDecided
+            | InboxError::Withdrawn(_)
             | InboxError::RateLimited { .. } => {
                 json!({"error": self.to_string()})
             }

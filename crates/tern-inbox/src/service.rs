@@ -18,6 +18,8 @@
 //! 5. Along the way the agent logs actions, exceptions and notes ([`Inbox::record_action`],
 //!    [`Inbox::report_exception`], [`Inbox::add_note`]), which may move the task to another
 //!    step and patch its metadata; anyone may read the log ([`Inbox::task_events`]).
+//! 6. An agent that no longer needs an answer withdraws its pending request
+//!    ([`Inbox::withdraw_request`], tern's extension; see the `withdraw` module).
 //!
 //! # Guarantees
 //!
@@ -562,7 +564,8 @@ impl Inbox {
         kind: Kind,
     ) -> Result<Option<T>> {
         let row = sqlx::query(
-            "SELECT r.result FROM inbox_requests r JOIN inbox_tasks t ON t.id = r.task_id \
+            "SELECT r.status, r.result FROM inbox_requests r \
+             JOIN inbox_tasks t ON t.id = r.task_id \
              WHERE r.id = ? AND r.kind = ? AND t.owner_key = ?",
         )
         .bind(request_id)
@@ -571,6 +574,11 @@ impl Inbox {
         .fetch_optional(self.store.pool())
         .await?
         .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+        let status: String = row.try_get("status")?;
+        if status == review::RequestStatus::Withdrawn.as_str() {
+            // No result will ever come; saying so beats a 204 the agent would poll forever.
+            return Err(InboxError::Withdrawn(request_id.to_owned()));
+        }
         let result: Option<String> = row.try_get("result")?;
         result.map(|r| from_json(&r, "result")).transpose()
     }
@@ -989,14 +997,40 @@ async fn settle<T: Serialize>(
     task_id: &str,
     decided_by: &str,
     decided_at: &Timestamp,
+    event: NewEvent<'_>,
+) -> Result<()> {
+    settle_as(
+        conn,
+        review::RequestStatus::Decided,
+        request_id,
+        result,
+        task_id,
+        decided_by,
+        decided_at,
+        event,
+    )
+    .await
+}
+
+/// [`settle`] with the status the request ends in (`decided`, `expired` or `withdrawn`).
+#[allow(clippy::too_many_arguments)] // one call per way of settling; a struct adds nothing
+async fn settle_as<T: Serialize>(
+    conn: &mut SqliteConnection,
+    status: review::RequestStatus,
+    request_id: &str,
+    result: &T,
+    task_id: &str,
+    decided_by: &str,
+    decided_at: &Timestamp,
     mut event: NewEvent<'_>,
 ) -> Result<()> {
     // The guard that makes a decision happen once, whatever the isolation level: of two
     // racing decisions, only one finds the row still pending.
     let updated = sqlx::query(
-        "UPDATE inbox_requests SET status = 'decided', result = ?, decided_by = ?, \
+        "UPDATE inbox_requests SET status = ?, result = ?, decided_by = ?, \
          decided_at = ? WHERE id = ? AND status = 'pending'",
     )
+    .bind(status.as_str())
     .bind(to_json(result)?)
     .bind(decided_by)
     .bind(decided_at.unix_millis())
@@ -1333,6 +1367,9 @@ fn new_id() -> String {
 
 mod policy_hooks;
 pub mod review;
+mod withdraw;
+
+pub use withdraw::Withdrawal;
 
 #[cfg(test)]
 mod tests;

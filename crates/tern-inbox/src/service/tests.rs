@@ -982,3 +982,96 @@ fn request_bodies_read_the_sdk_wire_names() {
                "addAttachments": [{"uploadId": "u", "label": "l"}]})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_and_a_decision_race_and_one_wins() {
+    let (_d, inbox) = inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    for round in 0..8 {
+        let req = inbox
+            .create_approval(AGENT, approval(&task.id), None)
+            .await
+            .unwrap()
+            .event_id;
+        let mut feed = inbox.changes();
+        let (a, b) = (inbox.clone(), inbox.clone());
+        let (r1, r2) = (req.clone(), req.clone());
+        let withdraw = tokio::spawn(async move { a.withdraw_request(AGENT, &r1, None).await });
+        let decide = tokio::spawn(async move {
+            b.decide_approval(&r2, Outcome::new(OutcomeType::Approve), "alice")
+                .await
+        });
+        let (withdrawn, decided) = (withdraw.await.unwrap(), decide.await.unwrap());
+        assert!(
+            withdrawn.is_ok() != decided.is_ok(),
+            "round {round}: exactly one wins: {withdrawn:?} / {decided:?}"
+        );
+        let read = inbox.approval_result(AGENT, &req).await;
+        if withdrawn.is_ok() {
+            assert!(matches!(decided, Err(InboxError::AlreadyDecided)));
+            assert!(matches!(read, Err(InboxError::Withdrawn(ref id)) if *id == req));
+        } else {
+            assert!(matches!(withdrawn, Err(InboxError::AlreadyDecided)));
+            assert_eq!(read.unwrap().unwrap(), decided.unwrap());
+        }
+        // The feed heard the request leave the pending list, once.
+        let change = feed.recv().await.unwrap();
+        assert_eq!(change.request_id, req);
+        assert_eq!(change.what, review::ChangeKind::Decided);
+        assert!(feed.try_recv().is_err());
+    }
+    // Every round logged one settlement: a decision or the agent's note.
+    let settled = count(
+        &inbox,
+        "SELECT COUNT(*) FROM inbox_events WHERE event_type IN ('APPROVAL_DECIDED', 'NOTE')",
+    )
+    .await;
+    assert_eq!(settled, 8);
+    assert_eq!(inbox.pending_count().await.unwrap(), 0);
+    let t = inbox.task(AGENT, &task.id).await.unwrap().task;
+    assert_eq!(t.status, TaskStatus::Running);
+}
+
+#[tokio::test]
+async fn only_the_owner_withdraws_and_the_reviewer_history_shows_it() {
+    let (_d, inbox) = inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    let req = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let other = inbox.withdraw_request(OTHER, &req, Some("mine now")).await;
+    assert!(matches!(other, Err(InboxError::NotFound(_))), "{other:?}");
+    assert_eq!(inbox.pending_count().await.unwrap(), 1);
+    let missing = inbox.withdraw_request(AGENT, "nope", None).await;
+    assert!(matches!(missing, Err(InboxError::NotFound(_))));
+
+    let w = inbox
+        .withdraw_request(AGENT, &req, Some("  not needed  "))
+        .await
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("not needed"));
+    let filter = review::RequestFilter {
+        status: Some(review::RequestStatus::Withdrawn),
+        ..Default::default()
+    };
+    let list = inbox.list_requests(&filter).await.unwrap();
+    assert_eq!(list.count, 1);
+    assert_eq!(list.items[0].id, req);
+    assert_eq!(list.items[0].decided_by.as_deref(), Some(AGENT));
+    assert_eq!(
+        list.items[0]
+            .decided_at
+            .as_ref()
+            .map(Timestamp::unix_millis),
+        Some(w.withdrawn_at.unix_millis())
+    );
+    assert_eq!(list.items[0].outcome, None);
+    let err = InboxError::Withdrawn(req.clone());
+    assert_eq!(err.http_status(), 409);
+    assert_eq!(
+        err.body(),
+        json!({"error": format!("request {req} was withdrawn")})
+    );
+}

@@ -1,0 +1,128 @@
+//! Withdrawing a request: tern's extension beyond Pump Up (the SDK has no such endpoint).
+//!
+//! An agent that no longer needs an answer — the user went away, the session was deleted,
+//! the work was done another way — takes its pending request back with
+//! [`Inbox::withdraw_request`]:
+//!
+//! 1. Under the write lock, the request must be the agent's (another key's is
+//!    [`InboxError::NotFound`]). An overdue one is settled as expired first, like a
+//!    decision would find it.
+//! 2. A pending request becomes `withdrawn` by the same conditional
+//!    `UPDATE … WHERE status = 'pending'` every decision uses, so a withdrawal and a human's
+//!    decision cannot both win; the loser gets [`InboxError::AlreadyDecided`] (409).
+//! 3. The task's timeline gets a `NOTE` from the agent in response to the request (Pump
+//!    Up's event types have no withdrawal), with the reason; the task runs again once
+//!    nothing else of it is pending; the change feed hears the request left the pending
+//!    list.
+//! 4. Withdrawing a withdrawn request again answers the first [`Withdrawal`]: a retry is
+//!    harmless. Afterwards a reviewer's decision gets 409, and the agent's result read gets
+//!    [`InboxError::Withdrawn`] (409) instead of a 204 it would poll forever.
+
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use super::review::{ChangeKind, RequestKind, RequestStatus};
+use super::{Inbox, NewEvent, Result, from_json, settle_as};
+use crate::error::InboxError;
+use crate::model::{Actor, EventType, Payload};
+use crate::outcome::Timestamp;
+
+/// The longest reason kept; a longer one is cut (at a character boundary).
+const MAX_REASON_CHARS: usize = 2000;
+
+/// What [`Inbox::withdraw_request`] answers, and what a withdrawn request stores as its
+/// result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Withdrawal {
+    pub request_id: String,
+    pub task_id: String,
+    /// Always `withdrawn`; there so the body says what happened on its own.
+    pub status: RequestStatus,
+    pub withdrawn_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Inbox {
+    /// Withdraws one of `owner`'s pending requests (either kind); see the module docs.
+    /// `reason` (optional) goes on the timeline and into the answer. The owner's key name
+    /// is recorded as who settled it.
+    pub async fn withdraw_request(
+        &self,
+        owner: &str,
+        request_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Withdrawal> {
+        self.withdraw_request_of(None, owner, request_id, reason)
+            .await
+    }
+
+    /// [`Inbox::withdraw_request`] for a request of `kind` only (the HTTP paths name the
+    /// kind): one of the other kind is [`InboxError::NotFound`].
+    pub async fn withdraw_request_of(
+        &self,
+        kind: Option<RequestKind>,
+        owner: &str,
+        request_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Withdrawal> {
+        let what = match kind {
+            Some(RequestKind::Approval) => "approval request",
+            Some(RequestKind::Elicitation) => "elicitation request",
+            None => "request",
+        };
+        let kind = kind.map(RequestKind::as_str);
+        let reason = reason
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>());
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "SELECT r.task_id, r.status, r.result FROM inbox_requests r \
+             JOIN inbox_tasks t ON t.id = r.task_id \
+             WHERE r.id = ?1 AND t.owner_key = ?2 AND (?3 IS NULL OR r.kind = ?3)",
+        )
+        .bind(request_id)
+        .bind(owner)
+        .bind(kind)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| InboxError::NotFound(format!("{what} {request_id}")))?;
+        let status: String = row.try_get("status")?;
+        if status == RequestStatus::Withdrawn.as_str() {
+            let result: Option<String> = row.try_get("result")?;
+            let result = result.unwrap_or_default();
+            return from_json(&result, "withdrawal");
+        }
+        if status != RequestStatus::Pending.as_str() {
+            return Err(InboxError::AlreadyDecided);
+        }
+        let withdrawal = Withdrawal {
+            request_id: request_id.to_owned(),
+            task_id: row.try_get("task_id")?,
+            status: RequestStatus::Withdrawn,
+            withdrawn_at: Timestamp::now(),
+            reason,
+        };
+        let message = match &withdrawal.reason {
+            Some(reason) => format!("Withdrawn by the agent: {reason}"),
+            None => "Withdrawn by the agent.".to_owned(),
+        };
+        let event = NewEvent::new(EventType::Note, Actor::Agent, Payload::Note { message });
+        settle_as(
+            &mut tx,
+            RequestStatus::Withdrawn,
+            request_id,
+            &withdrawal,
+            &withdrawal.task_id,
+            owner,
+            &withdrawal.withdrawn_at,
+            event,
+        )
+        .await?;
+        tx.commit().await?;
+        self.announce(request_id, ChangeKind::Decided);
+        Ok(withdrawal)
+    }
+}
