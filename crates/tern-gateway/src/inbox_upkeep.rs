@@ -15,8 +15,11 @@
 //!
 //! # Expiry ([`expire_requests`])
 //!
-//! Once at start, then whenever the next expiry is due (at least every minute, in case a
-//! request was created meanwhile): [`tern_inbox::Inbox::expire_overdue`].
+//! Once at start, then whenever the next expiry is due, the service wakes the loop for a new
+//! request with an expiry time ([`tern_inbox::Inbox::expiry_woken`]: it may be due before
+//! the one the loop sleeps for), or a minute passes:
+//! [`tern_inbox::Inbox::expire_overdue`]. (Deciding, answering, withdrawing or reading an
+//! overdue request expires it too, so the sweep is never late for an agent or a human.)
 
 use std::time::Duration;
 
@@ -68,6 +71,7 @@ pub(crate) async fn expire_requests(inbox: Inbox, stop: CancellationToken) {
         });
         tokio::select! {
             _ = stop.cancelled() => return,
+            _ = inbox.expiry_woken() => {}
             _ = tokio::time::sleep(until(next)) => {}
         }
     }

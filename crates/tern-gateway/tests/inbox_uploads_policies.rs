@@ -1002,16 +1002,57 @@ async fn the_sweeper_runs_at_start() {
         },
     )
     .await;
-    let mut result = Value::Null;
-    for _ in 0..1000 {
-        let r = second
-            .get_as(&second.key, &format!("/api/approval-requests/{id}/result"))
-            .await;
-        if r.status() == 200 {
-            result = r.json().await.unwrap();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Watched through the reviewers' view, which never expires anything itself (the agent's
+    // result read would).
+    assert!(second.expired_by_the_sweeper(&id).await);
+    let r = second
+        .get_as(&second.key, &format!("/api/approval-requests/{id}/result"))
+        .await;
+    assert_eq!(r.status(), 200);
+    let result: Value = r.json().await.unwrap();
     assert_eq!(result["outcome"]["type"], "ESCALATE", "{result}");
+}
+
+impl Gw {
+    /// Whether the request turns `expired` without anyone touching it; gives up after
+    /// about 20 s, a third of the sweeper's longest sleep.
+    async fn expired_by_the_sweeper(&self, id: &str) -> bool {
+        for _ in 0..1000 {
+            let view = self.gw.inbox.request_view(id).await.unwrap();
+            if view.summary.status == tern_inbox::review::RequestStatus::Expired {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_new_request_with_an_expiry_wakes_the_sleeping_sweeper() {
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            expires_after: Some("1s".into()),
+            ..Default::default()
+        }),
+        upkeep: true,
+        ..Setup::default()
+    })
+    .await;
+    // The sweeper has run at start and found nothing due: it sleeps its longest.
+    let task = gw.task("default", "wake up").await;
+    let (status, created) = gw.approval(&task, "Decide within a second", None).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["eventId"].as_str().unwrap();
+    assert!(
+        gw.expired_by_the_sweeper(id).await,
+        "the sweeper was not woken for the new expiry"
+    );
+    let events = gw.events(&task).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["eventType"] == "TIMEOUT" && e["inResponseTo"] == id),
+        "{events:?}"
+    );
 }

@@ -99,6 +99,9 @@ pub struct Inbox {
     pub(crate) policy: std::sync::Arc<crate::policy::Policy>,
     /// Told about new requests ([`crate::notify`]).
     pub(crate) notifications: std::sync::Arc<crate::notify::Notifications>,
+    /// Wakes the expiry sweeper when a request with an expiry time is created
+    /// ([`Inbox::expiry_woken`]).
+    expiry_wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// How many changes a slow subscriber of [`Inbox::changes`] may fall behind before it
@@ -179,6 +182,7 @@ impl Inbox {
             changes,
             policy: Default::default(),
             notifications: Default::default(),
+            expiry_wake: Default::default(),
         }
     }
 
@@ -203,6 +207,23 @@ impl Inbox {
     /// Begins a write transaction holding SQLite's write lock (see the module docs).
     async fn begin(&self) -> Result<Tx> {
         Ok(self.store.pool().begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Begins the transaction of a decision on a request of `kind`. An overdue request is
+    /// expired first — committed, announced, and the decision refused as
+    /// [`InboxError::AlreadyDecided`]: the expiry came first, whether or not the sweeper
+    /// has run yet.
+    async fn begin_decision(&self, request_id: &str, kind: Kind) -> Result<Tx> {
+        let mut tx = self.begin().await?;
+        if self
+            .expire_if_overdue(&mut tx, request_id, Some(kind))
+            .await?
+        {
+            tx.commit().await?;
+            self.announce(request_id, review::ChangeKind::Decided);
+            return Err(InboxError::AlreadyDecided);
+        }
+        Ok(tx)
     }
 
     // ---- projects -------------------------------------------------------------------------
@@ -563,17 +584,39 @@ impl Inbox {
         request_id: &str,
         kind: Kind,
     ) -> Result<Option<T>> {
-        let row = sqlx::query(
-            "SELECT r.status, r.result FROM inbox_requests r \
-             JOIN inbox_tasks t ON t.id = r.task_id \
-             WHERE r.id = ? AND r.kind = ? AND t.owner_key = ?",
-        )
-        .bind(request_id)
-        .bind(kind.as_str())
-        .bind(owner)
-        .fetch_optional(self.store.pool())
-        .await?
-        .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+        let read = || {
+            sqlx::query(
+                "SELECT r.status, r.result, r.expires_at FROM inbox_requests r \
+                 JOIN inbox_tasks t ON t.id = r.task_id \
+                 WHERE r.id = ? AND r.kind = ? AND t.owner_key = ?",
+            )
+            .bind(request_id)
+            .bind(kind.as_str())
+            .bind(owner)
+            .fetch_optional(self.store.pool())
+        };
+        let mut row = read()
+            .await?
+            .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+        let status: String = row.try_get("status")?;
+        let expires_at: Option<i64> = row.try_get("expires_at")?;
+        if status == review::RequestStatus::Pending.as_str()
+            && expires_at.is_some_and(|at| at <= now_ms())
+        {
+            // Overdue and the sweeper has not come by: expire it now (a write, only then),
+            // so the agent reads the expired result rather than a 204.
+            let mut tx = self.begin().await?;
+            if self
+                .expire_if_overdue(&mut tx, request_id, Some(kind))
+                .await?
+            {
+                tx.commit().await?;
+                self.announce(request_id, review::ChangeKind::Decided);
+            }
+            row = read()
+                .await?
+                .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+        }
         let status: String = row.try_get("status")?;
         if status == review::RequestStatus::Withdrawn.as_str() {
             // No result will ever come; saying so beats a 204 the agent would poll forever.
@@ -591,7 +634,7 @@ impl Inbox {
         outcome: Outcome,
         decided_by: &str,
     ) -> Result<ApprovalResult> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_decision(request_id, Kind::Approval).await?;
         let (task_id, request_json) = pending_request(&mut tx, request_id, Kind::Approval).await?;
         let request: ApprovalRequest = from_json(&request_json, "request")?;
         let decided_at = Timestamp::now();
@@ -638,7 +681,7 @@ impl Inbox {
         answers: &Map<String, Value>,
         answered_by: &str,
     ) -> Result<ElicitationResult> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_decision(request_id, Kind::Elicitation).await?;
         let (task_id, request_json) =
             pending_request(&mut tx, request_id, Kind::Elicitation).await?;
         let request: ElicitationRequest = from_json(&request_json, "request")?;

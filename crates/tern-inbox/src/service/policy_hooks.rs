@@ -1,6 +1,8 @@
 //! Where the service applies [`crate::policy`] and [`crate::notify`]: inside the transaction
 //! that opens a request (rate limits before, expiry, auto-approval and notifications after),
-//! and in the expiry sweep ([`Inbox::expire_overdue`]). The module docs of `policy` and
+//! in the expiry sweep ([`Inbox::expire_overdue`]), and before a request is decided, answered,
+//! withdrawn or read ([`Inbox::expire_if_overdue`]: an overdue request expires then, whether
+//! or not the sweeper came by). The module docs of `policy` and
 //! `notify` give the rules; this is the glue to the service's tables and events.
 
 use std::collections::BTreeMap;
@@ -87,6 +89,8 @@ pub(super) struct Applied {
     pub decided: bool,
     /// Notification rows were written.
     pub notify: bool,
+    /// The request waits with an expiry time.
+    pub expires: bool,
 }
 
 /// Right after the request row is written, in the same transaction: stores the action and
@@ -132,6 +136,7 @@ pub(super) async fn after_open(
             return Ok(Applied {
                 decided: true,
                 notify: false,
+                expires: false,
             });
         }
         Verdict::AlwaysReview { action, rule } => {
@@ -170,13 +175,18 @@ pub(super) async fn after_open(
     Ok(Applied {
         decided: false,
         notify: !notifications.targets.is_empty(),
+        expires: expires_at.is_some(),
     })
 }
 
-/// After the commit: wake the notification worker, tell live views about a decision.
+/// After the commit: wake the notification worker and the expiry sweeper (which may be
+/// asleep for longer than this request's expiry), tell live views about a decision.
 pub(super) fn after_commit(inbox: &Inbox, request_id: &str, applied: &Applied) {
     if applied.notify {
         inbox.notifications.wake();
+    }
+    if applied.expires {
+        inbox.expiry_wake.notify_one();
     }
     if applied.decided {
         inbox.announce(request_id, review::ChangeKind::Decided);
@@ -297,19 +307,7 @@ impl Inbox {
             let id: String = row.try_get("id")?;
             let kind: String = row.try_get("kind")?;
             let mut tx = self.begin().await?;
-            let done = if kind == Kind::Approval.as_str() {
-                let outcome = Outcome {
-                    kind: self.policy.expiry_outcome,
-                    reason_code: Some("expired".into()),
-                    note: Some("No decision before the request expired.".into()),
-                };
-                let tags = vec!["policy:expires_after".to_owned()];
-                decide_as_platform(&mut tx, &id, outcome, tags, true)
-                    .await
-                    .map(|_| ())
-            } else {
-                expire_elicitation(&mut tx, &id).await
-            };
+            let done = self.expire(&mut tx, &id, &kind).await;
             match done {
                 Ok(()) => {
                     tx.commit().await?;
@@ -322,6 +320,55 @@ impl Inbox {
             }
         }
         Ok(settled)
+    }
+
+    /// Settles one pending request as expired (see [`Inbox::expire_overdue`]).
+    async fn expire(&self, conn: &mut SqliteConnection, id: &str, kind: &str) -> Result<()> {
+        if kind == Kind::Approval.as_str() {
+            let outcome = Outcome {
+                kind: self.policy.expiry_outcome,
+                reason_code: Some("expired".into()),
+                note: Some("No decision before the request expired.".into()),
+            };
+            let tags = vec!["policy:expires_after".to_owned()];
+            decide_as_platform(conn, id, outcome, tags, true)
+                .await
+                .map(|_| ())
+        } else {
+            expire_elicitation(conn, id).await
+        }
+    }
+
+    /// Settles the request as expired when it is pending and overdue, in the caller's
+    /// transaction; `true` when it did (the caller commits and announces it). What would
+    /// decide, answer, withdraw or read a request calls this first, so an overdue request
+    /// is expired even before the sweeper comes by, and no late human beats the expiry.
+    /// `kind` limits it to requests of that kind (others are left for the caller to refuse).
+    pub(super) async fn expire_if_overdue(
+        &self,
+        conn: &mut SqliteConnection,
+        request_id: &str,
+        kind: Option<Kind>,
+    ) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT kind FROM inbox_requests WHERE id = ?1 AND status = 'pending' \
+             AND expires_at IS NOT NULL AND expires_at <= ?2 AND (?3 IS NULL OR kind = ?3)",
+        )
+        .bind(request_id)
+        .bind(now_ms())
+        .bind(kind.map(Kind::as_str))
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(row) = row else { return Ok(false) };
+        let kind: String = row.try_get("kind")?;
+        self.expire(conn, request_id, &kind).await?;
+        Ok(true)
+    }
+
+    /// Resolves when a request with an expiry time was created since the last call (at
+    /// once if one was): the sweeper then looks again when the next expiry is due.
+    pub async fn expiry_woken(&self) {
+        self.expiry_wake.notified().await;
     }
 
     /// When the next pending request expires (ms since the epoch), if any does.

@@ -1075,3 +1075,152 @@ async fn only_the_owner_withdraws_and_the_reviewer_history_shows_it() {
         json!({"error": format!("request {req} was withdrawn")})
     );
 }
+
+/// An inbox whose requests expire one second after they are created.
+async fn expiring_inbox() -> (tempfile::TempDir, Inbox) {
+    let (dir, inbox) = inbox().await;
+    let policy = crate::policy::Policy::from_config(&tern_config::InboxPolicyConfig {
+        expires_after: Some("1s".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    (dir, inbox.with_policy(policy))
+}
+
+/// Whether the sweeper would wake now, without waiting.
+async fn sweeper_woken(inbox: &Inbox) -> bool {
+    tokio::select! {
+        biased;
+        _ = inbox.expiry_woken() => true,
+        _ = std::future::ready(()) => false,
+    }
+}
+
+/// Waits (asserting nothing about time) until every pending request is overdue.
+async fn until_overdue(inbox: &Inbox) {
+    while let Some(at) = inbox.next_expiry().await.unwrap() {
+        if at <= now_ms() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_request_with_an_expiry_wakes_the_sweeper() {
+    let (_d, plain) = inbox().await;
+    let task = plain.create_task(AGENT, new_task("t"), None).await.unwrap();
+    plain
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap();
+    assert!(!sweeper_woken(&plain).await, "no expiry, nothing to wake");
+
+    let (_d, inbox) = expiring_inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    assert!(!sweeper_woken(&inbox).await);
+    inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap();
+    assert!(sweeper_woken(&inbox).await);
+    assert!(!sweeper_woken(&inbox).await, "one wake per request");
+}
+
+#[tokio::test]
+async fn an_overdue_request_expires_before_a_late_decision_or_read() {
+    let (_d, inbox) = expiring_inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    let decide_me = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let read_me = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let answer_me = inbox
+        .create_elicitation(AGENT, elicitation(&task.id, every_kind(), vec![]), None)
+        .await
+        .unwrap()
+        .event_id;
+    let withdraw_me = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    until_overdue(&inbox).await;
+    let mut feed = inbox.changes();
+
+    // No sweep ran; the decision still finds the request expired, and says so.
+    let late = inbox
+        .decide_approval(&decide_me, Outcome::new(OutcomeType::Approve), "alice")
+        .await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+    let result = inbox
+        .approval_result(AGENT, &decide_me)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.outcome.kind, OutcomeType::Reject);
+    assert_eq!(result.outcome.reason_code.as_deref(), Some("expired"));
+    assert_eq!(result.decided_by.as_deref(), Some("PLATFORM"));
+
+    // A read of an overdue request returns the expired result, not 204.
+    let result = inbox
+        .approval_result(AGENT, &read_me)
+        .await
+        .unwrap()
+        .expect("the expired result");
+    assert_eq!(result.outcome.reason_code.as_deref(), Some("expired"));
+
+    let late = inbox
+        .answer_elicitation(&answer_me, &serde_json::Map::new(), "alice")
+        .await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+    let result = inbox
+        .elicitation_result(AGENT, &answer_me)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.answered_by.as_deref(), Some("PLATFORM"));
+    assert_eq!(result.fields, None);
+
+    let late = inbox.withdraw_request(AGENT, &withdraw_me, None).await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+
+    // Each expired once, with one TIMEOUT each, announced; the sweep finds nothing left.
+    let filter = review::RequestFilter {
+        status: Some(review::RequestStatus::Expired),
+        ..Default::default()
+    };
+    assert_eq!(inbox.list_requests(&filter).await.unwrap().count, 4);
+    assert_eq!(
+        count(
+            &inbox,
+            "SELECT COUNT(*) FROM inbox_events WHERE event_type = 'TIMEOUT'"
+        )
+        .await,
+        4
+    );
+    assert_eq!(
+        count(
+            &inbox,
+            "SELECT COUNT(*) FROM inbox_events WHERE event_type IN \
+             ('APPROVAL_DECIDED', 'ELICITATION_PROVIDED')"
+        )
+        .await,
+        0
+    );
+    let mut announced = Vec::new();
+    while let Ok(change) = feed.try_recv() {
+        assert_eq!(change.what, review::ChangeKind::Decided);
+        announced.push(change.request_id);
+    }
+    assert_eq!(announced, [decide_me, read_me, answer_me, withdraw_me]);
+    assert_eq!(inbox.expire_overdue(now_ms()).await.unwrap(), 0);
+    let t = inbox.task(AGENT, &task.id).await.unwrap().task;
+    assert_eq!(t.status, TaskStatus::Running);
+}

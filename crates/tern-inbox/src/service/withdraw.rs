@@ -5,8 +5,8 @@
 //! [`Inbox::withdraw_request`]:
 //!
 //! 1. Under the write lock, the request must be the agent's (another key's is
-//!    [`InboxError::NotFound`]). An overdue one is settled as expired first, like a
-//!    decision would find it.
+//!    [`InboxError::NotFound`]). An overdue one is settled as expired first and the
+//!    withdrawal refused, as a decision would be.
 //! 2. A pending request becomes `withdrawn` by the same conditional
 //!    `UPDATE … WHERE status = 'pending'` every decision uses, so a withdrawal and a human's
 //!    decision cannot both win; the loser gets [`InboxError::AlreadyDecided`] (409).
@@ -96,6 +96,12 @@ impl Inbox {
             return from_json(&result, "withdrawal");
         }
         if status != RequestStatus::Pending.as_str() {
+            return Err(InboxError::AlreadyDecided);
+        }
+        if self.expire_if_overdue(&mut tx, request_id, None).await? {
+            // The expiry came first: it stands, and there is nothing left to withdraw.
+            tx.commit().await?;
+            self.announce(request_id, ChangeKind::Decided);
             return Err(InboxError::AlreadyDecided);
         }
         let withdrawal = Withdrawal {
