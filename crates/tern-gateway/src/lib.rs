@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{FromRequest, OptionalFromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, OptionalFromRequest, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -216,17 +216,20 @@ impl Gateway {
             authed = authed.merge(agent_routes);
         }
         let authed = authed.route_layer(middleware::from_fn_with_state(self.clone(), require_key));
+        let body_limit = DefaultBodyLimit::max(self.settings.max_body_bytes);
         Router::new()
             .route("/health", get(health))
             .route("/v1/health", get(health))
             .merge(authed)
             // The reviewers' routes: outside `require_key`, they check reviewers themselves.
-            .merge(reviewer_auth::routes())
+            // Their forms are held to the gateway's body limit like JSON bodies are (axum's
+            // `Form` would otherwise allow its default 2 MiB).
+            .merge(reviewer_auth::routes().layer(body_limit))
             .merge(uploads_api::reviewer_routes())
-            .merge(reviewer_api::routes())
-            .merge(web::routes())
+            .merge(reviewer_api::routes().layer(body_limit))
+            .merge(web::routes().layer(body_limit))
             .fallback(not_found)
-            .layer(middleware::map_response(json_errors))
+            .layer(middleware::from_fn(json_errors))
             .with_state(self.clone())
     }
 
@@ -286,9 +289,12 @@ async fn not_found(req: Request) -> ApiError {
 }
 
 /// Puts error responses that axum or a layer produced in plain text (405, a bad query string,
-/// a path that is not UTF-8) into the error envelope, so that every error is JSON — except
-/// the web inbox's error pages, which are HTML on purpose.
-async fn json_errors(resp: Response) -> Response {
+/// a path that is not UTF-8, a form over the body limit) into the error envelope, so that
+/// every error is JSON — except for a browser on the web inbox's pages (`Accept: text/html`),
+/// which gets an error page, like the web inbox's own errors.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let page = reviewer_auth::wants_html(req.headers()) && web::is_page_path(req.uri().path());
+    let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
         .headers()
@@ -315,7 +321,11 @@ async fn json_errors(resp: Response) -> Response {
     } else {
         text
     };
-    let mut out = ApiError::new(status, code, message).into_response();
+    let mut out = if page {
+        web::error_page(status, &message)
+    } else {
+        ApiError::new(status, code, message).into_response()
+    };
     for name in [header::ALLOW, header::RETRY_AFTER] {
         if let Some(v) = parts.headers.get(&name) {
             out.headers_mut().insert(name, v.clone());

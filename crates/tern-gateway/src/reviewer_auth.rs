@@ -42,6 +42,7 @@
 use axum::Router;
 use std::collections::HashMap;
 
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -339,7 +340,11 @@ async fn logout(
     let headers = req.headers().clone();
     let submitted = match headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
         Some(v) => Some(v.to_owned()),
-        None => csrf_form_field(req, &gw).await,
+        None => match csrf_form_field(req, &gw).await {
+            Ok(field) => field,
+            // Over the body limit: 413 (made JSON or a page by the router's error layer).
+            Err(too_large) => return Ok(too_large.into_response()),
+        },
     };
     reviewer.check_csrf(submitted.as_deref())?;
     if reviewer.via_cookie
@@ -361,10 +366,15 @@ async fn logout(
     Ok(resp)
 }
 
-/// The `csrf_token` field of a urlencoded form body, if the body is one.
-pub(crate) async fn csrf_form_field(req: Request, gw: &AppState) -> Option<String> {
-    let Form(fields) = Form::<HashMap<String, String>>::from_request(req, gw)
-        .await
-        .ok()?;
-    fields.get(CSRF_FIELD).cloned()
+/// The `csrf_token` field of a urlencoded form body, if the body is one; the rejection when
+/// the body is over the limit (anything else unreadable just has no token).
+pub(crate) async fn csrf_form_field(
+    req: Request,
+    gw: &AppState,
+) -> Result<Option<String>, FormRejection> {
+    match Form::<HashMap<String, String>>::from_request(req, gw).await {
+        Ok(Form(fields)) => Ok(fields.get(CSRF_FIELD).cloned()),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(e),
+        Err(_) => Ok(None),
+    }
 }

@@ -310,6 +310,31 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
         200
     );
 
+    // A form over the gateway's body limit (1 MiB here; axum's default is 2 MiB): 413, and
+    // the session lives on.
+    let r = gw
+        .http
+        .post(format!("{}/inbox/logout", gw.url))
+        .header(COOKIE, format!("tern_inbox={cookie}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf_token={csrf}&pad={}", "x".repeat(1_500_000)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    assert_eq!(
+        gw.send("GET", "/inbox/api/me", As::Cookie(&cookie, None), None)
+            .await
+            .0,
+        200
+    );
+
     // The form field works as well as the header.
     let r = gw
         .http

@@ -701,3 +701,69 @@ async fn the_event_stream_reports_created_and_decided_requests() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
 }
+
+#[tokio::test]
+async fn a_form_over_the_body_limit_gets_413_and_records_nothing() {
+    let gw = start().await;
+    let task = gw.task("t", "default").await;
+    let id = gw
+        .approval(&task, "default", json!({"summary": "Ship it?"}))
+        .await;
+    let question = gw
+        .elicitation(
+            &task,
+            json!({"summary": "Which account?", "fields": [
+                {"type": "Text", "id": "acct", "label": "Account", "required": true}]}),
+        )
+        .await;
+    let csrf = gw.csrf(&id).await;
+    // Over the gateway's limit (1 MiB here) and under axum's default (2 MiB).
+    let big = "x".repeat(1_500_000);
+
+    // A browser gets a page.
+    let (status, _, page) = gw
+        .submit(
+            &format!("/inbox/requests/{id}/decide"),
+            &[
+                ("csrf_token", &csrf),
+                ("outcome", "APPROVE"),
+                ("note", &big),
+            ],
+        )
+        .await;
+    assert_eq!(status, 413);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.contains("too large"), "{page}");
+    let (status, _, page) = gw
+        .submit(
+            &format!("/inbox/requests/{question}/answer"),
+            &[("csrf_token", &csrf), ("f.acct", &big)],
+        )
+        .await;
+    assert_eq!(status, 413, "{page}");
+    assert_eq!(gw.status_of(&id).await, "pending");
+    assert_eq!(gw.status_of(&question).await, "pending");
+
+    // A program gets JSON.
+    let r = gw
+        .http
+        .post(format!("{}/inbox/requests/{id}/decide", gw.url))
+        .header("cookie", &gw.cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encode_form(&[
+            ("csrf_token", &csrf),
+            ("outcome", "APPROVE"),
+            ("note", &big),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    assert_eq!(gw.status_of(&id).await, "pending");
+}

@@ -75,6 +75,27 @@ async fn stylesheet() -> Response {
     resp
 }
 
+/// Whether `path` is one of the web inbox's pages (not its JSON API), where a browser gets
+/// errors as pages.
+pub(crate) fn is_page_path(path: &str) -> bool {
+    (path == "/inbox" || path.starts_with("/inbox/")) && !path.starts_with("/inbox/api/")
+}
+
+/// An error that axum or a layer answered before a handler ran (a form over the body limit,
+/// a wrong method), as a page; `detail` is axum's text.
+pub(crate) fn error_page(status: StatusCode, detail: &str) -> Response {
+    let (title, text) = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "Too large",
+            "What you sent is too large for the inbox; nothing was recorded. Shorten it and \
+             send it again.",
+        ),
+        StatusCode::NOT_FOUND => ("Not found", "There is no such page in the inbox."),
+        _ => (status.canonical_reason().unwrap_or("Error"), detail),
+    };
+    message_page(status, None, title, text)
+}
+
 /// A failure of the inbox service, as a page.
 fn inbox_error_page(e: &InboxError, reviewer: &str) -> Response {
     match e {
