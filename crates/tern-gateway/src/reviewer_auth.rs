@@ -153,25 +153,34 @@ impl IntoResponse for AuthError {
     }
 }
 
+/// A page of its own, outside the web inbox's shell (no navigation: the person may not be
+/// signed in), with the inbox's stylesheet and the headers of every inbox page. `head` and
+/// `body` are markup made here; anything in them from outside must be escaped.
+fn small_page(status: StatusCode, title: &str, head: &str, body: &str) -> Response {
+    let page = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{head}\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · tern inbox</title><style>{css}</style></head>\
+         <body><header class=\"top\"><div class=\"inner\"><span class=\"brand\">tern inbox\
+         </span></div></header><main>{body}</main></body></html>",
+        title = escape(title),
+        css = crate::web::CSS,
+    );
+    crate::web::html_response(status, page)
+}
+
 /// A small page with a fixed text (nothing from the request goes into it).
 fn html_page(status: StatusCode, title: &str, text: &str) -> Response {
-    let body = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · tern inbox</title></head>\
-         <body style=\"font-family: system-ui, sans-serif; max-width: 36rem; margin: 3rem auto; \
-         padding: 0 1rem; line-height: 1.5\"><h1>{title}</h1><p>{text}</p></body></html>",
-        title = escape(title),
-        text = escape(text),
-    );
-    let mut resp = (status, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+    small_page(
+        status,
+        title,
+        "",
+        &format!(
+            "<h1>{}</h1><div class=\"card\"><p>{}</p></div>",
+            escape(title),
+            escape(text)
+        ),
+    )
 }
 
 fn escape(s: &str) -> String {
@@ -304,29 +313,20 @@ async fn login(State(gw): State<AppState>, Path(token): Path<String>) -> Respons
         Err(e) => return AuthError::from(e).html_response(),
     };
     tracing::info!(reviewer = %session.reviewer, "reviewer logged in");
-    let body = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"0;url=/inbox\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Signed in · tern inbox</title></head>\
-         <body style=\"font-family: system-ui, sans-serif; max-width: 36rem; margin: 3rem auto; \
-         padding: 0 1rem\"><p>Signed in as {}. <a href=\"/inbox\">Continue to the inbox</a>.\
-         </p></body></html>",
-        escape(&session.reviewer)
+    let mut resp = small_page(
+        StatusCode::OK,
+        "Signed in",
+        "<meta http-equiv=\"refresh\" content=\"0;url=/inbox\">",
+        &format!(
+            "<div class=\"card\"><p>Signed in as {}. <a href=\"/inbox\">Continue to the \
+             inbox</a>.</p></div>",
+            escape(&session.reviewer)
+        ),
     );
-    let mut resp = (StatusCode::OK, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::SET_COOKIE, session_cookie(Some(&session.token)));
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    // The token is in this page's URL: do not hand it to anything the page links to.
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    // The page carries no-store and no-referrer (the token is in its URL: it must not go to
+    // anything the page links to), like every inbox page.
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, session_cookie(Some(&session.token)));
     resp
 }
 

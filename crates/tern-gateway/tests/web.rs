@@ -767,3 +767,51 @@ async fn a_form_over_the_body_limit_gets_413_and_records_nothing() {
     );
     assert_eq!(gw.status_of(&id).await, "pending");
 }
+
+#[tokio::test]
+async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_style() {
+    let gw = start().await;
+    // The stylesheet is in every page (no separate, public asset route).
+    let (status, page) = gw.page("/inbox").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<style>") && page.contains("--accent"),
+        "{page}"
+    );
+    assert!(!page.contains("rel=\"stylesheet\""), "{page}");
+    for path in ["/inbox/assets/inbox.css", "/inbox/"] {
+        let r = gw
+            .http
+            .get(format!("{}{path}", gw.url))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert!(status == 401 || status == 404, "{path}: {status}");
+        assert!(!r.text().await.unwrap().contains("--accent"), "{path}");
+    }
+    // The 401 page for a browser is styled as well.
+    let r = gw
+        .http
+        .get(format!("{}/inbox", gw.url))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let page = r.text().await.unwrap();
+    assert!(
+        page.contains("<style>") && page.contains("--accent"),
+        "{page}"
+    );
+    // `/inbox/` still leads a reviewer to the inbox.
+    let r = gw
+        .http
+        .get(format!("{}/inbox/", gw.url))
+        .header("cookie", &gw.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_redirection(), "{}", r.status());
+    assert_eq!(r.headers()["location"], "/inbox");
+}

@@ -1,4 +1,4 @@
-//! The page shell every web inbox page shares (header, navigation, stylesheet), the headers
+//! The page shell every web inbox page shares (header, navigation, inline stylesheet), the headers
 //! every page is sent with, and small formatting helpers.
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -6,11 +6,10 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use tern_inbox::Timestamp;
 
-/// Where the stylesheet is served; its query string changes with its content so a cached
-/// old copy is never used with new markup.
-pub(super) const STYLESHEET: &str =
-    concat!("/inbox/assets/inbox.css?v=", env!("CARGO_PKG_VERSION"));
-pub(super) const CSS: &str = include_str!("inbox.css");
+/// The stylesheet, inlined into every page's `<head>`: a separate asset route would be an
+/// endpoint that answers without authentication (only `/health` may), and the sheet is
+/// small.
+pub(crate) const CSS: &str = include_str!("inbox.css");
 
 /// Which navigation entry is the current page.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -43,7 +42,7 @@ impl Page<'_> {
                     meta name="viewport" content="width=device-width, initial-scale=1";
                     meta name="color-scheme" content="light";
                     title { (self.title) " · tern inbox" }
-                    link rel="stylesheet" href=(STYLESHEET);
+                    style { (PreEscaped(CSS)) }
                 }
                 body {
                     header.top {
@@ -80,7 +79,7 @@ impl Page<'_> {
 /// An HTML response with the headers every inbox page carries: not cached (it shows live
 /// state and a CSRF token), not framed (no clickjacking of the decision buttons), and no
 /// referrer (a login link's token must not leak to an attachment's host).
-pub(super) fn html_response(status: StatusCode, body: String) -> Response {
+pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
     h.insert(

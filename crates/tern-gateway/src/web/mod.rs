@@ -10,7 +10,9 @@
 //! | `POST /inbox/requests/{id}/decide` | an approval decision (form-encoded): outcome, note, reason code |
 //! | `POST /inbox/requests/{id}/answer` | an elicitation's answers (form-encoded, `f.<field id>` per control) |
 //! | `GET /inbox/events` | the change feed as server-sent events (see [`sse`]) |
-//! | `GET /inbox/assets/inbox.css` | the stylesheet (public) |
+//!
+//! Every route needs a reviewer (the stylesheet is inlined into each page, so there is no
+//! public asset route).
 //!
 //! # The flow of a decision
 //!
@@ -27,6 +29,8 @@
 
 mod forms;
 mod layout;
+
+pub(crate) use layout::{CSS, html_response};
 mod list;
 mod request;
 mod sse;
@@ -34,7 +38,7 @@ mod sse;
 use axum::Form;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -52,27 +56,14 @@ use request::{AttachmentInfo, FormState, Notice};
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/inbox", get(list_page))
-        .route("/inbox/", get(|| async { Redirect::permanent("/inbox") }))
+        .route(
+            "/inbox/",
+            get(|_: Reviewer| async { Redirect::permanent("/inbox") }),
+        )
         .route("/inbox/requests/{id}", get(request_page))
         .route("/inbox/requests/{id}/decide", post(decide))
         .route("/inbox/requests/{id}/answer", post(answer))
         .route("/inbox/events", get(events))
-        .route("/inbox/assets/inbox.css", get(stylesheet))
-}
-
-async fn stylesheet() -> Response {
-    let mut resp = layout::CSS.into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/css; charset=utf-8"),
-    );
-    // The link carries the version, so a long cache is safe.
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=86400"),
-    );
-    resp
 }
 
 /// Whether `path` is one of the web inbox's pages (not its JSON API), where a browser gets
