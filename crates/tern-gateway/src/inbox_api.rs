@@ -147,7 +147,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for MaybeInboxJson<T> {
 type ApiResult<T> = Result<T, InboxApiError>;
 
 /// The `Idempotency-Key` header, when present and readable.
-fn idem(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn idem(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())

@@ -10,7 +10,8 @@
 //!    streamed chunk by chunk into [`tern_inbox::uploads::UploadWriter`] — hashed, written to
 //!    a temporary file, moved to `uploads/<sha256>` — so a large file is never held whole in
 //!    memory. A file past `max_upload_bytes` → 413 `{"error"}`, nothing kept. The answer is
-//!    201 `{"id", "status": "READY"}`.
+//!    201 `{"id", "status": "READY"}`; a repeat with the same `Idempotency-Key` gets the
+//!    same answer and records no new upload.
 //! 2. `GET /api/uploads/{id}` (the owning key; other keys get 404) → `{id, contentType,
 //!    size, url}`, `url` being `<public_url>/api/uploads/{id}/content`.
 //! 3. Downloads — `GET /api/uploads/{id}/content` (the owning key) and
@@ -160,18 +161,15 @@ async fn upload(
             Ok(stored) => stored,
             Err(e) => return internal(e),
         };
+        let idem = crate::inbox_api::idem(&headers);
         return match gw
             .inbox
-            .add_upload(&owner, &stored, &content_type, file_name.as_deref())
+            .create_upload(&owner, &stored, &content_type, file_name.as_deref(), idem)
             .await
         {
-            Ok(upload) => {
-                tracing::debug!(id = %upload.id, size = upload.size, owner = %owner, "upload stored");
-                (
-                    StatusCode::CREATED,
-                    Json(json!({"id": upload.id, "status": "READY"})),
-                )
-                    .into_response()
+            Ok(receipt) => {
+                tracing::debug!(id = %receipt.id, size = stored.size, owner = %owner, "upload stored");
+                (StatusCode::CREATED, Json(receipt)).into_response()
             }
             Err(e) => InboxApiError::from(e).into_response(),
         };

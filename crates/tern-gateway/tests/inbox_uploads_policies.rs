@@ -291,6 +291,65 @@ async fn upload_resolve_and_download_for_the_owner_only() {
     assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
 }
 
+impl Gw {
+    async fn upload_with_key(&self, idem: &str, bytes: &[u8]) -> (u16, Value) {
+        let (ct, body) = multipart("file", "retry.txt", "text/plain", bytes);
+        let r = self
+            .http
+            .post(format!("{}/api/uploads", self.url))
+            .bearer_auth(&self.key)
+            .header("Content-Type", ct)
+            .header("Idempotency-Key", idem)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+}
+
+#[tokio::test]
+async fn an_upload_repeated_with_its_idempotency_key_is_recorded_once() {
+    let (_d, gw) = start(Setup::default()).await;
+    let (status, first) = gw.upload_with_key("upload-1", b"the first bytes").await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["status"], "READY");
+    // A retry (the client never saw the answer) gets the same id and records nothing new.
+    let (status, repeat) = gw.upload_with_key("upload-1", b"the first bytes").await;
+    assert_eq!((status, &repeat), (201, &first));
+    // Another key records another upload; without a key every POST is new.
+    let (status, other) = gw.upload_with_key("upload-2", b"the first bytes").await;
+    assert_eq!(status, 201);
+    assert_ne!(other["id"], first["id"]);
+    let (_, plain) = gw.upload("plain.txt", "text/plain", b"x").await;
+    let (_, plain_again) = gw.upload("plain.txt", "text/plain", b"x").await;
+    assert_ne!(plain["id"], plain_again["id"]);
+    // A key first used for an upload is refused on another path.
+    let (status, body) = {
+        let r = gw
+            .http
+            .post(format!("{}/api/tasks", gw.url))
+            .bearer_auth(&gw.key)
+            .header("Idempotency-Key", "upload-1")
+            .json(&json!({"name": "t", "projectName": "default"}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "idempotency_key_reused");
+    // The file the repeat sent is the same content-addressed file.
+    let (_, resolved) = {
+        let id = first["id"].as_str().unwrap();
+        let r = gw
+            .get_as(&gw.key, &format!("/api/uploads/{id}/content"))
+            .await;
+        (r.status(), r.bytes().await.unwrap())
+    };
+    assert_eq!(resolved.as_ref(), b"the first bytes");
+}
+
 #[tokio::test]
 async fn reviewers_download_with_safe_headers_and_agents_cannot_use_their_route() {
     let (_d, gw) = start(Setup::default()).await;

@@ -205,7 +205,7 @@ impl Inbox {
     }
 
     /// Begins a write transaction holding SQLite's write lock (see the module docs).
-    async fn begin(&self) -> Result<Tx> {
+    pub(crate) async fn begin(&self) -> Result<Tx> {
         Ok(self.store.pool().begin_with("BEGIN IMMEDIATE").await?)
     }
 
@@ -863,7 +863,7 @@ struct Summary {
 
 /// Claims `(owner, key)` for this create. `None`: the claim is new, go on and create.
 /// `Some(response)`: the key was used before; this is the original response.
-async fn claim_key<T: DeserializeOwned>(
+pub(crate) async fn claim_key<T: DeserializeOwned>(
     conn: &mut SqliteConnection,
     owner: &str,
     key: Option<&str>,
@@ -907,7 +907,7 @@ async fn claim_key<T: DeserializeOwned>(
 }
 
 /// Stores the response of a create under its claimed key, in the same transaction.
-async fn remember_response<T: Serialize>(
+pub(crate) async fn remember_response<T: Serialize>(
     conn: &mut SqliteConnection,
     owner: &str,
     key: Option<&str>,

@@ -11,9 +11,11 @@
 //!    content was uploaded before) the temporary file is dropped instead: identical content
 //!    is stored once. A rename within one directory tree is atomic, so a reader never sees a
 //!    half-written file under its final name.
-//! 3. [`Inbox::add_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
+//! 3. [`Inbox::create_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
 //!    owning agent key, the hash, the size, the declared content type ([`normalize_content_type`])
-//!    and file name ([`sanitize_file_name`]).
+//!    and file name ([`sanitize_file_name`]). With an `Idempotency-Key` it claims the key in
+//!    the same transaction, like every create ([`crate::service`]): a repeat gets the first
+//!    `{id, status}` and no new row.
 //! 4. Reads: [`Inbox::owned_upload`] for the owning key (another key's upload is reported
 //!    missing, like a missing one), [`Inbox::upload`] for reviewers. Downloads serve
 //!    [`Upload::served_content_type`] with [`Upload::content_disposition`]: images a browser
@@ -36,7 +38,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::InboxError;
 use crate::outcome::Timestamp;
-use crate::service::{Inbox, Result};
+use crate::service::{Inbox, Result, claim_key, remember_response};
 
 /// Why a file could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -300,7 +302,44 @@ macro_rules! upload_cols {
     };
 }
 
+/// What `POST /api/uploads` answers: `{"id", "status": "READY"}`; also what a repeat with
+/// the same `Idempotency-Key` gets again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct UploadReceipt {
+    pub id: String,
+    /// Always `READY`: the file is stored by the time the row is.
+    pub status: String,
+}
+
+/// The method and path an upload's idempotency key is recorded with.
+const POST_UPLOADS: &str = "POST api/uploads";
+
 impl Inbox {
+    /// Records an upload of `owner` whose bytes [`UploadWriter::finish`] stored, under an
+    /// optional `Idempotency-Key`: a repeat of the key answers the first receipt and records
+    /// nothing (the bytes it sent again are the same content-addressed file, stored once).
+    pub async fn create_upload(
+        &self,
+        owner: &str,
+        stored: &StoredFile,
+        content_type: &str,
+        file_name: Option<&str>,
+        idem: Option<&str>,
+    ) -> Result<UploadReceipt> {
+        let mut tx = self.begin().await?;
+        if let Some(original) = claim_key(&mut tx, owner, idem, POST_UPLOADS).await? {
+            return Ok(original);
+        }
+        let upload = insert_upload(&mut tx, owner, stored, content_type, file_name).await?;
+        let receipt = UploadReceipt {
+            id: upload.id,
+            status: "READY".into(),
+        };
+        remember_response(&mut tx, owner, idem, &receipt).await?;
+        tx.commit().await?;
+        Ok(receipt)
+    }
+
     /// Records an upload of `owner` whose bytes [`UploadWriter::finish`] stored.
     pub async fn add_upload(
         &self,
@@ -309,30 +348,8 @@ impl Inbox {
         content_type: &str,
         file_name: Option<&str>,
     ) -> Result<Upload> {
-        let upload = Upload {
-            id: uuid::Uuid::now_v7().simple().to_string(),
-            owner_key: owner.to_owned(),
-            sha256: stored.sha256.clone(),
-            size: stored.size,
-            content_type: content_type.to_owned(),
-            file_name: file_name.map(str::to_owned),
-            created_at: Timestamp::from_unix_millis(now_ms()),
-        };
-        sqlx::query(concat!(
-            "INSERT INTO inbox_uploads (",
-            upload_cols!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?)"
-        ))
-        .bind(&upload.id)
-        .bind(owner)
-        .bind(&upload.sha256)
-        .bind(i64::try_from(upload.size).unwrap_or(i64::MAX))
-        .bind(&upload.content_type)
-        .bind(&upload.file_name)
-        .bind(upload.created_at.unix_millis())
-        .execute(self.store().pool())
-        .await?;
-        Ok(upload)
+        let mut conn = self.store().pool().acquire().await?;
+        insert_upload(&mut conn, owner, stored, content_type, file_name).await
     }
 
     /// Any upload, for reviewers.
@@ -357,6 +374,39 @@ impl Inbox {
         }
         Ok(upload)
     }
+}
+
+async fn insert_upload(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    stored: &StoredFile,
+    content_type: &str,
+    file_name: Option<&str>,
+) -> Result<Upload> {
+    let upload = Upload {
+        id: uuid::Uuid::now_v7().simple().to_string(),
+        owner_key: owner.to_owned(),
+        sha256: stored.sha256.clone(),
+        size: stored.size,
+        content_type: content_type.to_owned(),
+        file_name: file_name.map(str::to_owned),
+        created_at: Timestamp::from_unix_millis(now_ms()),
+    };
+    sqlx::query(concat!(
+        "INSERT INTO inbox_uploads (",
+        upload_cols!(),
+        ") VALUES (?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .bind(&upload.id)
+    .bind(owner)
+    .bind(&upload.sha256)
+    .bind(i64::try_from(upload.size).unwrap_or(i64::MAX))
+    .bind(&upload.content_type)
+    .bind(&upload.file_name)
+    .bind(upload.created_at.unix_millis())
+    .execute(conn)
+    .await?;
+    Ok(upload)
 }
 
 fn upload_from_row(row: &SqliteRow) -> Result<Upload> {
@@ -469,6 +519,52 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         assert!(files_under(dir.root()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_upload_repeated_with_its_key_is_recorded_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tern_store::Store::open(&tmp.path().join("tern.db"))
+            .await
+            .unwrap();
+        let inbox = Inbox::new(store);
+        let stored = StoredFile {
+            sha256: "2".repeat(64),
+            size: 5,
+        };
+        let rows = || async {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM inbox_uploads")
+                .fetch_one(inbox.store().pool())
+                .await
+                .unwrap()
+        };
+        let first = inbox
+            .create_upload("a", &stored, "text/plain", None, Some("k1"))
+            .await
+            .unwrap();
+        assert_eq!(first.status, "READY");
+        let repeat = inbox
+            .create_upload("a", &stored, "text/plain", Some("x.txt"), Some("k1"))
+            .await
+            .unwrap();
+        assert_eq!(repeat, first);
+        assert_eq!(rows().await, 1);
+        // The same key of another agent key, or no key, records a new upload.
+        let theirs = inbox
+            .create_upload("b", &stored, "text/plain", None, Some("k1"))
+            .await
+            .unwrap();
+        assert_ne!(theirs.id, first.id);
+        inbox
+            .create_upload("a", &stored, "text/plain", None, None)
+            .await
+            .unwrap();
+        inbox
+            .create_upload("a", &stored, "text/plain", None, None)
+            .await
+            .unwrap();
+        assert_eq!(rows().await, 4);
+        assert_eq!(inbox.owned_upload("a", &first.id).await.unwrap().size, 5);
     }
 
     #[tokio::test]
