@@ -11,7 +11,8 @@
 //! The human inbox's Pump Up agent API (`/api/projects`, `/api/tasks`, approval and
 //! elicitation requests, actions, exceptions, notes) sits behind the same key check, which
 //! hands the key's name on as [`KeyName`], the owner of what the agent creates; the routes
-//! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes.
+//! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes — also
+//! the 404 of an unknown path and the 405 of a wrong method under the inbox's prefixes.
 //!
 //! Shutdown ([`Gateway::drain`]): new turns are refused, running ones get the drain timeout
 //! to finish, the rest are interrupted (each records its `[interrupted]` marker), then the
@@ -280,20 +281,71 @@ async fn health() -> impl IntoResponse {
     }))
 }
 
-async fn not_found(req: Request) -> ApiError {
-    ApiError::new(
+async fn not_found(req: Request) -> Response {
+    let message = format!("No route for {} {}", req.method(), req.uri().path());
+    let page = reviewer_auth::wants_html(req.headers());
+    error_response(
+        req.uri().path(),
+        page,
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
-        format!("No route for {} {}", req.method(), req.uri().path()),
+        message,
     )
 }
 
+/// The paths whose errors answer in Pump Up's shapes (`{"error": "…"}`, a 400 as
+/// `{"code","message"}`), which the Pump Up SDK parses: the inbox's agent API and everything
+/// under `/inbox` (the reviewers' routes answer so already). The session and OpenAI routes
+/// keep the Hermes envelope.
+fn pump_up_path(path: &str) -> bool {
+    const PREFIXES: [&str; 9] = [
+        "/api/projects",
+        "/api/tasks",
+        "/api/approval-requests",
+        "/api/elicitation-requests",
+        "/api/agent-actions",
+        "/api/exceptions",
+        "/api/notes",
+        "/api/uploads",
+        "/inbox",
+    ];
+    PREFIXES.iter().any(|prefix| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// An error that no handler shaped, in the shape its path's clients read: a page for a
+/// browser (`page`: it asked for `text/html`) on the web inbox, Pump Up's shapes on the
+/// inbox's APIs, the Hermes envelope elsewhere.
+fn error_response(
+    path: &str,
+    page: bool,
+    status: axum::http::StatusCode,
+    code: &'static str,
+    message: String,
+) -> Response {
+    if page && web::is_page_path(path) {
+        web::error_page(status, &message)
+    } else if pump_up_path(path) {
+        inbox_api::InboxApiError::Request {
+            status,
+            code,
+            message,
+        }
+        .into_response()
+    } else {
+        ApiError::new(status, code, message).into_response()
+    }
+}
+
 /// Puts error responses that axum or a layer produced in plain text (405, a bad query string,
-/// a path that is not UTF-8, a form over the body limit) into the error envelope, so that
-/// every error is JSON — except for a browser on the web inbox's pages (`Accept: text/html`),
-/// which gets an error page, like the web inbox's own errors.
+/// a path that is not UTF-8, a form over the body limit) into JSON — Pump Up's shapes on the
+/// inbox's paths, the error envelope elsewhere — or, for a browser on the web inbox's pages
+/// (`Accept: text/html`), an error page like the web inbox's own (see [`error_response`]).
 async fn json_errors(req: Request, next: Next) -> Response {
-    let page = reviewer_auth::wants_html(req.headers()) && web::is_page_path(req.uri().path());
+    let path = req.uri().path().to_owned();
+    let page = reviewer_auth::wants_html(req.headers());
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -321,11 +373,7 @@ async fn json_errors(req: Request, next: Next) -> Response {
     } else {
         text
     };
-    let mut out = if page {
-        web::error_page(status, &message)
-    } else {
-        ApiError::new(status, code, message).into_response()
-    };
+    let mut out = error_response(&path, page, status, code, message);
     for name in [header::ALLOW, header::RETRY_AFTER] {
         if let Some(v) = parts.headers.get(&name) {
             out.headers_mut().insert(name, v.clone());

@@ -500,3 +500,58 @@ async fn the_agent_withdraws_its_pending_requests() {
         (200, &json!("REJECT"))
     );
 }
+
+#[tokio::test]
+async fn unknown_paths_and_methods_answer_in_pump_up_shapes() {
+    let gw = start().await;
+    // The agent API and the reviewer API: `{"error": "<string>"}`, which the SDK parses.
+    for path in [
+        "/api/tasks/x/nope",
+        "/api/projects/x/y",
+        "/api/uploads/x/y/z",
+        "/inbox/api/nope",
+    ] {
+        let (status, text) = gw.get_as(&gw.key, path).await;
+        assert_eq!(status, 404, "{path}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    let r = gw
+        .http
+        .delete(format!("{}/api/projects", gw.url))
+        .bearer_auth(&gw.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert!(r.headers().contains_key("allow"));
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string(), "{body}");
+    let r = gw
+        .http
+        .put(format!("{}/inbox/api/me", gw.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string(), "{body}");
+
+    // The Hermes API keeps its envelope.
+    for path in ["/api/sessions/x/nope", "/v1/nope"] {
+        let (status, text) = gw.get_as(&gw.key, path).await;
+        assert_eq!(status, 404, "{path}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["error"]["code"], "not_found", "{path}: {body}");
+    }
+    let r = gw
+        .http
+        .delete(format!("{}/v1/models", gw.url))
+        .bearer_auth(&gw.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+}

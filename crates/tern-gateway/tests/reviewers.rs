@@ -328,6 +328,8 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
             .unwrap()
             .starts_with("application/json")
     );
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string(), "{body}");
     assert_eq!(
         gw.send("GET", "/inbox/api/me", As::Cookie(&cookie, None), None)
             .await

@@ -765,6 +765,8 @@ async fn a_form_over_the_body_limit_gets_413_and_records_nothing() {
             .unwrap()
             .starts_with("application/json")
     );
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string(), "{body}");
     assert_eq!(gw.status_of(&id).await, "pending");
 }
 
