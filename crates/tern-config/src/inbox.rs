@@ -13,7 +13,7 @@
 //! [[inbox.policy.auto_approve]]
 //! project = "default"
 //! action = "read_logs"                    # or: summary = "^Read .* logs$"
-//! task = "…"                              # optional: only this task
+//! task = "…"                              # optional: only this task (id or externalId)
 //!
 //! [[inbox.policy.rate_limit]]
 //! action = "send_email"
@@ -128,7 +128,8 @@ impl InboxPolicyConfig {
 
 /// One `[[inbox.policy.auto_approve]]` rule: approval requests in `project` whose
 /// `keyValueContext.action` is `action`, or whose summary matches the regex `summary`,
-/// are approved at once (only in task `task`, when set).
+/// are approved at once (only in task `task`, when set: the task's id or its `externalId`,
+/// e.g. the session id an agent gave it).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AutoApproveConfig {

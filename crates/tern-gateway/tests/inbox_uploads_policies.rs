@@ -819,6 +819,105 @@ async fn auto_approve_decides_at_once_as_the_platform() {
 }
 
 #[tokio::test]
+async fn a_rule_limited_to_a_task_names_its_external_id_or_its_id() {
+    let mut by_session = auto_approve(Some("read_logs"), None);
+    by_session.task = Some("session-42".into());
+    let (_d, gw) = start(Setup {
+        policy: policy(tern_config::InboxPolicyConfig {
+            auto_approve: vec![by_session],
+            ..Default::default()
+        }),
+        ..Setup::default()
+    })
+    .await;
+    let task_with = |external: &'static str| {
+        let gw = &gw;
+        async move {
+            let (status, task) = gw
+                .post_json(
+                    "/api/tasks",
+                    &json!({"name": external, "projectName": "default", "externalId": external}),
+                )
+                .await;
+            assert_eq!(status, 201, "{task}");
+            task["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let result_status = |id: Value| {
+        let gw = &gw;
+        async move {
+            let id = id.as_str().unwrap().to_owned();
+            gw.get_as(&gw.key, &format!("/api/approval-requests/{id}/result"))
+                .await
+                .status()
+                .as_u16()
+        }
+    };
+    // The session's task: approved at once, the rule named with its task.
+    let session = task_with("session-42").await;
+    let (status, created) = gw
+        .approval(&session, "Read the logs", Some("read_logs"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(result_status(created["eventId"].clone()).await, 200);
+    let events = gw.events(&session).await;
+    let decided = events
+        .iter()
+        .find(|e| e["eventType"] == "APPROVAL_DECIDED")
+        .expect("a decision on the timeline");
+    assert_eq!(decided["source"], "PLATFORM");
+    assert!(
+        decided["payload"]["outcome"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("task \"session-42\""),
+        "{decided}"
+    );
+    // Another session's task, or a task without an externalId, waits for a human.
+    let other = task_with("session-43").await;
+    let (_, created) = gw
+        .approval(&other, "Read the logs", Some("read_logs"))
+        .await;
+    assert_eq!(result_status(created["eventId"].clone()).await, 204);
+    let plain = gw.task("default", "no external id").await;
+    let (_, created) = gw
+        .approval(&plain, "Read the logs", Some("read_logs"))
+        .await;
+    assert_eq!(result_status(created["eventId"].clone()).await, 204);
+
+    // A rule may also name the generated id: written after the task exists, read at the
+    // next start.
+    let dir = tempfile::tempdir().unwrap();
+    let before = start_in(dir.path(), Setup::default()).await;
+    let named = before.task("default", "named by id").await;
+    let unnamed = before.task("default", "not named").await;
+    let mut by_id = auto_approve(Some("read_logs"), None);
+    by_id.task = Some(named.clone());
+    let after = start_in(
+        dir.path(),
+        Setup {
+            policy: policy(tern_config::InboxPolicyConfig {
+                auto_approve: vec![by_id],
+                ..Default::default()
+            }),
+            ..Setup::default()
+        },
+    )
+    .await;
+    for (task, expected) in [(&named, 200), (&unnamed, 204)] {
+        let (status, created) = after
+            .approval(task, "Read the logs", Some("read_logs"))
+            .await;
+        assert_eq!(status, 201, "{created}");
+        let id = created["eventId"].as_str().unwrap();
+        let r = after
+            .get_as(&after.key, &format!("/api/approval-requests/{id}/result"))
+            .await;
+        assert_eq!(r.status().as_u16(), expected, "task {task}");
+    }
+}
+
+#[tokio::test]
 async fn always_review_beats_auto_approve() {
     let (_d, gw) = start(Setup {
         policy: policy(tern_config::InboxPolicyConfig {

@@ -13,8 +13,9 @@
 //!    ([`Inbox::expire_overdue`]) settles overdue pending requests: status `expired`, a
 //!    `TIMEOUT` event; an approval gets `expiry_outcome` (REJECT unless configured) decided
 //!    by `PLATFORM`, an elicitation an `ElicitationResult` without `fields`.
-//! 3. **Auto-approve** — [`Policy::verdict`]: an approval whose project (and task, when the
-//!    rule names one) and `action` or summary pattern match an [`AutoApproveRule`] is
+//! 3. **Auto-approve** — [`Policy::verdict`]: an approval whose project (and task — its id
+//!    or its `externalId` — when the rule names one) and `action` or summary pattern match
+//!    an [`AutoApproveRule`] is
 //!    approved at once by `PLATFORM`, the rule named in the decision's note and authority
 //!    tags — unless its action is on the `always_review` list, which no rule can cover; then
 //!    a `NOTE` from `PLATFORM` records that the rule was overridden. Elicitations are never
@@ -70,7 +71,8 @@ pub struct AutoApproveRule {
     pub name: String,
     pub project: String,
     pub matcher: Matcher,
-    /// Only this task, when set.
+    /// Only this task, when set: its id, or its `externalId` (what the agent set, e.g. a
+    /// session id — the generated id is not known when config.toml is written).
     pub task: Option<String>,
 }
 
@@ -97,6 +99,8 @@ pub struct RequestFacts<'a> {
     pub is_approval: bool,
     pub project: &'a str,
     pub task_id: &'a str,
+    /// The task's `externalId`, when the agent gave it one.
+    pub task_external_id: Option<&'a str>,
     pub summary: &'a str,
     /// `keyValueContext.action`.
     pub action: Option<&'a str>,
@@ -203,7 +207,10 @@ impl AutoApproveRule {
         if self.project != facts.project {
             return false;
         }
-        if self.task.as_deref().is_some_and(|t| t != facts.task_id) {
+        if let Some(task) = self.task.as_deref()
+            && task != facts.task_id
+            && Some(task) != facts.task_external_id
+        {
             return false;
         }
         match &self.matcher {
@@ -294,6 +301,7 @@ mod tests {
             is_approval: true,
             project,
             task_id: task,
+            task_external_id: None,
             summary,
             action,
         }
@@ -378,6 +386,12 @@ mod tests {
             p.verdict(&facts("ops", "t1", "Restart nginx now", None)),
             Verdict::Review
         );
+        // A task whose externalId is t1 is that task too (agents know their external ids).
+        let mut f = facts("ops", "0192aa", "Restart nginx", None);
+        f.task_external_id = Some("t1");
+        assert!(matches!(p.verdict(&f), Verdict::AutoApprove { .. }));
+        f.task_external_id = Some("t2");
+        assert_eq!(p.verdict(&f), Verdict::Review);
         // Elicitations are never auto-answered.
         let mut f = facts("default", "t9", "Read", Some("read_logs"));
         f.is_approval = false;

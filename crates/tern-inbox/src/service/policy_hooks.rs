@@ -117,10 +117,16 @@ pub(super) async fn after_open(
         .execute(&mut *conn)
         .await?;
 
+    let external_id: Option<String> =
+        sqlx::query_scalar("SELECT external_id FROM inbox_tasks WHERE id = ?")
+            .bind(target.task_id)
+            .fetch_one(&mut *conn)
+            .await?;
     let facts = RequestFacts {
         is_approval: kind == Kind::Approval,
         project: &project.name,
         task_id: target.task_id,
+        task_external_id: external_id.as_deref(),
         summary: target.summary,
         action: target.action,
     };
