@@ -81,6 +81,24 @@ pub struct ConnArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum InboxCommand {
+    /// The commands that call a gateway's reviewer API.
+    #[command(flatten)]
+    Api(ApiCommand),
+    /// Reviewers: the people who decide (on the database in $TERN_HOME; no gateway needed)
+    Reviewers {
+        #[command(subcommand)]
+        command: crate::reviewers::ReviewersCommand,
+    },
+    /// Projects and their steps (on the database in $TERN_HOME; no gateway needed)
+    Projects {
+        #[command(subcommand)]
+        command: ProjectsCommand,
+    },
+}
+
+/// The commands that call a gateway's reviewer API (`/inbox/api/…`).
+#[derive(Subcommand, Debug)]
+pub enum ApiCommand {
     /// List requests, newest first (pending ones unless --status says otherwise)
     List {
         #[arg(long, value_parser = ["pending", "decided", "withdrawn", "expired", "all"], default_value = "pending")]
@@ -170,16 +188,6 @@ answers again and lists every problem; nothing is stored unless all are valid.")
         #[arg(long)]
         json: bool,
     },
-    /// Reviewers: the people who decide (on the database in $TERN_HOME; no gateway needed)
-    Reviewers {
-        #[command(subcommand)]
-        command: crate::reviewers::ReviewersCommand,
-    },
-    /// Projects and their steps (on the database in $TERN_HOME; no gateway needed)
-    Projects {
-        #[command(subcommand)]
-        command: ProjectsCommand,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -211,33 +219,32 @@ Without --step the project has one step named after it, owned by the agent.")]
     },
 }
 
-impl InboxCommand {
+impl ApiCommand {
     /// Whether `--json` was given.
     fn json(&self) -> bool {
         match self {
-            InboxCommand::List { json, .. }
-            | InboxCommand::Show { json, .. }
-            | InboxCommand::Approve { json, .. }
-            | InboxCommand::Reject { json, .. }
-            | InboxCommand::Decide { json, .. }
-            | InboxCommand::Answer { json, .. } => *json,
-            InboxCommand::Download { .. }
-            | InboxCommand::Reviewers { .. }
-            | InboxCommand::Projects { .. } => false,
+            ApiCommand::List { json, .. }
+            | ApiCommand::Show { json, .. }
+            | ApiCommand::Approve { json, .. }
+            | ApiCommand::Reject { json, .. }
+            | ApiCommand::Decide { json, .. }
+            | ApiCommand::Answer { json, .. } => *json,
+            ApiCommand::Download { .. } => false,
         }
     }
 }
 
 pub async fn run(home: Option<PathBuf>, args: InboxArgs) -> anyhow::Result<ExitCode> {
-    let json = args.command.json();
-    let result = match args.command {
+    let command = match args.command {
         InboxCommand::Projects { command } => return projects(home, command).await,
         InboxCommand::Reviewers { command } => {
             crate::reviewers::run(home, command).await?;
             return Ok(ExitCode::SUCCESS);
         }
-        command => reviewer_command(home, &args.conn, command).await,
+        InboxCommand::Api(command) => command,
     };
+    let json = command.json();
+    let result = reviewer_command(home, &args.conn, command).await;
     Ok(match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
@@ -252,12 +259,12 @@ pub async fn run(home: Option<PathBuf>, args: InboxArgs) -> anyhow::Result<ExitC
 async fn reviewer_command(
     home: Option<PathBuf>,
     conn: &ConnArgs,
-    command: InboxCommand,
+    command: ApiCommand,
 ) -> Result<(), Failure> {
     let http = Http::reviewer(home, conn).await?;
     let json = command.json();
     match command {
-        InboxCommand::List {
+        ApiCommand::List {
             status,
             project,
             kind,
@@ -277,7 +284,7 @@ async fn reviewer_command(
                 print_list(&list);
             }
         }
-        InboxCommand::Show { id, .. } => {
+        ApiCommand::Show { id, .. } => {
             let view = http.get_json(&request_path(&id), &[]).await?;
             if json {
                 print_json(&view);
@@ -285,7 +292,7 @@ async fn reviewer_command(
                 print_view(&view);
             }
         }
-        InboxCommand::Download { upload_id, output } => {
+        ApiCommand::Download { upload_id, output } => {
             let path = format!("/inbox/uploads/{}", path_segment(&upload_id));
             let bytes = http.get_bytes(&path).await?;
             match output {
@@ -304,7 +311,7 @@ async fn reviewer_command(
                 }
             }
         }
-        InboxCommand::Approve {
+        ApiCommand::Approve {
             id,
             note,
             reason_code,
@@ -314,13 +321,13 @@ async fn reviewer_command(
             let kind = if edit { "EDIT_AND_APPROVE" } else { "APPROVE" };
             decide(&http, &id, kind, note, reason_code, json).await?;
         }
-        InboxCommand::Reject {
+        ApiCommand::Reject {
             id,
             note,
             reason_code,
             ..
         } => decide(&http, &id, "REJECT", note, reason_code, json).await?,
-        InboxCommand::Decide {
+        ApiCommand::Decide {
             id,
             outcome,
             note,
@@ -330,10 +337,7 @@ async fn reviewer_command(
             let kind = outcome.to_ascii_uppercase();
             decide(&http, &id, &kind, note, reason_code, json).await?;
         }
-        InboxCommand::Answer { id, fields, .. } => answer(&http, &id, &fields, json).await?,
-        InboxCommand::Projects { .. } | InboxCommand::Reviewers { .. } => {
-            unreachable!("handled by run")
-        }
+        ApiCommand::Answer { id, fields, .. } => answer(&http, &id, &fields, json).await?,
     }
     Ok(())
 }
@@ -1417,5 +1421,39 @@ mod tests {
             short_time("2024-05-01T09:30:00+02:00"),
             "2024-05-01 09:30:00+02:00"
         );
+    }
+
+    /// The reviewer-API commands and the local ones parse into different types, so the
+    /// function that calls the gateway cannot be handed a local command.
+    #[test]
+    fn commands_parse_into_api_or_local() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: InboxArgs,
+        }
+        let parse = |argv: &[&str]| {
+            Cli::try_parse_from(std::iter::once("inbox").chain(argv.iter().copied()))
+                .unwrap()
+                .args
+                .command
+        };
+        assert!(matches!(
+            parse(&["approve", "r1", "--json"]),
+            InboxCommand::Api(ApiCommand::Approve { json: true, .. })
+        ));
+        assert!(matches!(
+            parse(&["download", "u1"]),
+            InboxCommand::Api(ApiCommand::Download { .. })
+        ));
+        assert!(matches!(
+            parse(&["projects", "list"]),
+            InboxCommand::Projects { .. }
+        ));
+        assert!(matches!(
+            parse(&["reviewers", "list"]),
+            InboxCommand::Reviewers { .. }
+        ));
     }
 }
