@@ -159,8 +159,14 @@ step('log in by link', async () => {
   const taskId = await newTask('Quarterly refunds');
   state.taskId = taskId;
   state.first = await newApproval(taskId, { summary: 'Waiting before login' });
+  // A chat client's link preview fetches the link first: that must not use it up.
+  const preview = await fetch(LOGIN);
+  assert(preview.status === 200, `the link's page: ${preview.status}`);
+  assert(!preview.headers.get('set-cookie'), 'the link page signs nobody in');
   await page.goto(LOGIN);
-  // The login page moves on to the inbox by itself.
+  await shot(page, '00-sign-in');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  // The signed-in page moves on to the inbox by itself.
   await page.waitForURL(`${BASE}/inbox`);
   await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
   assert((await page.locator('.who').innerText()).includes('Signed in as'), 'signed in');

@@ -141,9 +141,27 @@ async fn me(url: &str, token: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// Opens a login link; returns the status and whether a session cookie was set.
+/// Opens a login link and presses its "Sign in" button (a POST of the token, as the page's
+/// form does); returns the status and whether a session cookie was set. Opening the link
+/// alone sets none.
 async fn open_link(link: &str) -> (u16, bool) {
-    let r = reqwest::Client::new().get(link).send().await.unwrap();
+    let http = reqwest::Client::new();
+    let r = http.get(link).send().await.unwrap();
+    assert!(
+        r.headers().get("set-cookie").is_none(),
+        "the GET signs nobody in"
+    );
+    if !r.status().is_success() {
+        return (r.status().as_u16(), false);
+    }
+    let (base, token) = link.rsplit_once('/').unwrap();
+    let r = http
+        .post(base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
     let cookie = r
         .headers()
         .get("set-cookie")

@@ -4,11 +4,14 @@
 //! # The flow
 //!
 //! 1. A person opens a one-time login link `GET /inbox/login/{token}` (printed by
-//!    `tern inbox reviewers add|link NAME`, or by the gateway's first start for `admin`).
-//!    [`tern_inbox::reviewers::Reviewers::login`] consumes the token and opens a session; the
-//!    answer sets the session cookie [`COOKIE`] (`HttpOnly; SameSite=Strict; Path=/;
-//!    Secure`) and sends the browser on to `/inbox`. A used, expired or unknown token gets a
-//!    401 page that says to ask for a new link.
+//!    `tern inbox reviewers add|link NAME`, or by the gateway's first start for `admin`). The
+//!    link's page only checks the token and shows a "Sign in" button, which posts it
+//!    (`POST /inbox/login`, form field `token`): a link preview in a chat or mail client
+//!    fetches the link too, and must not use it up. The POST calls
+//!    [`tern_inbox::reviewers::Reviewers::login`], which consumes the token and opens a
+//!    session; the answer sets the session cookie [`COOKIE`] (`HttpOnly; SameSite=Strict;
+//!    Path=/; Secure`) and sends the browser on to `/inbox`. A used, expired or unknown
+//!    token gets a 401 page that says to ask for a new link, on the GET and on the POST.
 //! 2. Every reviewer route takes the [`Reviewer`] extractor, which accepts either
 //!    - `Authorization: Bearer tern_rv_…`, a reviewer token (the CLI), or
 //!    - the session cookie (the browser), which also yields the session's CSRF token.
@@ -29,7 +32,9 @@
 //! send a `SameSite=Strict` cookie with it, so a `303` to `/inbox` would arrive without the
 //! fresh cookie and show "not signed in". The login answer is therefore a small page that
 //! moves on to `/inbox` by itself (`<meta http-equiv="refresh">`, no script needed): that
-//! navigation starts from the inbox's own page, so the cookie goes with it.
+//! navigation starts from the inbox's own page, so the cookie goes with it. (The sign-in
+//! POST comes from the inbox's own page too; the page keeps working however the browser
+//! judges that chain.)
 //!
 //! # `Secure` over plain HTTP
 //!
@@ -279,7 +284,8 @@ impl FromRequestParts<AppState> for Reviewer {
 /// The login, logout routes (no agent-key check: they are the reviewers' own).
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/inbox/login/{token}", get(login))
+        .route("/inbox/login/{token}", get(login_page))
+        .route("/inbox/login", post(login))
         .route("/inbox/logout", post(logout))
 }
 
@@ -296,20 +302,58 @@ fn session_cookie(token: Option<&str>) -> HeaderValue {
     HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// `GET /inbox/login/{token}`: consumes a login token, opens a session, sets the cookie and
-/// moves on to `/inbox` (see the module docs for why by a page, not a redirect).
-async fn login(State(gw): State<AppState>, Path(token): Path<String>) -> Response {
+/// The 401 page of a login link that cannot be used.
+fn invalid_link_page() -> Response {
+    html_page(
+        StatusCode::UNAUTHORIZED,
+        "Login link not valid",
+        "This login link has already been used, has expired, or is unknown. Ask the inbox's \
+         admin for a new link (`tern inbox reviewers link NAME`); each link works once and \
+         for 24 hours.",
+    )
+}
+
+/// `GET /inbox/login/{token}`: a page with a "Sign in" button that posts the token; the
+/// token is checked but not consumed, so a chat or mail client's link preview does not use
+/// it up (see the module docs).
+async fn login_page(State(gw): State<AppState>, Path(token): Path<String>) -> Response {
+    let name = match gw.inbox.reviewers().login_token_owner(&token).await {
+        Ok(Some(name)) => name,
+        Ok(None) => return invalid_link_page(),
+        Err(e) => return AuthError::from(e).html_response(),
+    };
+    // no-store and no-referrer (the token is in this page's URL), like every inbox page.
+    small_page(
+        StatusCode::OK,
+        "Sign in",
+        "",
+        &format!(
+            "<h1>Sign in</h1><div class=\"card\"><p>This link signs you in to the inbox as \
+             <strong>{name}</strong>. It works once.</p>\
+             <form method=\"post\" action=\"/inbox/login\">\
+             <input type=\"hidden\" name=\"token\" value=\"{token}\">\
+             <button type=\"submit\">Sign in</button></form></div>",
+            name = escape(&name),
+            token = escape(&token),
+        ),
+    )
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LoginForm {
+    token: Option<String>,
+}
+
+/// `POST /inbox/login` (form field `token`): consumes the login token, opens a session, sets
+/// the cookie and moves on to `/inbox` (see the module docs for why by a page, not a
+/// redirect).
+async fn login(State(gw): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+    let Some(token) = form.token.filter(|t| !t.is_empty()) else {
+        return invalid_link_page();
+    };
     let session = match gw.inbox.reviewers().login(&token).await {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            return html_page(
-                StatusCode::UNAUTHORIZED,
-                "Login link not valid",
-                "This login link has already been used, has expired, or is unknown. Ask the \
-                 inbox's admin for a new link (`tern inbox reviewers link NAME`); each link \
-                 works once and for 24 hours.",
-            );
-        }
+        Ok(None) => return invalid_link_page(),
         Err(e) => return AuthError::from(e).html_response(),
     };
     tracing::info!(reviewer = %session.reviewer, "reviewer logged in");
@@ -323,8 +367,6 @@ async fn login(State(gw): State<AppState>, Path(token): Path<String>) -> Respons
             escape(&session.reviewer)
         ),
     );
-    // The page carries no-store and no-referrer (the token is in its URL: it must not go to
-    // anything the page links to), like every inbox page.
     resp.headers_mut()
         .insert(header::SET_COOKIE, session_cookie(Some(&session.token)));
     resp

@@ -182,6 +182,18 @@ impl Gw {
         .0
     }
 
+    /// Presses the login page's "Sign in" button: posts the token as its form does.
+    async fn post_login(&self, token: &str) -> reqwest::Response {
+        self.http
+            .post(format!("{}/inbox/login", self.url))
+            .header(ACCEPT, "text/html")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// Logs `name` in with a fresh link; returns (session cookie value, CSRF token).
     async fn login(&self, name: &str) -> (String, String) {
         let link = self.gw.inbox.reviewers().login_token(name).await.unwrap();
@@ -191,6 +203,9 @@ impl Gw {
             .send()
             .await
             .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get(SET_COOKIE).is_none());
+        let r = self.post_login(&link).await;
         assert_eq!(r.status(), 200);
         let cookie = r.headers()[SET_COOKIE].to_str().unwrap().to_owned();
         let value = cookie
@@ -219,13 +234,42 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
     let link = gw.gw.inbox.reviewers().login_token("alice").await.unwrap();
     let url = format!("{}/inbox/login/{link}", gw.url);
 
-    let r = gw
-        .http
-        .get(&url)
-        .header(ACCEPT, "text/html")
-        .send()
-        .await
-        .unwrap();
+    // Opening the link (a person, or a chat client's link preview) shows a "Sign in" button
+    // and uses nothing up: twice, and still no session.
+    for _ in 0..2 {
+        let r = gw
+            .http
+            .get(&url)
+            .header(ACCEPT, "text/html")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get(SET_COOKIE).is_none());
+        assert_eq!(r.headers()["cache-control"], "no-store");
+        assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+        let page = r.text().await.unwrap();
+        assert!(
+            page.contains("<form method=\"post\" action=\"/inbox/login\">"),
+            "{page}"
+        );
+        assert!(
+            page.contains(&format!("name=\"token\" value=\"{link}\"")),
+            "{page}"
+        );
+        assert!(page.contains(">Sign in</button>") && page.contains("alice"));
+    }
+    assert!(
+        !gw.gw
+            .inbox
+            .reviewers()
+            .has_logged_in("alice")
+            .await
+            .unwrap()
+    );
+
+    // Pressing the button signs in.
+    let r = gw.post_login(&link).await;
     assert_eq!(r.status(), 200);
     let cookies: Vec<_> = r.headers().get_all(SET_COOKIE).iter().collect();
     assert_eq!(cookies.len(), 1);
@@ -254,7 +298,8 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
         .await;
     assert_eq!((status, me), (200, json!({"name": "alice"})));
 
-    // The same link a second time: refused, no cookie, a page that says what to do.
+    // The same link a second time: refused on the page and on the POST, no cookie, a page
+    // that says what to do.
     let r = gw
         .http
         .get(&url)
@@ -273,15 +318,22 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
     let page = r.text().await.unwrap();
     assert!(page.contains("already been used"), "{page}");
     assert!(page.contains("tern inbox reviewers link"), "{page}");
+    let r = gw.post_login(&link).await;
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get(SET_COOKIE).is_none());
+    assert!(r.text().await.unwrap().contains("already been used"));
 
-    // An unknown token too.
+    // An unknown token too, and a POST without one.
+    let unknown = "0".repeat(64);
     let r = gw
         .http
-        .get(format!("{}/inbox/login/{}", gw.url, "0".repeat(64)))
+        .get(format!("{}/inbox/login/{unknown}", gw.url))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    assert_eq!(gw.post_login(&unknown).await.status(), 401);
+    assert_eq!(gw.post_login("").await.status(), 401);
 }
 
 #[tokio::test]

@@ -81,12 +81,22 @@ async fn start() -> Gw {
         .build()
         .unwrap();
 
-    // Log in as a browser does: open the one-time link, keep the cookie it sets.
+    // Log in as a browser does: open the one-time link, press its "Sign in" button (which
+    // posts the token), keep the cookie that sets.
     let reviewers = gw.inbox.reviewers();
     reviewers.add("alice", false).await.unwrap();
     let token = reviewers.login_token("alice").await.unwrap();
     let r = http
         .get(format!("{url}/inbox/login/{token}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "login page: {}", r.status());
+    assert!(r.text().await.unwrap().contains("action=\"/inbox/login\""));
+    let r = http
+        .post(format!("{url}/inbox/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
         .send()
         .await
         .unwrap();

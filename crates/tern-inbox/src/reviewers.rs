@@ -8,7 +8,8 @@
 //!    `admin` with [`Reviewers::ensure`]).
 //! 2. [`Reviewers::login_token`] makes a one-time login token for them, shown to a person as
 //!    a link `…/inbox/login/<token>`. It is valid for [`LOGIN_TTL_MS`] (24 h).
-//! 3. Opening the link calls [`Reviewers::login`]: in one transaction the token is consumed
+//! 3. Opening the link only checks it ([`Reviewers::login_token_owner`]) and shows a "Sign
+//!    in" button, which calls [`Reviewers::login`]: in one transaction the token is consumed
 //!    (a conditional `UPDATE … WHERE consumed_at IS NULL AND expires_at > now`, so of two
 //!    racing uses exactly one wins) and a browser session is created, with its own session
 //!    token (the cookie) and CSRF token. Sessions last [`SESSION_TTL_MS`] (30 days) from login.
@@ -299,6 +300,25 @@ impl Reviewers {
         Ok(row.is_some())
     }
 
+    /// The name of the reviewer whose login token `token` is, if it is still usable (not
+    /// used, not expired, its reviewer not removed) — without consuming it: opening a link
+    /// only shows a "Sign in" button, since link previews in chat and mail clients open it
+    /// too; [`Reviewers::login`] consumes it when the person presses the button.
+    pub async fn login_token_owner(&self, token: &str) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT r.name FROM inbox_login_tokens l JOIN inbox_reviewers r \
+             ON r.id = l.reviewer_id WHERE l.token_hash = ? AND l.consumed_at IS NULL \
+             AND l.expires_at > ? AND r.disabled_at IS NULL",
+        )
+        .bind(hash(token))
+        .bind(now_ms())
+        .fetch_optional(self.store.pool())
+        .await?;
+        row.map(|r| r.try_get("name"))
+            .transpose()
+            .map_err(Into::into)
+    }
+
     /// Consumes a login token and opens a session. `None` when the token is unknown, used,
     /// expired, or its reviewer was removed — deliberately one answer for all four.
     pub async fn login(&self, token: &str) -> Result<Option<NewSession>> {
@@ -502,7 +522,17 @@ mod tests {
         assert!(!r.has_logged_in("alice").await.unwrap());
         let token = r.login_token("alice").await.unwrap();
         assert_eq!(token.len(), 64);
+        // Looking at the token (a link preview) does not use it up.
+        for _ in 0..2 {
+            assert_eq!(
+                r.login_token_owner(&token).await.unwrap().as_deref(),
+                Some("alice")
+            );
+        }
+        assert!(!r.has_logged_in("alice").await.unwrap());
+        assert_eq!(r.login_token_owner("nonsense").await.unwrap(), None);
         let s = r.login(&token).await.unwrap().expect("first use logs in");
+        assert_eq!(r.login_token_owner(&token).await.unwrap(), None);
         assert_eq!(s.reviewer, "alice");
         assert_ne!(s.token, s.csrf);
         assert!(
