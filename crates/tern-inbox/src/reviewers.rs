@@ -12,7 +12,8 @@
 //!    in" button, which calls [`Reviewers::login`]: in one transaction the token is consumed
 //!    (a conditional `UPDATE … WHERE consumed_at IS NULL AND expires_at > now`, so of two
 //!    racing uses exactly one wins) and a browser session is created, with its own session
-//!    token (the cookie) and CSRF token. Sessions last [`SESSION_TTL_MS`] (30 days) from login.
+//!    token (the cookie) and CSRF token ([`csrf_token`], derived from the session token, not
+//!    stored). Sessions last [`SESSION_TTL_MS`] (30 days) from login.
 //! 4. Each request with the cookie is checked by [`Reviewers::session`], which names the
 //!    reviewer and gives the session's CSRF token; [`Reviewers::logout`] ends the session.
 //! 5. Programs (the `tern inbox` CLI) use bearer tokens `tern_rv_<64 hex>` from
@@ -86,6 +87,7 @@ pub struct Reviewer {
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub token: String,
+    /// The session's CSRF token, [`csrf_token`] of `token`.
     pub csrf: String,
     pub reviewer: String,
     /// Milliseconds since the Unix epoch.
@@ -96,6 +98,7 @@ pub struct NewSession {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
     pub reviewer: String,
+    /// The session's CSRF token, [`csrf_token`] of the session token.
     pub csrf: String,
     pub expires_at: i64,
 }
@@ -118,6 +121,18 @@ fn random_hex() -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| ReviewerError::Random(e.to_string()))?;
     Ok(hex::encode(bytes))
+}
+
+/// The CSRF token of the session whose token is `session_token`: hex SHA-256 of
+/// `"tern-csrf:" + session_token`. Derived rather than stored, so the database holds no
+/// usable secret; a request that must prove it comes from the inbox's own pages carries the
+/// session token in its cookie anyway, and the derived value, echoed into the pages' forms,
+/// does not reveal the session token. Compare it in constant time.
+pub fn csrf_token(session_token: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"tern-csrf:");
+    h.update(session_token.as_bytes());
+    hex::encode(h.finalize())
 }
 
 /// Hex SHA-256 of a secret, as stored.
@@ -348,19 +363,19 @@ impl Reviewers {
             // Dropping the transaction rolls the claim back; the token is void anyway.
             return Ok(None);
         };
+        let token = random_hex()?;
         let session = NewSession {
-            token: random_hex()?,
-            csrf: random_hex()?,
+            csrf: csrf_token(&token),
+            token,
             reviewer: reviewer.try_get("name")?,
             expires_at: now + SESSION_TTL_MS,
         };
         sqlx::query(
-            "INSERT INTO inbox_sessions (token_hash, reviewer_id, csrf_token, created_at, \
-             expires_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO inbox_sessions (token_hash, reviewer_id, created_at, expires_at) \
+             VALUES (?, ?, ?, ?)",
         )
         .bind(hash(&session.token))
         .bind(&reviewer_id)
-        .bind(&session.csrf)
         .bind(now)
         .bind(session.expires_at)
         .execute(&mut *tx)
@@ -379,7 +394,7 @@ impl Reviewers {
     pub async fn session(&self, token: &str) -> Result<Option<SessionInfo>> {
         let token_hash = hash(token);
         let row = sqlx::query(
-            "SELECT s.token_hash, s.csrf_token, s.expires_at, r.name FROM inbox_sessions s \
+            "SELECT s.token_hash, s.expires_at, r.name FROM inbox_sessions s \
              JOIN inbox_reviewers r ON r.id = s.reviewer_id \
              WHERE s.token_hash = ? AND s.expires_at > ? AND r.disabled_at IS NULL",
         )
@@ -396,7 +411,7 @@ impl Reviewers {
         }
         Ok(Some(SessionInfo {
             reviewer: row.try_get("name")?,
-            csrf: row.try_get("csrf_token")?,
+            csrf: csrf_token(token),
             expires_at: row.try_get("expires_at")?,
         }))
     }
@@ -545,12 +560,52 @@ mod tests {
         assert_eq!(info.reviewer, "alice");
         assert_eq!(info.csrf, s.csrf);
         assert!(r.session(&s.csrf).await.unwrap().is_none());
+        assert_eq!(s.csrf, csrf_token(&s.token));
         assert!(r.logout(&s.token).await.unwrap());
         assert!(r.session(&s.token).await.unwrap().is_none());
         assert!(matches!(
             r.login_token("bob").await,
             Err(ReviewerError::NotFound(_))
         ));
+    }
+
+    /// The database holds neither the session token nor its CSRF token, only the token's
+    /// hash: a copy of the database cannot forge a form.
+    #[tokio::test]
+    async fn sessions_store_no_usable_secret() {
+        let (_d, r) = reviewers().await;
+        r.add("alice", false).await.unwrap();
+        let a = r
+            .login(&r.login_token("alice").await.unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let b = r
+            .login(&r.login_token("alice").await.unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_ne!(a.csrf, b.csrf, "each session has its own CSRF token");
+        let rows = sqlx::query("SELECT * FROM inbox_sessions")
+            .fetch_all(r.store.pool())
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            for i in 0..row.len() {
+                let value: Option<String> = row.try_get_unchecked(i).ok().flatten();
+                for secret in [&a.token, &a.csrf, &b.token, &b.csrf] {
+                    assert_ne!(
+                        value.as_deref(),
+                        Some(secret.as_str()),
+                        "column {i} is a secret"
+                    );
+                }
+            }
+        }
+        // The session names its CSRF token, derived again from the cookie's token.
+        let info = r.session(&b.token).await.unwrap().unwrap();
+        assert_eq!(info.csrf, b.csrf);
     }
 
     #[tokio::test]
