@@ -391,16 +391,24 @@ fn bearer(req: &Request) -> Option<&str> {
 }
 
 async fn require_key(State(gw): State<AppState>, mut req: Request, next: Next) -> Response {
-    let token = bearer(&req);
-    let Some(token) = token else {
-        return ApiError::unauthorized().into_response();
+    let name = match bearer(&req) {
+        Some(token) => gw.auth.check(token).await,
+        None => None,
     };
-    let name = gw.auth.check(token).await;
     match name {
         Some(name) => {
             req.extensions_mut().insert(KeyName(name));
             next.run(req).await
         }
+        // The inbox's agent API answers in Pump Up's shape (`{"error": str}`), the rest in
+        // the error envelope.
+        None if pump_up_path(req.uri().path()) => error_response(
+            req.uri().path(),
+            false,
+            axum::http::StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "Invalid API key".to_owned(),
+        ),
         None => ApiError::unauthorized().into_response(),
     }
 }

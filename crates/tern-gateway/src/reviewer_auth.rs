@@ -347,7 +347,26 @@ struct LoginForm {
 /// `POST /inbox/login` (form field `token`): consumes the login token, opens a session, sets
 /// the cookie and moves on to `/inbox` (see the module docs for why by a page, not a
 /// redirect).
-async fn login(State(gw): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(gw): State<AppState>,
+    headers: axum::http::HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    // Login CSRF: another site must not be able to sign a browser in (as the attacker, with
+    // a link of theirs). Browsers say where a form post comes from; programs send nothing.
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site")
+    {
+        tracing::warn!("refused a cross-site login post");
+        return small_page(
+            StatusCode::FORBIDDEN,
+            "Open the link directly",
+            "",
+            "<div class=\"card\"><p>This sign-in came from another site. Open your login \
+             link directly in the browser.</p></div>",
+        );
+    }
     let Some(token) = form.token.filter(|t| !t.is_empty()) else {
         return invalid_link_page();
     };

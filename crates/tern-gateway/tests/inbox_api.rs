@@ -297,11 +297,25 @@ async fn requests_without_a_key_are_401() {
     let r = gw
         .http
         .post(format!("{}/api/notes", gw.url))
+        .bearer_auth("not-a-key")
         .json(&json!({}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
+    // Pump Up's shape: `error` is a string the SDK can parse.
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string(), "{body}");
+    // The Hermes routes keep their envelope.
+    let r = gw
+        .http
+        .get(format!("{}/api/sessions", gw.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
 }
 
 #[tokio::test]

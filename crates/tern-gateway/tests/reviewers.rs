@@ -337,6 +337,28 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
 }
 
 #[tokio::test]
+async fn a_cross_site_login_post_is_refused_and_leaves_the_link_usable() {
+    let gw = start().await;
+    gw.gw.inbox.reviewers().add("mallory", false).await.unwrap();
+    let link = gw.gw.inbox.reviewers().login_token("mallory").await.unwrap();
+    let r = gw
+        .http
+        .post(format!("{}/inbox/login", gw.url))
+        .header("sec-fetch-site", "cross-site")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={link}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get(SET_COOKIE).is_none());
+    // The link was not used up: the person can still open it themselves.
+    let r = gw.post_login(&link).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get(SET_COOKIE).is_some());
+}
+
+#[tokio::test]
 async fn logout_needs_the_csrf_token_and_ends_the_session() {
     let gw = start().await;
     gw.gw.inbox.reviewers().add("alice", false).await.unwrap();
