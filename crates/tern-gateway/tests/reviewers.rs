@@ -340,7 +340,13 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
 async fn a_cross_site_login_post_is_refused_and_leaves_the_link_usable() {
     let gw = start().await;
     gw.gw.inbox.reviewers().add("mallory", false).await.unwrap();
-    let link = gw.gw.inbox.reviewers().login_token("mallory").await.unwrap();
+    let link = gw
+        .gw
+        .inbox
+        .reviewers()
+        .login_token("mallory")
+        .await
+        .unwrap();
     let r = gw
         .http
         .post(format!("{}/inbox/login", gw.url))
