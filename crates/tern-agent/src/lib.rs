@@ -120,6 +120,9 @@ pub type EventSink = Arc<dyn Fn(AgentEvent) + Send + Sync>;
 pub struct TurnRequest {
     pub session_id: String,
     pub input: String,
+    /// The input is already the transcript's last message (a decision the resumer of a
+    /// durable wait appended, exactly once): the turn appends nothing and answers it.
+    pub input_appended: bool,
     /// Stops the turn; the first reason given is reported in `agent_loop_stopped`.
     pub interrupt: Interrupt,
     /// Replaces the system prompt for this turn only.
@@ -345,11 +348,16 @@ impl Agent {
                 Err(e) => Some(e.to_string()),
             },
         }));
-        // The status goes back to idle whatever happened; a failure here must not hide the
+        // The status goes back to idle — or waiting, when the agent asked a human and the
+        // answer is still to come — whatever happened; a failure here must not hide the
         // turn's own result.
+        let after = match self.store.has_open_waits(&session.id).await {
+            Ok(true) => SessionStatus::Waiting,
+            _ => SessionStatus::Idle,
+        };
         if let Err(e) = self
             .store
-            .set_status_from(&session.id, SessionStatus::Running, SessionStatus::Idle)
+            .set_status_from(&session.id, SessionStatus::Running, after)
             .await
         {
             tracing::error!(session = %session.id, error = %e, "could not mark the session idle");
@@ -374,14 +382,16 @@ impl Agent {
         };
         let mut transcript = self.store.messages(sid).await?;
         self.repair(sid, &mut transcript).await?;
-        let user = self
-            .store
-            .append_message(
-                sid,
-                &NewMessage::new(Role::User, req.input.clone()).turn(turn_id),
-            )
-            .await?;
-        transcript.push(user);
+        if !req.input_appended {
+            let user = self
+                .store
+                .append_message(
+                    sid,
+                    &NewMessage::new(Role::User, req.input.clone()).turn(turn_id),
+                )
+                .await?;
+            transcript.push(user);
+        }
         if needs_title {
             self.store.set_title(sid, &title_from(&req.input)).await?;
         }
@@ -567,6 +577,7 @@ impl Agent {
                     };
                     let ctx = ToolContext {
                         session_id: req.session_id.clone(),
+                        call_id: call.id.clone(),
                         workdir: req.workdir.clone(),
                         cancel: cancel.child_token(),
                         approver: req.approver.clone(),

@@ -62,6 +62,7 @@ impl Env {
         TurnRequest {
             session_id: self.session.clone(),
             input: input.into(),
+            input_appended: false,
             interrupt: Interrupt::new(),
             system_prompt: None,
             approver: Arc::new(DenyAll {
@@ -541,6 +542,7 @@ async fn no_model_configured_says_what_to_set() {
         .run_turn(TurnRequest {
             session_id: sid.clone(),
             input: "hi".into(),
+            input_appended: false,
             interrupt: Interrupt::new(),
             system_prompt: None,
             approver: Arc::new(DenyAll {

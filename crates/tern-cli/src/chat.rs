@@ -126,6 +126,7 @@ impl Chat {
             .run_turn(TurnRequest {
                 session_id: session.to_owned(),
                 input,
+                input_appended: false,
                 interrupt,
                 system_prompt: None,
                 approver,

@@ -278,6 +278,7 @@ pub(crate) async fn run_turn(
         .run_turn(TurnRequest {
             session_id: session_id.to_owned(),
             input,
+            input_appended: false,
             interrupt: guard.slot.interrupt.clone(),
             system_prompt,
             approver: gw.approver.clone(),

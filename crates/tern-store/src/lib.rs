@@ -488,75 +488,7 @@ impl Store {
         msgs: &[NewMessage],
     ) -> Result<Vec<Message>> {
         let mut tx = self.pool.begin().await?;
-        let now = now_ms();
-        let mut out = Vec::with_capacity(msgs.len());
-        let mut tokens = (0i64, 0i64);
-        for m in msgs {
-            let role = m
-                .role
-                .ok_or_else(|| StoreError::Corrupt("message without a role".into()))?;
-            let tool_calls = if m.tool_calls.is_empty() {
-                None
-            } else {
-                Some(
-                    serde_json::to_string(&m.tool_calls)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                )
-            };
-            let row = sqlx::query(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, \
-                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at) \
-                 VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), \
-                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
-            )
-            .bind(session_id)
-            .bind(session_id)
-            .bind(role.as_str())
-            .bind(&m.content)
-            .bind(&tool_calls)
-            .bind(&m.tool_call_id)
-            .bind(&m.tool_name)
-            .bind(&m.reasoning)
-            .bind(&m.turn_id)
-            .bind(m.prompt_tokens)
-            .bind(m.completion_tokens)
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| match e {
-                sqlx::Error::Database(d) if d.is_foreign_key_violation() => {
-                    StoreError::SessionNotFound(session_id.to_owned())
-                }
-                e => e.into(),
-            })?;
-            tokens.0 += m.prompt_tokens.unwrap_or(0);
-            tokens.1 += m.completion_tokens.unwrap_or(0);
-            out.push(Message {
-                id: row.try_get(0)?,
-                session_id: session_id.to_owned(),
-                seq: row.try_get(1)?,
-                role,
-                content: m.content.clone(),
-                tool_calls: m.tool_calls.clone(),
-                tool_call_id: m.tool_call_id.clone(),
-                tool_name: m.tool_name.clone(),
-                reasoning: m.reasoning.clone(),
-                turn_id: m.turn_id.clone(),
-                prompt_tokens: m.prompt_tokens,
-                completion_tokens: m.completion_tokens,
-                created_at: now,
-            });
-        }
-        sqlx::query(
-            "UPDATE sessions SET updated_at = ?, prompt_tokens = prompt_tokens + ?, \
-             completion_tokens = completion_tokens + ? WHERE id = ?",
-        )
-        .bind(now)
-        .bind(tokens.0)
-        .bind(tokens.1)
-        .bind(session_id)
-        .execute(&mut *tx)
-        .await?;
+        let out = insert_messages(&mut tx, session_id, msgs).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -773,6 +705,88 @@ impl MessageRow {
         }
     }
 }
+
+/// Appends messages in order on `conn`, inside the caller's transaction (so a caller can
+/// append a message and record why in one commit, as delivering a wait does).
+pub(crate) async fn insert_messages(
+    tx: &mut sqlx::SqliteConnection,
+    session_id: &str,
+    msgs: &[NewMessage],
+) -> Result<Vec<Message>> {
+    let now = now_ms();
+    let mut out = Vec::with_capacity(msgs.len());
+    let mut tokens = (0i64, 0i64);
+    for m in msgs {
+        let role = m
+            .role
+            .ok_or_else(|| StoreError::Corrupt("message without a role".into()))?;
+        let tool_calls = if m.tool_calls.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&m.tool_calls)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            )
+        };
+        let row = sqlx::query(
+            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, \
+                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at) \
+                 VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), \
+                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
+        )
+        .bind(session_id)
+        .bind(session_id)
+        .bind(role.as_str())
+        .bind(&m.content)
+        .bind(&tool_calls)
+        .bind(&m.tool_call_id)
+        .bind(&m.tool_name)
+        .bind(&m.reasoning)
+        .bind(&m.turn_id)
+        .bind(m.prompt_tokens)
+        .bind(m.completion_tokens)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(d) if d.is_foreign_key_violation() => {
+                StoreError::SessionNotFound(session_id.to_owned())
+            }
+            e => e.into(),
+        })?;
+        tokens.0 += m.prompt_tokens.unwrap_or(0);
+        tokens.1 += m.completion_tokens.unwrap_or(0);
+        out.push(Message {
+            id: row.try_get(0)?,
+            session_id: session_id.to_owned(),
+            seq: row.try_get(1)?,
+            role,
+            content: m.content.clone(),
+            tool_calls: m.tool_calls.clone(),
+            tool_call_id: m.tool_call_id.clone(),
+            tool_name: m.tool_name.clone(),
+            reasoning: m.reasoning.clone(),
+            turn_id: m.turn_id.clone(),
+            prompt_tokens: m.prompt_tokens,
+            completion_tokens: m.completion_tokens,
+            created_at: now,
+        });
+    }
+    sqlx::query(
+        "UPDATE sessions SET updated_at = ?, prompt_tokens = prompt_tokens + ?, \
+             completion_tokens = completion_tokens + ? WHERE id = ?",
+    )
+    .bind(now)
+    .bind(tokens.0)
+    .bind(tokens.1)
+    .bind(session_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(out)
+}
+
+pub mod waits;
+pub use waits::{NewWait, Wait, WaitKind, WaitStatus};
 
 #[cfg(test)]
 mod tests;

@@ -229,3 +229,64 @@ async fn keys_are_created_listed_and_revoked() {
     assert_eq!(keys.len(), 2);
     assert!(keys[0].revoked_at.is_some() && keys[1].revoked_at.is_none());
 }
+
+#[tokio::test]
+async fn a_wait_is_created_once_made_ready_once_and_delivered_once() {
+    let (_d, s) = store().await;
+    let sess = s.create_session(NewSession::default()).await.unwrap();
+    let new = NewWait {
+        session_id: &sess.id,
+        idem_key: "wait:s:call-1",
+        tool_call_id: Some("call-1"),
+        kind: WaitKind::Approval,
+        request: r#"{"summary":"Deploy?"}"#,
+    };
+    let (w, fresh) = s.create_wait(&new).await.unwrap();
+    assert!(fresh);
+    let (again, fresh) = s.create_wait(&new).await.unwrap();
+    assert!(!fresh, "a retried tool call finds its wait");
+    assert_eq!(again.id, w.id);
+    s.set_wait_request(&w.id, "req-1").await.unwrap();
+    assert_eq!(s.wait_by_request("req-1").await.unwrap().unwrap().id, w.id);
+    assert!(s.has_open_waits(&sess.id).await.unwrap());
+
+    let ready = s
+        .wait_ready(&w.id, r#"{"outcome":{"type":"APPROVE"}}"#, Some("alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ready.status, WaitStatus::Ready);
+    assert!(s.wait_ready(&w.id, "{}", None).await.unwrap().is_none());
+
+    let msg = NewMessage::new(Role::User, "decided: APPROVE".to_owned());
+    let (a, b) = tokio::join!(s.deliver_wait(&w.id, &msg), s.deliver_wait(&w.id, &msg));
+    let delivered = [a.unwrap(), b.unwrap()];
+    assert_eq!(
+        delivered.iter().filter(|m| m.is_some()).count(),
+        1,
+        "exactly once"
+    );
+    let transcript = s.messages(&sess.id).await.unwrap();
+    assert_eq!(transcript.len(), 1);
+    assert_eq!(s.delivered_unanswered().await.unwrap().len(), 1);
+    s.wait_answered(&w.id).await.unwrap();
+    assert!(s.delivered_unanswered().await.unwrap().is_empty());
+    assert!(!s.has_open_waits(&sess.id).await.unwrap());
+
+    let (other, _) = s
+        .create_wait(&NewWait {
+            idem_key: "wait:s:call-2",
+            tool_call_id: Some("call-2"),
+            ..new
+        })
+        .await
+        .unwrap();
+    let cancelled = s.cancel_waits(&sess.id).await.unwrap();
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0].id, other.id);
+    assert_eq!(
+        s.wait(&other.id).await.unwrap().unwrap().status,
+        WaitStatus::Cancelled
+    );
+    assert_eq!(s.session_waits(&sess.id, false).await.unwrap().len(), 2);
+}

@@ -105,6 +105,7 @@ mod tests {
     fn req(session: &str, cmd: &str, key: &'static str) -> ApprovalRequest {
         ApprovalRequest {
             session_id: session.into(),
+            call_id: "call-1".into(),
             command: cmd.into(),
             workdir: ".".into(),
             pattern_key: key,

@@ -1124,6 +1124,7 @@ mod tests {
     fn ctx_in(dir: &Path) -> ToolContext {
         ToolContext {
             session_id: "test".into(),
+            call_id: "call-1".into(),
             workdir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
             approver: Arc::new(DenyAll {

@@ -74,6 +74,8 @@ impl ApprovalDecision {
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
     pub session_id: String,
+    /// The tool call that wants to run the command.
+    pub call_id: String,
     pub command: String,
     pub workdir: PathBuf,
     /// Stable key of the matched pattern (for session grants).
@@ -137,6 +139,9 @@ impl Default for ToolLimits {
 #[derive(Clone)]
 pub struct ToolContext {
     pub session_id: String,
+    /// The model's id of this tool call; with the session id it keys what a call creates
+    /// outside the process (an inbox request), so a retried call creates nothing twice.
+    pub call_id: String,
     pub workdir: PathBuf,
     /// Cancelled when the turn is interrupted: handlers stop at once and kill their children.
     pub cancel: CancellationToken,

@@ -80,6 +80,7 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
             let decision = tokio::select! {
                 d = ctx.approver.approve(ApprovalRequest {
                     session_id: ctx.session_id.clone(),
+                    call_id: ctx.call_id.clone(),
                     command: command.clone(),
                     workdir: workdir.clone(),
                     pattern_key: key,
@@ -292,6 +293,7 @@ mod tests {
     fn ctx(dir: &Path, approver: Arc<dyn Approver>) -> ToolContext {
         ToolContext {
             session_id: "s".into(),
+            call_id: "call-1".into(),
             workdir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
             approver,
