@@ -359,6 +359,8 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "pre_tool_call",
     "post_tool_call",
     "agent_loop_stopped",
+    "wait_created",
+    "wait_resolved",
 ];
 
 /// One `[[hooks]]` entry: a shell command run with the event's JSON on stdin.

@@ -158,7 +158,51 @@ pub struct AgentLoopStopped {
     pub turn_id: String,
 }
 
-/// Every event. Later issues add the wait and process events here.
+/// An agent asked a human through the inbox: a durable wait was recorded and its request
+/// created. The session ends its turn and is resumed when the decision lands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitCreated {
+    pub session_id: String,
+    pub source: String,
+    pub wait_id: String,
+    /// The inbox request's id.
+    pub request_id: String,
+    /// `approval`, `elicitation` or `command` (a dangerous command awaiting approval).
+    pub kind: String,
+    /// The request's summary, as the reviewer sees it.
+    pub summary: String,
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitResolvedStatus {
+    /// The decision was appended to the session.
+    Delivered,
+    /// The session was deleted or reset before a decision was delivered.
+    Cancelled,
+}
+
+/// A wait ended: its decision was delivered to the session, or it was cancelled.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitResolved {
+    pub session_id: String,
+    pub source: String,
+    pub wait_id: String,
+    /// The inbox request's id; `None` when the wait was cancelled before its request was
+    /// created.
+    pub request_id: Option<String>,
+    /// `approval`, `elicitation` or `command`.
+    pub kind: String,
+    pub status: WaitResolvedStatus,
+    /// Who decided (`delivered` only).
+    pub decided_by: Option<String>,
+    /// The decision in one word (`delivered` only): an approval's outcome (`APPROVE`,
+    /// `REJECT`, …), `SUBMITTED` for an answered elicitation, …
+    pub outcome: Option<String>,
+}
+
+/// Every event. Later issues add the process events here.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum HookEvent {
@@ -172,6 +216,8 @@ pub enum HookEvent {
     PreToolCall(PreToolCall),
     PostToolCall(PostToolCall),
     AgentLoopStopped(AgentLoopStopped),
+    WaitCreated(WaitCreated),
+    WaitResolved(WaitResolved),
 }
 
 impl HookEvent {
@@ -188,6 +234,8 @@ impl HookEvent {
             HookEvent::PreToolCall(_) => "pre_tool_call",
             HookEvent::PostToolCall(_) => "post_tool_call",
             HookEvent::AgentLoopStopped(_) => "agent_loop_stopped",
+            HookEvent::WaitCreated(_) => "wait_created",
+            HookEvent::WaitResolved(_) => "wait_resolved",
         }
     }
 
@@ -203,6 +251,8 @@ impl HookEvent {
             HookEvent::PreToolCall(e) => &e.session_id,
             HookEvent::PostToolCall(e) => &e.session_id,
             HookEvent::AgentLoopStopped(e) => &e.session_id,
+            HookEvent::WaitCreated(e) => &e.session_id,
+            HookEvent::WaitResolved(e) => &e.session_id,
         }
     }
 }

@@ -435,6 +435,24 @@ mod tests {
                 invalidation_reason: "turn".to_owned(),
                 turn_id: s(),
             }),
+            HookEvent::WaitCreated(WaitCreated {
+                session_id: s(),
+                source: s(),
+                wait_id: s(),
+                request_id: s(),
+                kind: "approval".to_owned(),
+                summary: s(),
+            }),
+            HookEvent::WaitResolved(WaitResolved {
+                session_id: s(),
+                source: s(),
+                wait_id: s(),
+                request_id: None,
+                kind: "approval".to_owned(),
+                status: WaitResolvedStatus::Delivered,
+                decided_by: None,
+                outcome: None,
+            }),
         ]
     }
 
