@@ -225,8 +225,11 @@ async fn bench_load() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `tern-bench serve`: the instant fake model until Ctrl-C, for profiling by hand. A user
-/// message whose text starts with `sh:` makes it call `terminal` with the rest as command.
+/// `tern-bench serve`: the instant fake model until Ctrl-C, for profiling by hand and for
+/// the script suites. A user message whose text starts with `sh:` makes it call `terminal`
+/// with the rest as command; `ask:` makes it call `request_approval` with the rest as
+/// summary (and answer the tool's "pending" with a short text); any other user message
+/// (a resumed decision, too) gets a `terminal` call, then "done".
 async fn serve() -> anyhow::Result<()> {
     let fake = FakeModel::start().await?;
     fake.set_responder(|body| {
@@ -234,12 +237,28 @@ async fn serve() -> anyhow::Result<()> {
         match last {
             Some(m) if m["role"] == "user" => {
                 let text = m["content"].as_str().unwrap_or_default();
+                if let Some(summary) = text.strip_prefix("ask:") {
+                    // A fresh call id per message, as a model gives: the request's
+                    // idempotency key is derived from it.
+                    let n = body["messages"].as_array().map_or(0, Vec::len);
+                    return Reply::tool_call(
+                        &format!("call_ask_{n}"),
+                        "request_approval",
+                        serde_json::json!({ "summary": summary.trim() }).to_string(),
+                    );
+                }
                 let cmd = text.strip_prefix("sh:").unwrap_or("echo bench");
                 Reply::tool_call(
                     "call_1",
                     "terminal",
                     serde_json::json!({ "command": cmd }).to_string(),
                 )
+            }
+            Some(m)
+                if m["role"] == "tool"
+                    && m["content"].as_str().is_some_and(|c| c.contains("pending")) =>
+            {
+                Reply::text("asked; I will wait for the decision")
             }
             _ => Reply::text("done"),
         }
