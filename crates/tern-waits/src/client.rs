@@ -6,6 +6,7 @@
 //! lost answer and get the original request back instead of a second one.
 
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 
 use serde_json::Value;
@@ -13,6 +14,8 @@ use tern_inbox::Inbox;
 use tern_inbox::model::{
     AddNote, CreateApproval, CreateElicitation, CreateTask, RecordAction, ReportException,
 };
+use tern_inbox::uploads::{UploadDir, UploadError};
+use tokio::io::AsyncReadExt;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -142,6 +145,42 @@ pub trait InboxClient: Send + Sync {
         request_id: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, ClientResult<()>>;
+
+    /// Uploads the file at `path` (read asynchronously, off the runtime's threads) under the
+    /// name `file_name`; returns the upload id to put in a request's `attachments`. The
+    /// caller has checked that `path` may be read (the tools confine it to the workspace).
+    fn upload<'a>(
+        &'a self,
+        path: &'a Path,
+        file_name: &'a str,
+    ) -> BoxFuture<'a, ClientResult<String>>;
+}
+
+/// A content type for a file name, from its extension; `application/octet-stream` when
+/// unknown (the inbox then offers it as a download, never displays it inline).
+pub fn content_type_for(file_name: &str) -> &'static str {
+    let ext = file_name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "json" => "application/json",
+        "csv" => "text/csv",
+        "md" | "markdown" => "text/markdown",
+        "txt" | "log" | "diff" | "patch" | "rs" | "py" | "toml" | "yaml" | "yml" | "sh" => {
+            "text/plain"
+        }
+        "html" | "htm" => "text/html",
+        "svg" => "image/svg+xml",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        _ => "application/octet-stream",
+    }
 }
 
 /// The inbox of this gateway, called in-process.
@@ -150,14 +189,30 @@ pub struct EmbeddedInbox {
     pub inbox: Inbox,
     /// Owner of the tasks and requests created (see [`EMBEDDED_OWNER`]).
     pub owner: String,
+    /// Where uploaded files are stored (`$TERN_HOME/uploads`, as the gateway's inbox API
+    /// uses); `None` refuses uploads.
+    pub uploads: Option<UploadDir>,
+    /// The largest file uploaded, in bytes (`inbox.max_upload_bytes`).
+    pub max_upload_bytes: u64,
 }
 
 impl EmbeddedInbox {
+    /// Without an uploads directory: attachments are refused until
+    /// [`EmbeddedInbox::with_uploads`] names one.
     pub fn new(inbox: Inbox) -> Self {
         EmbeddedInbox {
             inbox,
             owner: EMBEDDED_OWNER.to_owned(),
+            uploads: None,
+            max_upload_bytes: 0,
         }
+    }
+
+    /// Stores uploads under `dir`, at most `max_bytes` each.
+    pub fn with_uploads(mut self, dir: UploadDir, max_bytes: u64) -> Self {
+        self.uploads = Some(dir);
+        self.max_upload_bytes = max_bytes;
+        self
     }
 }
 
@@ -278,6 +333,64 @@ impl InboxClient for EmbeddedInbox {
                 .withdraw_request(&self.owner, request_id, Some(reason))
                 .await?;
             Ok(())
+        })
+    }
+
+    fn upload<'a>(
+        &'a self,
+        path: &'a Path,
+        file_name: &'a str,
+    ) -> BoxFuture<'a, ClientResult<String>> {
+        Box::pin(async move {
+            let dir = self.uploads.as_ref().ok_or_else(|| ClientError::Refused {
+                status: 501,
+                body: serde_json::json!({
+                    "code": "uploads_disabled",
+                    "message": "this inbox has no uploads directory",
+                }),
+            })?;
+            let limit = self.max_upload_bytes;
+            let too_large = || ClientError::Refused {
+                status: 413,
+                body: serde_json::json!({
+                    "code": "payload_too_large",
+                    "message": format!("{file_name} is larger than {limit} bytes"),
+                }),
+            };
+            let io = |e: std::io::Error| ClientError::Refused {
+                status: 400,
+                body: serde_json::json!({
+                    "code": "invalid_request",
+                    "message": format!("cannot read {file_name}: {e}"),
+                }),
+            };
+            let store_err = |e: UploadError| match e {
+                UploadError::TooLarge { .. } => too_large(),
+                UploadError::Io(e) => {
+                    ClientError::Unreachable(format!("cannot store {file_name}: {e}"))
+                }
+            };
+            let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+            let mut writer = dir.begin(limit).await.map_err(store_err)?;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = file.read(&mut buf).await.map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                writer.write(&buf[..n]).await.map_err(store_err)?;
+            }
+            let stored = writer.finish().await.map_err(store_err)?;
+            let upload = self
+                .inbox
+                .add_upload(
+                    &self.owner,
+                    &stored,
+                    content_type_for(file_name),
+                    tern_inbox::uploads::sanitize_file_name(Some(file_name)).as_deref(),
+                )
+                .await?;
+            Ok(upload.id)
         })
     }
 }
