@@ -785,6 +785,8 @@ pub(crate) async fn insert_messages(
     Ok(out)
 }
 
+pub mod grants;
+pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
 pub mod waits;
 pub use waits::{NewWait, Wait, WaitKind, WaitStatus};
 
