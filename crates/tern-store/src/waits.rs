@@ -356,6 +356,37 @@ impl Store {
         rows.iter().map(wait_from_row).collect()
     }
 
+    /// Cancels one pending or ready wait (its request was withdrawn by someone else); the
+    /// wait as cancelled, or `None` when it was not open.
+    pub async fn cancel_wait(&self, wait_id: &str) -> Result<Option<Wait>> {
+        let updated = sqlx::query(
+            "UPDATE waits SET status = 'cancelled', cancelled_at = ? \
+             WHERE id = ? AND status IN ('pending', 'ready')",
+        )
+        .bind(now_ms())
+        .bind(wait_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(None);
+        }
+        self.wait(wait_id).await
+    }
+
+    /// Moves a session's open waits to another session (a reset that keeps its waits: the
+    /// decisions resume the successor). Returns how many moved.
+    pub async fn move_open_waits(&self, from: &str, to: &str) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE waits SET session_id = ? WHERE session_id = ? AND status IN ('pending', 'ready')",
+        )
+        .bind(to)
+        .bind(from)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     /// Cancels a session's pending and ready waits; returns them (their requests are to be
     /// withdrawn).
     pub async fn cancel_waits(&self, session_id: &str) -> Result<Vec<Wait>> {

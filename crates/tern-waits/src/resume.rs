@@ -1,1 +1,478 @@
-//! (being written)
+//! The resumer: a ready wait's decision goes into its session exactly once, and a turn runs
+//! on it at least once.
+//!
+//! # Flow at a glance
+//!
+//! ```text
+//! follower: Store::wait_ready ─► Resumer::notify_ready
+//!                                       │
+//!   Resumer::run: scan Store::waits_in(Ready) ─► one task per wait:
+//!     TurnRunner::run_resume(session, deliver)        (queued behind the session's turns,
+//!       └─ at the head of the session's queue:         waiting for capacity, never 429)
+//!            deliver = [command hook] → Store::deliver_wait (append + delivered, one
+//!                      transaction: exactly once) → `wait_resolved` hook event
+//!          → a turn with `input_appended` answers the decision
+//!     → Store::wait_answered
+//! ```
+//!
+//! - **Exactly once**: only [`tern_store::Store::deliver_wait`] appends a decision, and it
+//!   does so in the transaction that moves the wait `ready → delivered`; a second attempt
+//!   (a retry, a race, a restart) finds the wait delivered and appends nothing.
+//! - **At least once**: a wait is marked answered only after its turn ran. When the gateway
+//!   starts, [`Resumer::run`] first takes [`tern_store::Store::delivered_unanswered`] (a crash
+//!   came between the append and the answer) and runs their turns — unless the transcript
+//!   shows the turn got as far as a final answer, the crash having come just before the mark.
+//! - **Busy sessions**: the decision is appended only once the resume's turn is at the head
+//!   of the session's queue ([`TurnRunner`]), so it never lands between another turn's tool
+//!   call and its result, and the turn that answers it follows at once.
+//! - **Failures** (the model is down): the turn is retried with exponential backoff (1 s up
+//!   to 5 min); the decision, already delivered, is not appended again.
+//! - Dangerous commands (`kind = command`): the [`CommandHook`] runs before delivery, so the
+//!   grants the decision gives exist when the resumed turn runs.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tern_hooks::{HookBus, HookEvent, WaitResolved, WaitResolvedStatus};
+use tern_llm::Role;
+use tern_store::{NewMessage, Store, Wait, WaitKind, WaitStatus};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::BoxFuture;
+
+/// Appends the decision once the resume's turn is at the head of its session's queue;
+/// `Ok(false)` when there was nothing to append (the wait was cancelled, or delivered by
+/// someone else), in which case no turn runs.
+pub type Deliver = BoxFuture<'static, Result<bool, String>>;
+
+/// What a [`TurnRunner`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumed {
+    /// A turn ran on the decision (completed, stopped or out of iterations alike).
+    Answered,
+    /// `deliver` appended nothing, so no turn ran.
+    NotDelivered,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResumeError {
+    /// The session was deleted or has ended: no turn can ever answer there.
+    #[error("the session is gone: {0}")]
+    Gone(String),
+    /// Worth retrying later (the model is down, the gateway is full or shutting down).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs resume turns; the gateway implements it.
+pub trait TurnRunner: Send + Sync {
+    /// Runs one turn on `session_id` whose input (`input`, the decision's text) is already
+    /// the transcript's last message. The turn queues behind the session's running and
+    /// admitted turns and waits for a place under the gateway's cap instead of being
+    /// refused. With `deliver`, the runner awaits it once the turn is at the head of the
+    /// session's queue, and runs the turn only if it returned `true`.
+    fn run_resume(
+        &self,
+        session_id: String,
+        input: String,
+        deliver: Option<Deliver>,
+    ) -> BoxFuture<'_, Result<Resumed, ResumeError>>;
+}
+
+/// Runs before a `kind = command` wait's decision is delivered (dangerous commands, see
+/// [`crate::command`]): it records the grants the decision gives. An error delays the
+/// delivery (retried with backoff).
+pub type CommandHook =
+    Arc<dyn Fn(Wait, Value) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(300);
+
+/// Delivers ready waits and runs their turns; see the module docs.
+pub struct Resumer {
+    store: Store,
+    hooks: Arc<HookBus>,
+    runner: Arc<dyn TurnRunner>,
+    command_hook: Option<CommandHook>,
+    wake: Notify,
+    /// Waits a task is handling now, so that a scan does not start a second one.
+    active: Mutex<HashSet<String>>,
+    first_retry: Duration,
+}
+
+impl Resumer {
+    pub fn new(store: Store, hooks: Arc<HookBus>, runner: Arc<dyn TurnRunner>) -> Self {
+        Resumer {
+            store,
+            hooks,
+            runner,
+            command_hook: None,
+            wake: Notify::new(),
+            active: Mutex::new(HashSet::new()),
+            first_retry: FIRST_RETRY,
+        }
+    }
+
+    /// What runs before a dangerous command's decision is delivered.
+    pub fn with_command_hook(mut self, hook: CommandHook) -> Self {
+        self.command_hook = Some(hook);
+        self
+    }
+
+    /// The first retry delay after a failed turn (doubling up to 5 min); tests shorten it.
+    pub fn with_first_retry(mut self, delay: Duration) -> Self {
+        self.first_retry = delay;
+        self
+    }
+
+    /// Wakes the resumer: some wait became ready. Cheap; a wake-up while it is busy is kept
+    /// and makes it scan again.
+    pub fn notify_ready(&self) {
+        self.wake.notify_one();
+    }
+
+    fn active(&self) -> MutexGuard<'_, HashSet<String>> {
+        // One insert or remove under the lock: a panic cannot leave it half-changed.
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns [`Resumer::run`].
+    pub fn spawn(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.clone().run(stop))
+    }
+
+    /// Recovery, then delivery of ready waits as they come, until `stop` is cancelled.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        self.recover(&stop).await;
+        loop {
+            // `notify_one` keeps a permit when nobody waits, so a wake-up that comes during
+            // the scan is not lost.
+            match self.store.waits_in(WaitStatus::Ready).await {
+                Ok(ready) => {
+                    for w in ready {
+                        self.start(w, &stop);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot list ready waits; retrying in 5 s");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Runs the turns of decisions a crash left delivered but unanswered.
+    async fn recover(self: &Arc<Self>, stop: &CancellationToken) {
+        let waits = loop {
+            match self.store.delivered_unanswered().await {
+                Ok(w) => break w,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot list unanswered decisions; retrying in 5 s");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+        };
+        if !waits.is_empty() {
+            tracing::info!(
+                waits = waits.len(),
+                "recovering decisions delivered but not answered before a restart"
+            );
+        }
+        for w in waits {
+            match self.answered_in_transcript(&w).await {
+                Ok(true) => {
+                    if let Err(e) = self.store.wait_answered(&w.id).await {
+                        tracing::error!(wait = %w.id, error = %e, "cannot mark a wait answered");
+                    }
+                }
+                Ok(false) => self.start(w, stop),
+                Err(e) => {
+                    tracing::warn!(wait = %w.id, error = %e, "cannot read the transcript; running the turn");
+                    self.start(w, stop);
+                }
+            }
+        }
+    }
+
+    /// Whether a final answer (an assistant message without tool calls) follows the
+    /// decision message: its turn ran to the end and only the mark was lost.
+    async fn answered_in_transcript(&self, w: &Wait) -> Result<bool, tern_store::StoreError> {
+        let Some(message_id) = w.message_id else {
+            return Ok(false);
+        };
+        let msgs = self.store.messages(&w.session_id).await?;
+        let Some(pos) = msgs.iter().position(|m| m.id == message_id) else {
+            // The session is gone (or its transcript was replaced): nothing to answer.
+            return Ok(true);
+        };
+        Ok(msgs[pos + 1..]
+            .iter()
+            .any(|m| m.role == Role::Assistant && m.tool_calls.is_empty()))
+    }
+
+    fn start(self: &Arc<Self>, wait: Wait, stop: &CancellationToken) {
+        if !self.active().insert(wait.id.clone()) {
+            return;
+        }
+        let me = self.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let id = wait.id.clone();
+            me.handle(wait, stop).await;
+            me.active().remove(&id);
+        });
+    }
+
+    /// Delivers (if still ready) and answers one wait, retrying failed turns with backoff.
+    async fn handle(self: &Arc<Self>, wait: Wait, stop: CancellationToken) {
+        let input = render_decision(&wait);
+        let mut delivered = wait.status == WaitStatus::Delivered;
+        let mut delay = self.first_retry;
+        loop {
+            let did_deliver = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let deliver: Option<Deliver> = (!delivered).then(|| {
+                let me = self.clone();
+                let wait_id = wait.id.clone();
+                let flag = did_deliver.clone();
+                Box::pin(async move {
+                    let ok = me.deliver(&wait_id).await?;
+                    flag.store(ok, std::sync::atomic::Ordering::SeqCst);
+                    Ok(ok)
+                }) as Deliver
+            });
+            let run = self
+                .runner
+                .run_resume(wait.session_id.clone(), input.clone(), deliver);
+            let result = tokio::select! {
+                r = run => r,
+                // Left as it is: the next start delivers or answers it.
+                () = stop.cancelled() => return,
+            };
+            delivered |= did_deliver.load(std::sync::atomic::Ordering::SeqCst);
+            match result {
+                Ok(Resumed::Answered) => {
+                    if let Err(e) = self.store.wait_answered(&wait.id).await {
+                        // The next start runs the turn again (at least once).
+                        tracing::error!(wait = %wait.id, error = %e, "cannot mark a wait answered");
+                    }
+                    tracing::info!(wait = %wait.id, session = %wait.session_id, "resumed");
+                    return;
+                }
+                Ok(Resumed::NotDelivered) => return,
+                Err(ResumeError::Gone(why)) => {
+                    tracing::warn!(wait = %wait.id, session = %wait.session_id, %why, "no turn can answer this decision");
+                    if delivered {
+                        let _ = self.store.wait_answered(&wait.id).await;
+                    }
+                    return;
+                }
+                Err(ResumeError::Failed(why)) => {
+                    tracing::warn!(wait = %wait.id, session = %wait.session_id, error = %why, retry_in = ?delay, "the resume failed; retrying");
+                    let _ = self.store.wait_attempt_failed(&wait.id, &why).await;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = stop.cancelled() => return,
+            }
+            delay = (delay * 2).min(LAST_RETRY);
+        }
+    }
+
+    /// The delivery step: the command hook, then the append-and-mark transaction, then the
+    /// hook event. `Ok(false)`: the wait was no longer ready.
+    async fn deliver(&self, wait_id: &str) -> Result<bool, String> {
+        let w = self.store.wait(wait_id).await.map_err(|e| e.to_string())?;
+        let Some(w) = w.filter(|w| w.status == WaitStatus::Ready) else {
+            return Ok(false);
+        };
+        let result = parse_json(w.result.as_deref());
+        if w.kind == WaitKind::Command
+            && let Some(hook) = &self.command_hook
+        {
+            hook(w.clone(), result.clone()).await?;
+        }
+        let message = NewMessage::new(Role::User, render_decision(&w));
+        let appended = self
+            .store
+            .deliver_wait(&w.id, &message)
+            .await
+            .map_err(|e| e.to_string())?;
+        if appended.is_none() {
+            return Ok(false);
+        }
+        emit_resolved(
+            &self.hooks,
+            &self.store,
+            &w,
+            WaitResolvedStatus::Delivered,
+            None,
+        )
+        .await;
+        Ok(true)
+    }
+}
+
+fn parse_json(text: Option<&str>) -> Value {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Who decided: the stored `decided_by`, else the result's `decidedBy` / `answeredBy`.
+fn decided_by(w: &Wait, result: &Value) -> Option<String> {
+    w.decided_by.clone().or_else(|| {
+        ["decidedBy", "answeredBy"]
+            .iter()
+            .find_map(|k| result.get(*k).and_then(Value::as_str).map(str::to_owned))
+    })
+}
+
+/// The decision in one word: an approval's outcome, `SUBMITTED` for an answered
+/// elicitation, `EXPIRED` for one that expired unanswered.
+fn outcome_word(w: &Wait, result: &Value) -> Option<String> {
+    if let Some(t) = result.pointer("/outcome/type").and_then(Value::as_str) {
+        return Some(t.to_owned());
+    }
+    match w.kind {
+        WaitKind::Elicitation if result.get("fields").is_some() => Some("SUBMITTED".to_owned()),
+        WaitKind::Elicitation if !result.is_null() => Some("EXPIRED".to_owned()),
+        _ => None,
+    }
+}
+
+/// Emits `wait_resolved` for `w` (`source` is the session's, or `gateway` when it is gone).
+pub async fn emit_resolved(
+    hooks: &HookBus,
+    store: &Store,
+    w: &Wait,
+    status: WaitResolvedStatus,
+    source: Option<&str>,
+) {
+    let source = match source {
+        Some(s) => s.to_owned(),
+        None => match store.get_session(&w.session_id).await {
+            Ok(Some(s)) => s.source,
+            _ => "gateway".to_owned(),
+        },
+    };
+    let result = parse_json(w.result.as_deref());
+    let delivered = status == WaitResolvedStatus::Delivered;
+    hooks.emit(HookEvent::WaitResolved(WaitResolved {
+        session_id: w.session_id.clone(),
+        source,
+        wait_id: w.id.clone(),
+        request_id: w.request_id.clone(),
+        kind: w.kind.as_str().to_owned(),
+        status,
+        decided_by: if delivered {
+            decided_by(w, &result)
+        } else {
+            None
+        },
+        outcome: if delivered {
+            outcome_word(w, &result)
+        } else {
+            None
+        },
+    }));
+}
+
+/// The decision message: one user-role message saying what was asked, what was decided,
+/// by whom, and the full result JSON. Deterministic, so recovery renders the same text.
+pub fn render_decision(w: &Wait) -> String {
+    let request = parse_json(Some(&w.request));
+    let result = parse_json(w.result.as_deref());
+    let summary = request
+        .get("summary")
+        .and_then(Value::as_str)
+        .unwrap_or("(no summary)");
+    let request_id = w
+        .request_id
+        .as_deref()
+        .or_else(|| request.get("requestId").and_then(Value::as_str))
+        .unwrap_or("?");
+    let who = decided_by(w, &result)
+        .map(|b| format!(" by {b}"))
+        .unwrap_or_default();
+    let expired = result
+        .pointer("/outcome/reasonCode")
+        .and_then(Value::as_str)
+        == Some("expired")
+        || (w.kind == WaitKind::Elicitation && !result.is_null() && result.get("fields").is_none());
+    let mut out = String::new();
+    let what = match w.kind {
+        WaitKind::Approval => "approval request",
+        WaitKind::Elicitation => "question (elicitation request)",
+        WaitKind::Command => "request to run a dangerous command",
+    };
+    out.push_str(&format!(
+        "[inbox decision] Your {what} {request_id} (kind {}) has an answer.\n",
+        w.kind.as_str()
+    ));
+    out.push_str(&format!("Asked: {summary}\n"));
+    if let Some(cmd) = request.get("command").and_then(Value::as_str) {
+        out.push_str(&format!("Command: {cmd}\n"));
+    }
+    match w.kind {
+        WaitKind::Approval | WaitKind::Command => {
+            let outcome = outcome_word(w, &result).unwrap_or_else(|| "(unknown)".into());
+            if expired {
+                out.push_str(&format!(
+                    "Decided: {outcome} — nobody decided before the request expired; it was \
+                     settled as {outcome}.\n"
+                ));
+            } else {
+                out.push_str(&format!("Decided: {outcome}{who}.\n"));
+            }
+            if let Some(note) = result.pointer("/outcome/note").and_then(Value::as_str) {
+                out.push_str(&format!("Note: {note}\n"));
+            }
+            if let Some(code) = result
+                .pointer("/outcome/reasonCode")
+                .and_then(Value::as_str)
+            {
+                out.push_str(&format!("Reason code: {code}\n"));
+            }
+        }
+        WaitKind::Elicitation => {
+            if expired {
+                out.push_str("Answered: nobody — the request expired without answers.\n");
+            } else {
+                out.push_str(&format!("Answered{who}:\n"));
+                if let Some(fields) = result.get("fields").and_then(Value::as_object) {
+                    for (k, v) in fields {
+                        let v = match v {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        out.push_str(&format!("- {k}: {v}\n"));
+                    }
+                }
+            }
+        }
+    }
+    if w.kind == WaitKind::Command {
+        out.push_str(
+            "If approved, you may run exactly that command now; if rejected, do not retry it.\n",
+        );
+    }
+    out.push_str("Continue the task with this decision.\n\nFull result:\n");
+    out.push_str(&serde_json::to_string_pretty(&result).unwrap_or_else(|_| "null".into()));
+    out
+}
+
+#[cfg(test)]
+mod tests;
