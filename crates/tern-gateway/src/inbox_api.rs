@@ -245,6 +245,51 @@ pub(crate) async fn task_events(
     ))
 }
 
+/// A non-negative integer query parameter; 400 `invalid_<name>` when it is not one.
+fn uint_param(
+    query: &HashMap<String, String>,
+    name: &'static str,
+    code: &'static str,
+) -> ApiResult<Option<u64>> {
+    param(query, name)
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                InboxApiError::bad_request(
+                    code,
+                    format!("{name} must be a non-negative integer, not {v:?}"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// `GET /api/decisions[?after=&wait=&limit=]` → `{items, nextCursor}` (tern's extension):
+/// the caller's requests settled after the cursor, oldest first. With `wait` (seconds, at
+/// most 60) a long-poll: it answers when one is settled or the time is up (no items, the
+/// cursor to ask with next), and at once when the gateway shuts down.
+pub(crate) async fn decisions(
+    State(gw): State<AppState>,
+    Extension(KeyName(owner)): Extension<KeyName>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let after = param(&query, "after");
+    let limit =
+        uint_param(&query, "limit", "invalid_limit")?.map(|l| u32::try_from(l).unwrap_or(u32::MAX));
+    let wait = uint_param(&query, "wait", "invalid_wait")?.unwrap_or(0);
+    let closing = gw.closing.clone();
+    let page = gw
+        .inbox
+        .wait_decisions(
+            &owner,
+            after.as_deref(),
+            limit,
+            std::time::Duration::from_secs(wait),
+            async move { closing.cancelled().await },
+        )
+        .await?;
+    Ok(Json(page))
+}
+
 /// `POST /api/approval-requests` → 201 `{eventId}`.
 pub(crate) async fn create_approval(
     State(gw): State<AppState>,

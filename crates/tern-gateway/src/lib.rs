@@ -186,6 +186,7 @@ impl Gateway {
             )
             .route("/api/tasks/{id}", get(inbox_api::task))
             .route("/api/tasks/{id}/events", get(inbox_api::task_events))
+            .route("/api/decisions", get(inbox_api::decisions))
             .route("/api/approval-requests", post(inbox_api::create_approval))
             .route(
                 "/api/approval-requests/{id}/result",
@@ -298,7 +299,7 @@ async fn not_found(req: Request) -> Response {
 /// under `/inbox` (the reviewers' routes answer so already). The session and OpenAI routes
 /// keep the Hermes envelope.
 fn pump_up_path(path: &str) -> bool {
-    const PREFIXES: [&str; 9] = [
+    const PREFIXES: [&str; 10] = [
         "/api/projects",
         "/api/tasks",
         "/api/approval-requests",
@@ -307,6 +308,7 @@ fn pump_up_path(path: &str) -> bool {
         "/api/exceptions",
         "/api/notes",
         "/api/uploads",
+        "/api/decisions",
         "/inbox",
     ];
     PREFIXES.iter().any(|prefix| {

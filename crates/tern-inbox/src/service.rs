@@ -1408,6 +1408,7 @@ fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 
+pub mod decisions;
 mod policy_hooks;
 pub mod review;
 mod withdraw;
