@@ -20,7 +20,8 @@
 //!    `command`, `workdir`, `pattern`), emits `wait_created`, and denies the call with a
 //!    reason that tells the model the request id and to end its turn. A retried call (same
 //!    call id) finds the same wait and the same request.
-//! 4. The decision lands; before delivering it, the resumer calls [`on_decided`]: `APPROVE`
+//! 4. The decision lands; before delivering it, the resumer calls [`on_decided`] (through
+//!    [`resume_hook`], which also puts an `always` command on the allowlist): `APPROVE`
 //!    or `EDIT_AND_APPROVE` record a grant whose scope is the outcome's `reasonCode` —
 //!    `once` (the default, also for an unknown code), `session` or `always` — and anything
 //!    else records none. [`command_message_hint`] is the sentence the decision message ends
@@ -130,6 +131,19 @@ impl InboxApprover {
     pub fn with_home(mut self, home: Home) -> Self {
         self.home = Some(home);
         self
+    }
+
+    /// [`on_decided`], and an `always` grant goes to the allowlist at once.
+    pub async fn decided(
+        &self,
+        wait: &Wait,
+        result: &Value,
+    ) -> Result<Option<CommandGrant>, CommandError> {
+        let grant = on_decided(&self.store, wait, result).await?;
+        if let Some(g) = grant.as_ref().filter(|g| g.scope == GrantScope::Always) {
+            self.remember_always(&g.command).await;
+        }
+        Ok(grant)
     }
 
     fn allowlist(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -248,31 +262,32 @@ impl InboxApprover {
             shorten(command, SUMMARY_COMMAND_CHARS)
         );
         let pattern = format!("{} ({})", req.pattern_key, req.description);
-        let body = json!({
-            "projectName": task.project_name,
-            "taskId": task.task_id,
-            "summary": summary,
-            "keyValueContext": {
-                "action": ACTION,
-                "command": command,
-                "workdir": workdir,
-                "pattern": pattern,
-                "scope": "approve with reason code once (default), session (this pattern, for \
-                          the rest of the session) or always (this command, allowlisted)",
-            },
+        let context = json!({
+            "action": ACTION,
+            "command": command,
+            "workdir": workdir,
+            "pattern": pattern,
+            "scope": "approve with reason code once (default), session (this pattern, for \
+                      the rest of the session) or always (this command, allowlisted)",
         });
-        // What was asked, for the decision message and for on_decided: the create body and
-        // the command's particulars.
-        let mut asked = json!({
+        // What was asked, as the inbox tools record it (`kind` and the create body without
+        // projectName/taskId, so that the upkeep can send it should a crash come before the
+        // request exists), with the command's particulars for on_decided and the message.
+        let asked = json!({
             "kind": WaitKind::Command.as_str(),
+            "summary": summary,
+            "keyValueContext": context,
             "command": command,
             "workdir": workdir,
             "patternKey": req.pattern_key,
             "patternDescription": req.description,
         });
-        if let (Some(a), Value::Object(b)) = (asked.as_object_mut(), &body) {
-            a.extend(b.clone());
-        }
+        let body = json!({
+            "projectName": task.project_name,
+            "taskId": task.task_id,
+            "summary": summary,
+            "keyValueContext": context,
+        });
         let (wait, _fresh) = self
             .store
             .create_wait(&NewWait {
@@ -328,6 +343,21 @@ impl Approver for InboxApprover {
     fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
         Box::pin(self.decide(req))
     }
+}
+
+/// The resumer's hook for `kind = command` waits: [`InboxApprover::decided`] before the
+/// decision is delivered (an error delays the delivery, which is retried).
+pub fn resume_hook(approver: Arc<InboxApprover>) -> crate::resume::CommandHook {
+    Arc::new(move |wait: Wait, result: Value| {
+        let approver = approver.clone();
+        Box::pin(async move {
+            approver
+                .decided(&wait, &result)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// The outcome type of a decision (`APPROVE`, …), if it has one.

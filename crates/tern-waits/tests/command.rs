@@ -155,14 +155,14 @@ impl Env {
             .await
             .unwrap()
             .unwrap();
+        // As the gateway's resumer does, before it delivers the decision.
+        let hook = command::resume_hook(self.approver.clone());
+        hook(ready.clone(), result.clone()).await.unwrap();
+        // It may do it again after a crash: still one grant.
         let grant = command::on_decided(&self.store, &ready, &result)
             .await
             .unwrap();
         assert_eq!(grant.is_some(), command::approves(&result));
-        // The resumer may call it again after a crash: still one grant.
-        command::on_decided(&self.store, &ready, &result)
-            .await
-            .unwrap();
         result
     }
 
@@ -195,6 +195,8 @@ async fn asking_records_a_wait_and_a_request_and_a_retry_finds_them() {
     assert_eq!(asked["kind"], "command");
     assert_eq!(asked["command"], "rm -r build");
     assert_eq!(asked["patternKey"], "recursive_delete");
+    assert_eq!(asked["keyValueContext"]["action"], "command");
+    assert!(asked.get("taskId").is_none(), "the inbox tools' shape");
 
     let view = e.inbox.request_view(&id).await.unwrap();
     let ctx = view.key_value_context.unwrap();
@@ -294,12 +296,12 @@ async fn always_goes_to_the_allowlist() {
 
     let id = e.ask_pending("s1", "call-1", "rm -r build").await;
     e.decide(&id, OutcomeType::Approve, Some("ALWAYS")).await;
+    let config = std::fs::read_to_string(e.home.config_path()).unwrap();
+    assert!(config.contains("\"rm -r build\""), "{config}");
     assert_eq!(
         e.ask("s2", "call-2", "rm -r build").await,
         ApprovalDecision::Always
     );
-    let config = std::fs::read_to_string(e.home.config_path()).unwrap();
-    assert!(config.contains("\"rm -r build\""), "{config}");
     // Not the pattern: another recursive delete still asks.
     e.ask_pending("s1", "call-3", "rm -r dist").await;
 
@@ -451,11 +453,7 @@ impl InboxClient for Down {
     ) -> BoxFuture<'a, Result<(), ClientError>> {
         Box::pin(async { Err(ClientError::Unreachable("down".into())) })
     }
-    fn upload<'a>(
-        &'a self,
-        _: &'a Path,
-        _: &'a str,
-    ) -> BoxFuture<'a, Result<String, ClientError>> {
+    fn upload<'a>(&'a self, _: &'a Path, _: &'a str) -> BoxFuture<'a, Result<String, ClientError>> {
         Box::pin(async { Err(ClientError::Unreachable("down".into())) })
     }
 }
