@@ -1,1 +1,1118 @@
-//! (being written)
+//! The `inbox` toolset: the model asks a human (`request_approval`, `request_elicitation`),
+//! keeps the reviewer informed (`record_action`, `report_exception`, `add_note`), checks a
+//! request once (`get_decision`) and reads how to do all that well (`inbox_guide`).
+//!
+//! # A request at a glance
+//!
+//! 1. The arguments are checked with the inbox's own types (Pump Up shapes; field
+//!    definitions with [`validate_field_defs`]); attachments are workspace-relative paths
+//!    that must stay inside the workspace, symlinks resolved. Bad input is a tool error and
+//!    nothing is stored.
+//! 2. A retried call (same session and tool call id) finds its wait
+//!    (`tern-wait:<session>:<call>`) and only completes what is missing: it returns the same
+//!    request id and creates nothing new.
+//! 3. Otherwise: the session's task ([`InboxClient::session_task`], one per session), the
+//!    attachments uploaded, then [`Store::create_wait`] records the wait `pending` with what
+//!    is asked (`{"kind", …the create body without projectName/taskId}`).
+//! 4. [`InboxTools::send_request`] sends it: the attachments are attached to the task (an
+//!    action, idempotency key `tern-attach:<session>:<call>`), the request is created
+//!    (`tern-req:<session>:<call>`), its id stored with [`Store::set_wait_request`], and
+//!    `wait_created` emitted. Every step is idempotent, so a crash anywhere in between is
+//!    repaired by running it again.
+//! 5. The tool returns `{"requestId", "status": "pending"}` at once; it never waits for the
+//!    human. The model ends its turn and is resumed with the decision ([`crate::resume`]).
+//!
+//! # When the inbox cannot be reached
+//!
+//! Before the wait is recorded (task, uploads) nothing is kept and the error says nothing
+//! was asked. After it, the wait stays `pending` without a request id and the error tells
+//! the model not to ask again: [`InboxTools::send_unsent`] (run by the gateway's upkeep)
+//! sends it later with the same keys, and the decision then resumes the session as usual.
+//! A request the inbox refuses outright (a 4xx, e.g. an unknown `transitionsTo`) cannot
+//! succeed later: its wait is cancelled so the session does not wait forever.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use tern_hooks::{HookBus, HookEvent, WaitCreated};
+use tern_inbox::fields::{Field, FieldBid, validate_field_defs};
+use tern_inbox::model::MetadataPatch;
+use tern_inbox::outcome::ApprovalRecommendation;
+use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
+use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+
+use crate::client::{ClientError, InboxClient, LogKind, RequestKind, TaskRef};
+use crate::guide::GUIDE;
+
+/// The toolset's name, as in `agent.toolsets`.
+pub const TOOLSET: &str = "inbox";
+
+/// The inbox project the sessions' tasks are created in unless configured otherwise.
+pub const DEFAULT_PROJECT: &str = tern_inbox::service::DEFAULT_PROJECT;
+
+/// Keys of a wait's `request` JSON that are not part of the create body.
+const META_KEYS: &[&str] = &["kind", "requestId", "attachmentFiles"];
+
+/// What the tools need; shared by every call (and by the gateway's upkeep for
+/// [`InboxTools::send_unsent`]).
+pub struct InboxTools {
+    pub store: Store,
+    pub client: Arc<dyn InboxClient>,
+    /// The inbox project of the sessions' tasks ([`DEFAULT_PROJECT`] unless set).
+    pub project: String,
+    pub hooks: Arc<HookBus>,
+    /// Waits whose request is being sent in this process: a tool call and the upkeep's
+    /// [`InboxTools::send_unsent`] never send the same wait at once, so `wait_created` is
+    /// emitted once.
+    sending: Mutex<HashSet<String>>,
+}
+
+/// Why a wait's request could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The wait's stored request is not a JSON object (cannot happen for waits written by
+    /// these tools).
+    #[error("wait {0} has an unreadable request")]
+    Corrupt(String),
+    /// Another task of this process is sending it right now.
+    #[error("wait {0} is being sent by another task")]
+    Busy(String),
+}
+
+impl InboxTools {
+    pub fn new(store: Store, client: Arc<dyn InboxClient>, hooks: Arc<HookBus>) -> Self {
+        InboxTools {
+            store,
+            client,
+            project: DEFAULT_PROJECT.to_owned(),
+            hooks,
+            sending: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Creates the sessions' tasks in `project` instead of [`DEFAULT_PROJECT`].
+    pub fn with_project(mut self, project: impl Into<String>) -> Self {
+        self.project = project.into();
+        self
+    }
+
+    /// Sends the request of a pending wait that has none yet and returns its id; returns
+    /// the stored id at once when it has one. Idempotent: the task, the attachments and the
+    /// request are created under keys derived from the session and the tool call, so a
+    /// second send after a crash gets the originals back. Emits `wait_created` when it
+    /// stores the request id.
+    pub async fn send_request(&self, wait_id: &str) -> Result<String, SendError> {
+        let _claim = self.claim(wait_id)?;
+        // Read again under the claim: another task may have finished sending meanwhile.
+        let wait = self
+            .store
+            .wait(wait_id)
+            .await?
+            .ok_or_else(|| SendError::Corrupt(wait_id.to_owned()))?;
+        if let Some(id) = &wait.request_id {
+            return Ok(id.clone());
+        }
+        let Ok(Value::Object(mut body)) = serde_json::from_str::<Value>(&wait.request) else {
+            return Err(SendError::Corrupt(wait.id.clone()));
+        };
+        let files = body.get("attachmentFiles").cloned();
+        for key in META_KEYS {
+            body.remove(*key);
+        }
+        let task = self
+            .client
+            .session_task(&wait.session_id, &self.project)
+            .await?;
+        body.entry("projectName")
+            .or_insert_with(|| json!(task.project_name));
+        body.entry("taskId").or_insert_with(|| json!(task.task_id));
+        let call = call_key(&wait);
+        // A request may show only files attached to its task: attach them first.
+        let attach: Vec<Value> = files
+            .as_ref()
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| Some(json!({"uploadId": f.get("uploadId")?, "label": f.get("path")?})))
+            .collect();
+        if !attach.is_empty() {
+            let action = json!({
+                "projectName": task.project_name,
+                "taskId": task.task_id,
+                "description": format!("Attached {} file(s) for a request", attach.len()),
+                "addAttachments": attach,
+            });
+            let idem = format!("tern-attach:{}:{call}", wait.session_id);
+            self.client.log(LogKind::Action, action, &idem).await?;
+        }
+        let summary = body
+            .get("summary")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let idem = format!("tern-req:{}:{call}", wait.session_id);
+        let request_id = self
+            .client
+            .create_request(request_kind(wait.kind), Value::Object(body), &idem)
+            .await?;
+        self.store.set_wait_request(&wait.id, &request_id).await?;
+        tracing::info!(wait = %wait.id, request = %request_id, session = %wait.session_id, "inbox request created");
+        self.hooks.emit(HookEvent::WaitCreated(WaitCreated {
+            session_id: wait.session_id.clone(),
+            source: self.source_of(&wait.session_id).await,
+            wait_id: wait.id.clone(),
+            request_id: request_id.clone(),
+            kind: wait.kind.as_str().to_owned(),
+            summary,
+        }));
+        Ok(request_id)
+    }
+
+    /// Sends every pending wait that has no request yet (the inbox was unreachable when it
+    /// was asked, or the gateway stopped in between). Returns how many were sent; a wait
+    /// that fails again is counted as an attempt and left for the next run, one the inbox
+    /// refuses outright is cancelled.
+    pub async fn send_unsent(&self) -> Result<usize, StoreError> {
+        let mut sent = 0;
+        for wait in self.store.waits_in(WaitStatus::Pending).await? {
+            if wait.request_id.is_some() {
+                continue;
+            }
+            match self.send_request(&wait.id).await {
+                Ok(_) => sent += 1,
+                Err(SendError::Busy(_)) => {}
+                Err(e) => {
+                    tracing::warn!(wait = %wait.id, error = %e, "cannot send an inbox request yet");
+                    self.send_failed(&wait.id, &e).await?;
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Records a failed send: an attempt when it may succeed later, otherwise the wait is
+    /// cancelled (nothing would ever resume it).
+    async fn send_failed(&self, wait_id: &str, e: &SendError) -> Result<(), StoreError> {
+        self.store
+            .wait_attempt_failed(wait_id, &e.to_string())
+            .await?;
+        if !is_transient(e) {
+            self.store.cancel_wait(wait_id).await?;
+        }
+        Ok(())
+    }
+
+    fn claim(&self, wait_id: &str) -> Result<Claim<'_>, SendError> {
+        let mut set = self.sending.lock().unwrap_or_else(|e| e.into_inner());
+        if !set.insert(wait_id.to_owned()) {
+            return Err(SendError::Busy(wait_id.to_owned()));
+        }
+        Ok(Claim {
+            tools: self,
+            wait_id: wait_id.to_owned(),
+        })
+    }
+
+    /// The session's `source` for hook events; `unknown` if it cannot be read (a hook
+    /// event is not worth failing a request over).
+    async fn source_of(&self, session_id: &str) -> String {
+        match self.store.get_session(session_id).await {
+            Ok(Some(s)) => s.source,
+            _ => "unknown".to_owned(),
+        }
+    }
+}
+
+/// A wait being sent; dropping it releases the wait.
+struct Claim<'a> {
+    tools: &'a InboxTools,
+    wait_id: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.tools
+            .sending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.wait_id);
+    }
+}
+
+fn is_transient(e: &SendError) -> bool {
+    match e {
+        SendError::Client(c) => c.is_transient(),
+        SendError::Store(_) | SendError::Busy(_) => true,
+        SendError::Corrupt(_) => false,
+    }
+}
+
+fn request_kind(kind: WaitKind) -> RequestKind {
+    match kind {
+        WaitKind::Approval | WaitKind::Command => RequestKind::Approval,
+        WaitKind::Elicitation => RequestKind::Elicitation,
+    }
+}
+
+/// The tool call's part of the idempotency keys (the wait id for a wait recorded without
+/// one, which these tools never do).
+fn call_key(wait: &Wait) -> &str {
+    wait.tool_call_id.as_deref().unwrap_or(&wait.id)
+}
+
+/// Adds the `inbox` toolset to `registry`.
+pub fn register(registry: &mut Registry, ctx: Arc<InboxTools>) {
+    for which in [
+        Which::Approval,
+        Which::Elicitation,
+        Which::Action,
+        Which::Exception,
+        Which::Note,
+        Which::Decision,
+        Which::Guide,
+    ] {
+        registry.register(Arc::new(InboxTool {
+            spec: which.spec(),
+            which,
+            ctx: Arc::clone(&ctx),
+        }));
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    Approval,
+    Elicitation,
+    Action,
+    Exception,
+    Note,
+    Decision,
+    Guide,
+}
+
+struct InboxTool {
+    spec: ToolSpec,
+    which: Which,
+    ctx: Arc<InboxTools>,
+}
+
+impl Tool for InboxTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(async move {
+            let tools = &self.ctx;
+            match self.which {
+                Which::Approval => request(tools, args, ctx, WaitKind::Approval).await,
+                Which::Elicitation => request(tools, args, ctx, WaitKind::Elicitation).await,
+                Which::Action => log(tools, args, ctx, LogKind::Action).await,
+                Which::Exception => log(tools, args, ctx, LogKind::Exception).await,
+                Which::Note => log(tools, args, ctx, LogKind::Note).await,
+                Which::Decision => decision(tools, args, ctx).await,
+                Which::Guide => Ok(json!({ "guide": GUIDE })),
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Arguments: the Pump Up create bodies without projectName and taskId (the session's task
+// supplies them), attachments as workspace paths.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ApprovalArgs {
+    summary: String,
+    #[serde(default)]
+    key_value_context: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    recommendation: Option<ApprovalRecommendation>,
+    #[serde(default)]
+    attachments: Option<Vec<String>>,
+    #[serde(default)]
+    external_trace_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ElicitationArgs {
+    summary: String,
+    fields: Vec<Field>,
+    #[serde(default)]
+    key_value_context: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    recommendation: Option<Vec<FieldBid>>,
+    #[serde(default)]
+    attachments: Option<Vec<String>>,
+    #[serde(default)]
+    external_trace_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ActionArgs {
+    description: String,
+    #[serde(default)]
+    detail: Option<Map<String, Value>>,
+    #[serde(default)]
+    transitions_to: Option<String>,
+    #[serde(default)]
+    metadata_patch: Option<MetadataPatch>,
+    #[serde(default)]
+    attachments: Option<Vec<String>>,
+    #[serde(default)]
+    external_trace_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExceptionArgs {
+    message: String,
+    #[serde(default)]
+    detail: Option<Map<String, Value>>,
+    #[serde(default)]
+    transitions_to: Option<String>,
+    #[serde(default)]
+    external_trace_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NoteArgs {
+    message: String,
+    #[serde(default)]
+    external_trace_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DecisionArgs {
+    request_id: String,
+}
+
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
+}
+
+fn require_text(name: &str, value: &str) -> Result<(), ToolError> {
+    if value.trim().is_empty() {
+        return Err(ToolError::new(format!("`{name}` must not be empty")));
+    }
+    Ok(())
+}
+
+/// The tool call's identity, which keys everything it creates.
+fn call_ids(ctx: &ToolContext) -> Result<(&str, &str), ToolError> {
+    if ctx.session_id.is_empty() || ctx.call_id.is_empty() {
+        return Err(ToolError::new(
+            "the inbox tools need a session and a tool call id (internal error)",
+        ));
+    }
+    Ok((&ctx.session_id, &ctx.call_id))
+}
+
+// ---------------------------------------------------------------------------------------
+// Attachments
+// ---------------------------------------------------------------------------------------
+
+/// A checked attachment: the path as the model gave it, and the real file.
+#[derive(Debug, Clone)]
+struct LocalFile {
+    shown: String,
+    real: PathBuf,
+}
+
+/// Checks that `shown` names a regular file inside `workdir`: relative, without `..`, and
+/// still inside once every symlink is resolved.
+async fn confine(workdir: &Path, shown: &str) -> Result<LocalFile, ToolError> {
+    let refuse = |why: &str| {
+        Err(ToolError::new(format!(
+            "attachment {shown:?} refused: {why}; attachments are paths relative to the \
+             workspace, inside it"
+        )))
+    };
+    if shown.trim().is_empty() {
+        return refuse("empty path");
+    }
+    let path = Path::new(shown);
+    if path.is_absolute() || path.has_root() {
+        return refuse("absolute path");
+    }
+    if path.components().any(|c| {
+        matches!(
+            c,
+            Component::ParentDir | Component::RootDir | Component::Prefix(_)
+        )
+    }) {
+        return refuse("`..` leads out of the workspace");
+    }
+    let root = tokio::fs::canonicalize(workdir)
+        .await
+        .map_err(|e| ToolError::new(format!("cannot resolve the workspace: {e}")))?;
+    let real = match tokio::fs::canonicalize(root.join(path)).await {
+        Ok(p) => p,
+        Err(e) => return refuse(&format!("cannot open it ({e})")),
+    };
+    if !real.starts_with(&root) {
+        return refuse("it is a link leading out of the workspace");
+    }
+    match tokio::fs::metadata(&real).await {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return refuse("not a regular file"),
+        Err(e) => return refuse(&format!("cannot open it ({e})")),
+    }
+    Ok(LocalFile {
+        shown: shown.to_owned(),
+        real,
+    })
+}
+
+async fn confine_all(ctx: &ToolContext, paths: &[String]) -> Result<Vec<LocalFile>, ToolError> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        let file = confine(&ctx.workdir, p).await?;
+        // The same file twice would be attached twice under two labels; once is enough.
+        if seen.insert(file.real.clone()) {
+            out.push(file);
+        }
+    }
+    Ok(out)
+}
+
+/// Uploads checked files; returns `(shown path, upload id)` pairs.
+async fn upload_all(
+    client: &dyn InboxClient,
+    files: &[LocalFile],
+) -> Result<Vec<(String, String)>, ToolError> {
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let name = f
+            .real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| f.shown.clone());
+        let id = client.upload(&f.real, &name).await.map_err(|e| {
+            ToolError::new(format!(
+                "cannot upload {}: {e}; nothing was sent to the inbox",
+                f.shown
+            ))
+        })?;
+        out.push((f.shown.clone(), id));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// request_approval, request_elicitation
+// ---------------------------------------------------------------------------------------
+
+/// The checked create body (without projectName/taskId) and the attachments to upload.
+struct Ask {
+    body: Map<String, Value>,
+    files: Vec<String>,
+}
+
+fn check_approval(args: Value) -> Result<Ask, ToolError> {
+    let a: ApprovalArgs = parse(args)?;
+    require_text("summary", &a.summary)?;
+    let mut body = Map::new();
+    body.insert("summary".into(), json!(a.summary));
+    if let Some(kv) = a.key_value_context {
+        body.insert("keyValueContext".into(), json!(kv));
+    }
+    if let Some(r) = a.recommendation {
+        if let Some(c) = r.confidence
+            && !(0.0..=1.0).contains(&c)
+        {
+            return Err(ToolError::new(
+                "`recommendation.confidence` must be between 0 and 1",
+            ));
+        }
+        body.insert("recommendation".into(), to_value(&r)?);
+    }
+    if let Some(t) = a.external_trace_id {
+        body.insert("externalTraceId".into(), json!(t));
+    }
+    Ok(Ask {
+        body,
+        files: a.attachments.unwrap_or_default(),
+    })
+}
+
+fn check_elicitation(args: Value) -> Result<Ask, ToolError> {
+    let a: ElicitationArgs = parse(args)?;
+    require_text("summary", &a.summary)?;
+    if a.fields.is_empty() {
+        return Err(ToolError::new(
+            "`fields` must not be empty: there would be nothing to answer",
+        ));
+    }
+    validate_field_defs(&a.fields).map_err(|errors| {
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        ToolError::new(format!("invalid `fields`: {}", list.join("; ")))
+    })?;
+    for bid in a.recommendation.iter().flatten() {
+        if !a.fields.iter().any(|f| f.id() == bid.field_id) {
+            return Err(ToolError::new(format!(
+                "the recommendation for {:?} names no field of the request",
+                bid.field_id
+            )));
+        }
+    }
+    let mut body = Map::new();
+    body.insert("summary".into(), json!(a.summary));
+    body.insert("fields".into(), to_value(&a.fields)?);
+    if let Some(kv) = a.key_value_context {
+        body.insert("keyValueContext".into(), json!(kv));
+    }
+    if let Some(r) = a.recommendation {
+        body.insert("recommendation".into(), to_value(&r)?);
+    }
+    if let Some(t) = a.external_trace_id {
+        body.insert("externalTraceId".into(), json!(t));
+    }
+    Ok(Ask {
+        body,
+        files: a.attachments.unwrap_or_default(),
+    })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(v).map_err(|e| ToolError::new(format!("cannot encode arguments: {e}")))
+}
+
+fn store_error(e: StoreError) -> ToolError {
+    tracing::error!(error = %e, "inbox tool: session store error");
+    ToolError::new(format!(
+        "cannot record the request ({e}); nothing was sent to the inbox"
+    ))
+}
+
+fn nothing_asked(e: ClientError) -> ToolError {
+    ToolError::new(format!(
+        "{e}; nothing was sent to the inbox. If this persists, tell the user that the \
+         inbox cannot be reached."
+    ))
+}
+
+async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKind) -> ToolResult {
+    let (session, call) = call_ids(&ctx)?;
+    let ask = match kind {
+        WaitKind::Elicitation => check_elicitation(args)?,
+        _ => check_approval(args)?,
+    };
+    let files = confine_all(&ctx, &ask.files).await?;
+    let idem = format!("tern-wait:{session}:{call}");
+
+    let existing = tools
+        .store
+        .session_waits(session, false)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .find(|w| w.idem_key == idem);
+    let wait = match existing {
+        Some(w) => w,
+        None => {
+            // The task first: when the inbox is unreachable, nothing is recorded.
+            let _task: TaskRef = tools
+                .client
+                .session_task(session, &tools.project)
+                .await
+                .map_err(nothing_asked)?;
+            let uploaded = upload_all(tools.client.as_ref(), &files).await?;
+            let mut request = ask.body;
+            if !uploaded.is_empty() {
+                request.insert(
+                    "attachments".into(),
+                    json!(uploaded.iter().map(|(_, id)| id).collect::<Vec<_>>()),
+                );
+                request.insert(
+                    "attachmentFiles".into(),
+                    json!(
+                        uploaded
+                            .iter()
+                            .map(|(path, id)| json!({"path": path, "uploadId": id}))
+                            .collect::<Vec<_>>()
+                    ),
+                );
+            }
+            request.insert("kind".into(), json!(kind.as_str()));
+            let request = Value::Object(request).to_string();
+            let (wait, _fresh) = tools
+                .store
+                .create_wait(&NewWait {
+                    session_id: session,
+                    idem_key: &idem,
+                    tool_call_id: Some(call),
+                    kind,
+                    request: &request,
+                })
+                .await
+                .map_err(store_error)?;
+            wait
+        }
+    };
+    if wait.status == WaitStatus::Cancelled {
+        return Err(ToolError::new(format!(
+            "this request was cancelled (wait {}); do not ask again unless the user wants you to",
+            wait.id
+        )));
+    }
+    let request_id = match wait.request_id.clone() {
+        Some(id) => id,
+        None => match tools.send_request(&wait.id).await {
+            Ok(id) => id,
+            Err(SendError::Busy(_)) => {
+                return Err(ToolError::new(format!(
+                    "this request (wait {}) is being sent right now; end your turn, you will \
+                     be resumed with the decision",
+                    wait.id
+                )));
+            }
+            Err(e) if is_transient(&e) => {
+                if let Err(se) = tools
+                    .store
+                    .wait_attempt_failed(&wait.id, &e.to_string())
+                    .await
+                {
+                    tracing::warn!(error = %se, "cannot count a failed send");
+                }
+                return Err(ToolError::new(format!(
+                    "the inbox is unreachable ({e}). Your request is saved (wait {}) and will be \
+                     sent when the inbox is reachable again. Do not ask again: end your turn; \
+                     you will be resumed with the decision in this conversation.",
+                    wait.id
+                )));
+            }
+            Err(e) => {
+                if let Err(se) = tools.send_failed(&wait.id, &e).await {
+                    tracing::warn!(error = %se, "cannot cancel a refused wait");
+                }
+                return Err(ToolError::new(format!(
+                    "the inbox refused the request: {e}. Nothing is pending; fix the arguments \
+                     and ask again."
+                )));
+            }
+        },
+    };
+    let status = match wait.status {
+        WaitStatus::Pending | WaitStatus::Ready => "pending",
+        WaitStatus::Delivered => "decided",
+        WaitStatus::Cancelled => "cancelled",
+    };
+    Ok(json!({
+        "requestId": request_id,
+        "status": status,
+        "next": "End your turn now: you will be resumed with the decision in this \
+                 conversation. Do not poll.",
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// record_action, report_exception, add_note
+// ---------------------------------------------------------------------------------------
+
+async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -> ToolResult {
+    let (session, call) = call_ids(&ctx)?;
+    let (mut body, files) = match kind {
+        LogKind::Action => {
+            let a: ActionArgs = parse(args)?;
+            require_text("description", &a.description)?;
+            let mut body = Map::new();
+            body.insert("description".into(), json!(a.description));
+            if let Some(d) = a.detail {
+                body.insert("detail".into(), Value::Object(d));
+            }
+            if let Some(t) = a.transitions_to {
+                body.insert("transitionsTo".into(), json!(t));
+            }
+            if let Some(p) = a.metadata_patch {
+                body.insert("metadataPatch".into(), to_value(&p)?);
+            }
+            if let Some(t) = a.external_trace_id {
+                body.insert("externalTraceId".into(), json!(t));
+            }
+            (body, a.attachments.unwrap_or_default())
+        }
+        LogKind::Exception => {
+            let a: ExceptionArgs = parse(args)?;
+            require_text("message", &a.message)?;
+            let mut body = Map::new();
+            body.insert("message".into(), json!(a.message));
+            if let Some(d) = a.detail {
+                body.insert("detail".into(), Value::Object(d));
+            }
+            if let Some(t) = a.transitions_to {
+                body.insert("transitionsTo".into(), json!(t));
+            }
+            if let Some(t) = a.external_trace_id {
+                body.insert("externalTraceId".into(), json!(t));
+            }
+            (body, Vec::new())
+        }
+        LogKind::Note => {
+            let a: NoteArgs = parse(args)?;
+            require_text("message", &a.message)?;
+            let mut body = Map::new();
+            body.insert("message".into(), json!(a.message));
+            if let Some(t) = a.external_trace_id {
+                body.insert("externalTraceId".into(), json!(t));
+            }
+            (body, Vec::new())
+        }
+    };
+    let files = confine_all(&ctx, &files).await?;
+    let task = tools
+        .client
+        .session_task(session, &tools.project)
+        .await
+        .map_err(nothing_asked)?;
+    let uploaded = upload_all(tools.client.as_ref(), &files).await?;
+    if !uploaded.is_empty() {
+        body.insert(
+            "addAttachments".into(),
+            json!(
+                uploaded
+                    .iter()
+                    .map(|(path, id)| json!({"uploadId": id, "label": path}))
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
+    body.insert("projectName".into(), json!(task.project_name));
+    body.insert("taskId".into(), json!(task.task_id));
+    let idem = format!("tern-log:{session}:{call}");
+    let event_id = tools
+        .client
+        .log(kind, Value::Object(body), &idem)
+        .await
+        .map_err(|e| match e {
+            ClientError::Refused { .. } => {
+                ToolError::new(format!("the inbox refused it: {e}; nothing was logged"))
+            }
+            ClientError::Unreachable(_) => nothing_asked(e),
+        })?;
+    Ok(json!({ "eventId": event_id }))
+}
+
+// ---------------------------------------------------------------------------------------
+// get_decision
+// ---------------------------------------------------------------------------------------
+
+async fn decision(tools: &InboxTools, args: Value, ctx: ToolContext) -> ToolResult {
+    let a: DecisionArgs = parse(args)?;
+    require_text("requestId", &a.request_id)?;
+    let wait = tools
+        .store
+        .wait_by_request(&a.request_id)
+        .await
+        .map_err(|e| ToolError::new(format!("cannot read the request: {e}")))?
+        .filter(|w| w.session_id == ctx.session_id)
+        .ok_or_else(|| {
+            ToolError::new(format!(
+                "no request {:?} was made in this session; use the requestId that \
+                 request_approval or request_elicitation returned",
+                a.request_id
+            ))
+        })?;
+    let result = tools
+        .client
+        .result(request_kind(wait.kind), &a.request_id)
+        .await
+        .map_err(|e| ToolError::new(format!("cannot read the decision: {e}")))?;
+    Ok(match result {
+        None => json!({
+            "requestId": a.request_id,
+            "status": "pending",
+            "next": "No decision yet. End your turn: you will be resumed with the decision \
+                     in this conversation. Do not poll.",
+        }),
+        Some(result) => json!({
+            "requestId": a.request_id,
+            "status": "decided",
+            "result": result,
+        }),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Specs
+// ---------------------------------------------------------------------------------------
+
+/// The sentence that offers the guide as a skill, ending both request tools' descriptions.
+macro_rules! guide_pointer {
+    () => {
+        " Read `inbox_guide` first (when to ask, how, and what to do after)."
+    };
+}
+
+fn key_value_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "Facts the reviewer needs, as short strings (what, where, why, impact, \
+            how to undo). Add `action`: a stable machine name of the action, e.g. `deploy_prod`."
+    })
+}
+
+fn attachments_schema() -> Value {
+    json!({
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "description": "Files to show the reviewer: paths relative to the workspace, inside \
+            it (no `..`, no absolute paths)."
+    })
+}
+
+fn trace_schema() -> Value {
+    json!({"type": "string", "description": "Your own correlation id, shown in the log."})
+}
+
+fn detail_schema() -> Value {
+    json!({"type": "object", "description": "Structured details (any JSON object)."})
+}
+
+fn outcome_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "type": {
+                "type": "string",
+                "enum": ["APPROVE", "REJECT", "EDIT_AND_APPROVE", "ESCALATE", "REQUEST_MORE_INFO"]
+            },
+            "reasonCode": {"type": "string"},
+            "note": {"type": "string"}
+        },
+        "required": ["type"],
+        "additionalProperties": false
+    })
+}
+
+impl Which {
+    fn spec(self) -> ToolSpec {
+        match self {
+            Which::Approval => ToolSpec {
+                name: "request_approval",
+                toolset: TOOLSET,
+                description: concat!(
+                    "Ask a human reviewer to approve or reject one concrete action before you \
+                     take it (irreversible or costly actions). Returns {\"requestId\", \
+                     \"status\": \"pending\"} at once; then END YOUR TURN: you will be resumed \
+                     with the decision in this conversation. Never poll.",
+                    guide_pointer!()
+                ),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "summary": {
+                            "type": "string",
+                            "minLength": 1,
+                            "description": "One line: exactly what you want to do."
+                        },
+                        "keyValueContext": key_value_schema(),
+                        "recommendation": {
+                            "type": "object",
+                            "properties": {
+                                "outcome": outcome_schema(),
+                                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                                "rationale": {"type": "string"}
+                            },
+                            "required": ["outcome"],
+                            "additionalProperties": false,
+                            "description": "What you suggest, and why."
+                        },
+                        "attachments": attachments_schema(),
+                        "externalTraceId": trace_schema()
+                    },
+                    "required": ["summary"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Elicitation => ToolSpec {
+                name: "request_elicitation",
+                toolset: TOOLSET,
+                description: concat!(
+                    "Ask a human reviewer to fill in values only a human knows (a form of \
+                     `fields`). Returns {\"requestId\", \"status\": \"pending\"} at once; \
+                     then END YOUR TURN: you will be resumed with the answers in this \
+                     conversation. Never poll.",
+                    guide_pointer!()
+                ),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "summary": {
+                            "type": "string",
+                            "minLength": 1,
+                            "description": "One line: what you need and why."
+                        },
+                        "fields": {
+                            "type": "array",
+                            "minItems": 1,
+                            "description": "The form. Each field: `type`, a unique `id`, a \
+                                `label`, `required` (boolean), optional `description`. \
+                                Text: `format` (EMAIL, PHONE, URL), `minLength`, `maxLength`; \
+                                TextArea: `minLength`, `maxLength`; Number: `integerOnly` \
+                                (required), `min`, `max`; Slider: `min`, `max` (required), \
+                                `step`; Select / Multiselect: `options` (required); \
+                                DateField (`min`/`max` as YYYY-MM-DD), DateTime (RFC 3339), \
+                                Time (HH:MM).",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "type": {
+                                        "type": "string",
+                                        "enum": ["Text", "TextArea", "Number", "Slider", "Switch",
+                                                 "Select", "Multiselect", "DateField", "DateTime",
+                                                 "Time"]
+                                    },
+                                    "id": {"type": "string", "minLength": 1},
+                                    "label": {"type": "string", "minLength": 1},
+                                    "required": {"type": "boolean"},
+                                    "description": {"type": "string"}
+                                },
+                                "required": ["type", "id", "label", "required"]
+                            }
+                        },
+                        "keyValueContext": key_value_schema(),
+                        "recommendation": {
+                            "type": "array",
+                            "description": "Pre-filled values you suggest, per field.",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "fieldId": {"type": "string"},
+                                    "value": {},
+                                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                                    "rationale": {"type": "string"}
+                                },
+                                "required": ["fieldId", "value"],
+                                "additionalProperties": false
+                            }
+                        },
+                        "attachments": attachments_schema(),
+                        "externalTraceId": trace_schema()
+                    },
+                    "required": ["summary", "fields"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Action => ToolSpec {
+                name: "record_action",
+                toolset: TOOLSET,
+                description: "Log something you did in the reviewer's inbox (never waits for \
+                    anyone). May move the session's task to another step (`transitionsTo`), \
+                    patch its metadata and attach workspace files.",
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "description": {"type": "string", "minLength": 1},
+                        "detail": detail_schema(),
+                        "transitionsTo": {"type": "string", "description": "A step of the project."},
+                        "metadataPatch": {
+                            "type": "object",
+                            "properties": {
+                                "set": {"type": "object"},
+                                "setOnce": {"type": "object"},
+                                "unset": {"type": "array", "items": {"type": "string"}}
+                            },
+                            "additionalProperties": false,
+                            "description": "`set` overwrites keys, `setOnce` sets missing keys, \
+                                `unset` removes keys."
+                        },
+                        "attachments": attachments_schema(),
+                        "externalTraceId": trace_schema()
+                    },
+                    "required": ["description"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Exception => ToolSpec {
+                name: "report_exception",
+                toolset: TOOLSET,
+                description: "Log in the reviewer's inbox that something went wrong (never \
+                    waits for anyone). May move the session's task to another step.",
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string", "minLength": 1},
+                        "detail": detail_schema(),
+                        "transitionsTo": {"type": "string", "description": "A step of the project."},
+                        "externalTraceId": trace_schema()
+                    },
+                    "required": ["message"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Note => ToolSpec {
+                name: "add_note",
+                toolset: TOOLSET,
+                description: "Add a remark to the session's task in the reviewer's inbox \
+                    (never waits for anyone).",
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string", "minLength": 1},
+                        "externalTraceId": trace_schema()
+                    },
+                    "required": ["message"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Decision => ToolSpec {
+                name: "get_decision",
+                toolset: TOOLSET,
+                description: "Check once whether a request of this session was decided, and \
+                    read the decision. Not for waiting: after asking, end your turn; the \
+                    decision comes to you as a message.",
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "requestId": {"type": "string", "minLength": 1}
+                    },
+                    "required": ["requestId"],
+                    "additionalProperties": false
+                }),
+            },
+            Which::Guide => ToolSpec {
+                name: "inbox_guide",
+                toolset: TOOLSET,
+                description: "The guide to asking a human through the inbox: when to ask, how \
+                    to write the request, and what to do after asking. Read it before your \
+                    first request.",
+                parameters: json!({
+                    "type": "object",
+                    "properties": {},
+                    "additionalProperties": false
+                }),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_descriptions_point_to_the_guide() {
+        for which in [Which::Approval, Which::Elicitation] {
+            let spec = which.spec();
+            assert!(spec.description.contains(guide_pointer!()), "{}", spec.name);
+            assert!(spec.description.contains("END YOUR TURN"), "{}", spec.name);
+        }
+    }
+}
