@@ -827,3 +827,59 @@ async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_sty
     assert!(r.status().is_redirection(), "{}", r.status());
     assert_eq!(r.headers()["location"], "/inbox");
 }
+
+#[tokio::test]
+async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() {
+    let gw = start().await;
+    let task = gw.task("t", "default").await;
+    let command = gw
+        .approval(
+            &task,
+            "default",
+            json!({"summary": "Run rm -r build?", "keyValueContext": {"action": "command", "command": "rm -r build"}}),
+        )
+        .await;
+    let plain = gw
+        .approval(&task, "default", json!({"summary": "Ship it?"}))
+        .await;
+
+    let (_, page) = gw.page(&format!("/inbox/requests/{plain}")).await;
+    assert!(!page.contains("<select id=\"reason_code\""), "{page}");
+    assert!(page.contains("type=\"text\" id=\"reason_code\""), "{page}");
+
+    let (_, page) = gw.page(&format!("/inbox/requests/{command}")).await;
+    let start = page
+        .find("<select id=\"reason_code\" name=\"reason_code\"")
+        .unwrap_or_else(|| panic!("no scope choice: {page}"));
+    let select = &page[start..start + page[start..].find("</select>").unwrap()];
+    for code in ["once", "session", "always"] {
+        assert!(select.contains(&format!("value=\"{code}\"")), "{select}");
+    }
+    assert!(
+        select.contains("value=\"once\" selected"),
+        "once is the default: {select}"
+    );
+
+    let csrf = gw.csrf(&command).await;
+    let (status, _, body) = gw
+        .submit(
+            &format!("/inbox/requests/{command}/decide"),
+            &[
+                ("csrf_token", &csrf),
+                ("outcome", "APPROVE"),
+                ("reason_code", "session"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 303, "{body}");
+    let result = gw
+        .gw
+        .inbox
+        .request_view(&command)
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(result["outcome"]["type"], "APPROVE");
+    assert_eq!(result["outcome"]["reasonCode"], "session");
+}

@@ -55,12 +55,15 @@ pub(super) struct ApprovalDraft {
     pub reason_code: String,
 }
 
+/// `scopes`: instead of a free reason code, a choice among these `(code, label)` (a
+/// dangerous command's scope: once, for the session, always).
 pub(super) fn approval_form(
     id: &str,
     csrf: &str,
     draft: &ApprovalDraft,
     recommended: Option<OutcomeType>,
     error: Option<&str>,
+    scopes: Option<&[(&str, &str)]>,
 ) -> Markup {
     html! {
         form.card method="post" action={"/inbox/requests/" (id) "/decide"} id="decide" {
@@ -89,11 +92,23 @@ pub(super) fn approval_form(
                 label for="note" { "Note" }
                 textarea id="note" name="note" rows="3" maxlength="10000" { (draft.note) }
             }
-            div.field {
-                label for="reason_code" { "Reason code" }
-                p.help { "Optional, for machines: e.g. " code { "policy_violation" } }
-                input type="text" id="reason_code" name="reason_code" maxlength="200"
-                    value=(draft.reason_code) autocomplete="off";
+            @if let Some(scopes) = scopes {
+                div.field {
+                    label for="reason_code" { "If approved, allow" }
+                    p.help { "Sent as the reason code." }
+                    select id="reason_code" name="reason_code" {
+                        @for (code, label) in scopes {
+                            option value=(code) selected[draft.reason_code == *code] { (label) }
+                        }
+                    }
+                }
+            } @else {
+                div.field {
+                    label for="reason_code" { "Reason code" }
+                    p.help { "Optional, for machines: e.g. " code { "policy_violation" } }
+                    input type="text" id="reason_code" name="reason_code" maxlength="200"
+                        value=(draft.reason_code) autocomplete="off";
+                }
             }
             div.actions {
                 button type="submit" { "Submit decision" }

@@ -38,6 +38,28 @@ pub(super) struct FormState {
     pub field_errors: Vec<FieldError>,
 }
 
+/// How far the approval of a dangerous command reaches, sent as the outcome's reason code
+/// (the gateway's `tern_waits::command` makes it a grant; `once` first, the default).
+const COMMAND_SCOPES: &[(&str, &str)] = &[
+    ("once", "Once: this command, one time"),
+    (
+        "session",
+        "For this session: commands of this kind, for the rest of the agent's session",
+    ),
+    (
+        "always",
+        "Always: this exact command, from now on (added to the allowlist)",
+    ),
+];
+
+/// A dangerous command's approval request: its context says `action = command`.
+fn is_command(view: &RequestView) -> bool {
+    view.key_value_context
+        .as_ref()
+        .and_then(|c| c.get("action"))
+        .is_some_and(|a| a == "command")
+}
+
 pub(super) fn page(
     view: &RequestView,
     attachments: &[AttachmentInfo],
@@ -129,12 +151,13 @@ pub(super) fn page(
         @if pending {
             @match s.kind {
                 RequestKind::Approval => {
+                    @let scopes = is_command(view).then_some(COMMAND_SCOPES);
                     @let draft = state.draft.clone().unwrap_or_else(|| ApprovalDraft {
                         outcome: recommended,
                         note: String::new(),
-                        reason_code: String::new(),
+                        reason_code: scopes.map(|s| s[0].0.to_owned()).unwrap_or_default(),
                     });
-                    (forms::approval_form(&s.id, csrf, &draft, recommended, state.outcome_error.as_deref()))
+                    (forms::approval_form(&s.id, csrf, &draft, recommended, state.outcome_error.as_deref(), scopes))
                 }
                 RequestKind::Elicitation => {
                     @let values = state.answers.clone().unwrap_or_else(|| forms::prefill(&view.fields, &view.field_bids));
