@@ -789,6 +789,7 @@ pub mod grants;
 pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
 pub mod waits;
 pub use waits::{NewWait, Wait, WaitKind, WaitStatus};
+mod remote_inbox;
 
 #[cfg(test)]
 mod tests;
