@@ -54,8 +54,18 @@ pub const TOOLSET: &str = "inbox";
 /// The inbox project the sessions' tasks are created in unless configured otherwise.
 pub const DEFAULT_PROJECT: &str = tern_inbox::service::DEFAULT_PROJECT;
 
-/// Keys of a wait's `request` JSON that are not part of the create body.
-const META_KEYS: &[&str] = &["kind", "requestId", "attachmentFiles"];
+/// Keys of a wait's `request` JSON that belong in the create body (the rest is what the
+/// waits machinery keeps for itself: `kind`, `attachmentFiles`, a command's particulars).
+const BODY_KEYS: &[&str] = &[
+    "projectName",
+    "taskId",
+    "summary",
+    "keyValueContext",
+    "recommendation",
+    "fields",
+    "attachments",
+    "externalTraceId",
+];
 
 /// What the tools need; shared by every call (and by the gateway's upkeep for
 /// [`InboxTools::send_unsent`]).
@@ -124,9 +134,7 @@ impl InboxTools {
             return Err(SendError::Corrupt(wait.id.clone()));
         };
         let files = body.get("attachmentFiles").cloned();
-        for key in META_KEYS {
-            body.remove(*key);
-        }
+        body.retain(|k, _| BODY_KEYS.contains(&k.as_str()));
         let task = self
             .client
             .session_task(&wait.session_id, &self.project)

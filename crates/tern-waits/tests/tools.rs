@@ -870,3 +870,50 @@ async fn the_guide_is_a_tool_and_the_request_tools_point_to_it() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_upkeep_also_sends_a_command_wait_a_crash_left_without_its_request() {
+    let env = env().await;
+    // As `command::InboxApprover` records it, then a crash before the request existed.
+    let asked = json!({
+        "kind": "command",
+        "summary": "Run a dangerous command: git push --force",
+        "keyValueContext": {"action": "command", "command": "git push --force"},
+        "command": "git push --force",
+        "workdir": ".",
+        "patternKey": "git_force_push",
+    });
+    let (wait, _) = env
+        .store
+        .create_wait(&tern_store::NewWait {
+            session_id: "s1",
+            idem_key: "tern-wait:s1:call_t",
+            tool_call_id: Some("call_t"),
+            kind: WaitKind::Command,
+            request: &asked.to_string(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(env.tools.send_unsent().await.unwrap(), 1);
+    let request_id = env
+        .store
+        .wait(&wait.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .request_id
+        .unwrap();
+    let view = env.inbox.request_view(&request_id).await.unwrap();
+    assert_eq!(
+        view.summary.summary,
+        "Run a dangerous command: git push --force"
+    );
+    assert_eq!(
+        view.key_value_context.unwrap()["command"],
+        "git push --force"
+    );
+    let created = env.created();
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].kind, "command");
+    assert_eq!(created[0].request_id, request_id);
+}
