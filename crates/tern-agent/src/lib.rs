@@ -151,6 +151,18 @@ impl QueueTicket {
     async fn wait(self) -> tokio::sync::OwnedMutexGuard<()> {
         self.wait.await
     }
+
+    /// Waits until this ticket is at the head of its session's queue (the turns admitted
+    /// before it have finished) and keeps the place: a turn run with the returned ticket
+    /// starts at once, and no other turn of the session runs in between. The resumer of a
+    /// durable wait appends its decision there, so that it never lands inside another turn.
+    pub async fn ready(self) -> QueueTicket {
+        let guard = self.wait.await;
+        QueueTicket {
+            session_id: self.session_id,
+            wait: Box::pin(std::future::ready(guard)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

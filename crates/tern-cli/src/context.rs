@@ -62,6 +62,15 @@ pub fn tool_limits(eff: &Effective) -> ToolLimits {
 
 /// The agent; a missing model configuration is kept as the error message a turn reports.
 pub fn build_agent(eff: &Effective, store: Store) -> anyhow::Result<Agent> {
+    build_agent_with(eff, store, Registry::builtin())
+}
+
+/// [`build_agent`] with the tools of `registry` (the gateway adds the `inbox` toolset).
+pub fn build_agent_with(
+    eff: &Effective,
+    store: Store,
+    registry: Registry,
+) -> anyhow::Result<Agent> {
     let (llm, model, stream) = match eff.resolved_model() {
         Ok(m) => {
             let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
@@ -75,7 +84,7 @@ pub fn build_agent(eff: &Effective, store: Store) -> anyhow::Result<Agent> {
     Ok(Agent::new(
         store,
         llm,
-        Arc::new(Registry::builtin()),
+        Arc::new(registry),
         AgentSettings {
             model,
             max_iterations: eff.config.agent.max_iterations,

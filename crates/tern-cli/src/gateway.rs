@@ -13,9 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, InboxSettings, Serve, auth};
+use tern_gateway::{
+    Authenticator, Gateway, GatewaySettings, InboxSettings, Serve, WaitsSetup, auth,
+};
 use tern_tools::approval::Grants;
 use tern_tools::{Approver, DenyAll};
+use tern_waits::client::{EmbeddedInbox, InboxClient};
+use tern_waits::tools::InboxTools;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{GatewayArgs, KeysCommand, LogFormat};
@@ -72,6 +76,20 @@ fn tune_allocator() {
     }
 }
 
+/// The gateway's toolsets: `[agent] toolsets`, plus `inbox` while that key is left at its
+/// default — the gateway is where agents ask humans and are resumed. A user who sets
+/// `toolsets` chooses exactly: list `inbox` there to keep it, leave it out to go without.
+/// (`tern chat` and `tern ask` have no resumer, so they never offer it.)
+fn gateway_toolsets(eff: &tern_config::Effective) -> Vec<String> {
+    let mut toolsets = eff.config.agent.toolsets.clone();
+    if eff.source("agent.toolsets") == tern_config::Source::Default
+        && !toolsets.iter().any(|t| t == tern_waits::tools::TOOLSET)
+    {
+        toolsets.push(tern_waits::tools::TOOLSET.to_owned());
+    }
+    toolsets
+}
+
 pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<ExitCode> {
     tune_allocator();
     let (home, eff) = context::load_config(home)?;
@@ -107,8 +125,6 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             String::new()
         }
     };
-    let agent = Arc::new(context::build_agent(&eff, store.clone())?.with_hooks(hooks.clone()));
-
     let server_key = context::env_var("TERN_SERVER_KEY").filter(|k| !k.is_empty());
     let authenticator = Authenticator::new(store.clone(), server_key.as_deref())?;
     if let Some(path) = auth::ensure_first_key(&store, &home.root, server_key.is_some()).await? {
@@ -158,6 +174,23 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let inbox = inbox
         .with_policy(policy)
         .with_notifications(tern_inbox::notify::Notifications::new(targets, &public_url));
+    // Durable waits use this gateway's own inbox: the `inbox` tools create requests in it
+    // (with its policy and notifications) and the embedded follower hears its decisions.
+    let inbox_client: Arc<dyn InboxClient> =
+        Arc::new(EmbeddedInbox::new(inbox.clone()).with_uploads(
+            tern_inbox::uploads::UploadDir::new(home.root.join("uploads")),
+            inbox_config.max_upload_bytes,
+        ));
+    let inbox_tools = Arc::new(InboxTools::new(
+        store.clone(),
+        inbox_client.clone(),
+        hooks.clone(),
+    ));
+    let mut registry = tern_tools::Registry::builtin();
+    tern_waits::tools::register(&mut registry, inbox_tools.clone());
+    let agent = Arc::new(
+        context::build_agent_with(&eff, store.clone(), registry)?.with_hooks(hooks.clone()),
+    );
     let gw = Gateway::with_inbox(
         agent,
         authenticator,
@@ -167,7 +200,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             max_body_bytes: g.max_body_bytes,
             drain_timeout: Duration::from_secs(g.drain_timeout_secs),
             workdir: std::env::current_dir().context("reading the current directory")?,
-            toolsets: eff.config.agent.toolsets.clone(),
+            toolsets: gateway_toolsets(&eff),
             model,
         },
         inbox,
@@ -177,6 +210,13 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             public_url: inbox_config.public_url.clone(),
         },
     );
+    gw.set_waits(WaitsSetup {
+        client: inbox_client,
+        tools: Some(inbox_tools),
+        follow_embedded: true,
+        keep_on_reset: inbox_config.keep_waits_on_reset,
+        command_hook: None,
+    });
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();

@@ -84,11 +84,15 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         SessionsCommand::Show { id, json } => {
             let s = resolve(&store, &id).await?;
             let msgs = store.messages(&s.id).await?;
+            // The open waits: what the session is `waiting` for.
+            let waits = store.session_waits(&s.id, true).await?;
             if json {
                 writeln!(
                     out,
                     "{}",
-                    serde_json::to_string_pretty(&json!({"session": s, "messages": msgs}))?
+                    serde_json::to_string_pretty(
+                        &json!({"session": s, "waits": waits, "messages": msgs})
+                    )?
                 )?;
             } else {
                 writeln!(out, "session {}", s.id)?;
@@ -117,6 +121,12 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     s.completion_tokens,
                     msgs.len()
                 )?;
+                if !waits.is_empty() {
+                    writeln!(out, "waiting for {} decision(s):", waits.len())?;
+                    for w in &waits {
+                        write_wait(&mut out, w)?;
+                    }
+                }
                 for m in &msgs {
                     writeln!(out)?;
                     write_message(&mut out, m)?;
@@ -145,6 +155,22 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         }
         SessionsCommand::Delete { id } => {
             let s = resolve(&store, &id).await?;
+            // Its waits end with it; their requests in this home's inbox are withdrawn
+            // (best effort: a request in a remote inbox is the gateway's to withdraw).
+            let inbox = tern_inbox::Inbox::new(store.clone());
+            for w in store.cancel_waits(&s.id).await? {
+                if let Some(rid) = &w.request_id
+                    && let Err(e) = inbox
+                        .withdraw_request(
+                            tern_waits::client::EMBEDDED_OWNER,
+                            rid,
+                            Some("session deleted"),
+                        )
+                        .await
+                {
+                    eprintln!("note: request {rid} was not withdrawn: {e}");
+                }
+            }
             store.delete_session(&s.id).await?;
             eprintln!("deleted session {}", s.id);
         }
@@ -176,6 +202,23 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn write_wait(out: &mut impl Write, w: &tern_store::Wait) -> std::io::Result<()> {
+    let request: serde_json::Value = serde_json::from_str(&w.request).unwrap_or_default();
+    let summary = request
+        .get("summary")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("");
+    writeln!(
+        out,
+        "  {:<11}  {:<7}  request {}  since {}  {}",
+        w.kind.as_str(),
+        w.status.as_str(),
+        w.request_id.as_deref().unwrap_or("(not sent yet)"),
+        when(w.created_at),
+        one_line(summary, 120)
+    )
 }
 
 fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {

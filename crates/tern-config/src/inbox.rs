@@ -4,6 +4,7 @@
 //! [inbox]
 //! public_url = "https://inbox.example"   # base of links; default: the gateway's address
 //! max_upload_bytes = 26214400             # 25 MiB
+//! keep_waits_on_reset = false             # true: a reset session's open waits resume its successor
 //!
 //! [inbox.policy]
 //! expires_after = "2h"                    # off unless set
@@ -71,6 +72,10 @@ pub struct InboxConfig {
     /// `[[inbox.projects]]`: projects the gateway creates at start when missing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub projects: Vec<InboxProjectConfig>,
+    /// Whether a session reset keeps its open waits (their decisions then resume the
+    /// successor session) instead of cancelling them and withdrawing their requests.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub keep_waits_on_reset: bool,
 }
 
 impl Default for InboxConfig {
@@ -81,6 +86,7 @@ impl Default for InboxConfig {
             policy: InboxPolicyConfig::default(),
             notify: Vec::new(),
             projects: Vec::new(),
+            keep_waits_on_reset: false,
         }
     }
 }
@@ -593,6 +599,28 @@ secret = "0123456789abcdef-secret"
 name = "refunds"
 steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HUMAN" }]
 "#;
+
+    #[test]
+    fn keep_waits_on_reset_is_off_unless_set() {
+        let (_d, home) = home_with("");
+        assert!(
+            !load(&home, &no_env)
+                .unwrap()
+                .config
+                .inbox
+                .keep_waits_on_reset
+        );
+        let (_d, home) = home_with("[inbox]\nkeep_waits_on_reset = true\n");
+        assert!(
+            load(&home, &no_env)
+                .unwrap()
+                .config
+                .inbox
+                .keep_waits_on_reset
+        );
+        let e = load_error("[inbox]\nkeep_waits_on_reset = \"yes\"\n");
+        assert!(e.contains("invalid type"), "{e}");
+    }
 
     #[test]
     fn defaults_without_an_inbox_section() {

@@ -151,8 +151,12 @@ pub(crate) async fn get_session(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let s = session_or_404(&gw, &id).await?;
+    // The open waits (pending or ready): what the session is `waiting` for.
+    let waits = gw.store.session_waits(&id, true).await?;
+    let mut session = session_json(&s);
+    session["waits"] = waits.iter().map(crate::waits::wait_json).collect();
     Ok(axum::Json(
-        json!({"object": "hermes.session", "session": session_json(&s)}),
+        json!({"object": "hermes.session", "session": session}),
     ))
 }
 
@@ -193,6 +197,9 @@ pub(crate) async fn delete_session(
             "A turn is running on this session; stop it first (POST /api/sessions/{id}/stop)",
         ));
     }
+    // Its waits end with it: cancelled, their requests withdrawn on the inbox's timeline.
+    gw.end_waits(&id, &s.source, None, "session deleted")
+        .await?;
     gw.store.delete_session(&id).await?;
     gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
         session_id: s.id.clone(),
@@ -509,7 +516,6 @@ pub(crate) async fn reset(
         ));
     }
     gw.store.set_status(&id, SessionStatus::Ended).await?;
-    drop(closing);
     let new = gw
         .store
         .create_session(NewSession {
@@ -521,6 +527,12 @@ pub(crate) async fn reset(
             system_prompt: old.system_prompt.clone(),
         })
         .await?;
+    // Its open waits are cancelled and withdrawn, or follow it to the successor with
+    // `[inbox] keep_waits_on_reset = true`.
+    gw.end_waits(&old.id, &old.source, Some(&new.id), "session reset")
+        .await?;
+    // Only now: a resume queued for the old session must not deliver into it meanwhile.
+    drop(closing);
     gw.hooks.emit(HookEvent::SessionReset(SessionReset {
         session_id: old.id.clone(),
         source: old.source.clone(),

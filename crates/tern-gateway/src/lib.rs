@@ -29,6 +29,7 @@ mod reviewer_api;
 mod reviewer_auth;
 pub mod turns;
 mod uploads_api;
+mod waits;
 mod web;
 
 use std::path::PathBuf;
@@ -53,6 +54,7 @@ pub use auth::Authenticator;
 pub use error::ApiError;
 pub use inbox_settings::InboxSettings;
 pub use turns::TurnManager;
+pub use waits::{GatewayRunner, WaitsSetup};
 
 /// Settings of a running gateway.
 #[derive(Clone, Debug)]
@@ -83,6 +85,8 @@ pub struct Gateway {
     /// Cancelled when the gateway starts shutting down, to end long-lived responses (the web
     /// inbox's event streams) that would otherwise hold the server open.
     pub(crate) closing: tokio_util::sync::CancellationToken,
+    /// Durable waits: which inbox they use, and the resumer once upkeep started it.
+    pub(crate) waits: waits::GatewayWaits,
 }
 
 /// What a gateway serves.
@@ -132,6 +136,7 @@ impl Gateway {
     ) -> Arc<Self> {
         Arc::new(Self {
             store: agent.store().clone(),
+            waits: waits::GatewayWaits::new(&inbox),
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -148,6 +153,9 @@ impl Gateway {
     pub fn spawn_upkeep(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         // The inbox's notification worker and expiry sweeper (see `inbox_upkeep`).
         inbox_upkeep::spawn(self.inbox.clone(), stop.clone());
+        // Durable waits: the resumer (recovering decisions a crash left unanswered first)
+        // and the follower of decisions.
+        self.spawn_waits(&stop);
         tokio::spawn(self.turns.clone().trim_when_idle(stop));
     }
 

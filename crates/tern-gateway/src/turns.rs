@@ -122,6 +122,25 @@ impl TurnManager {
             .map_err(|_| ApiError::busy(1))
     }
 
+    /// [`TurnManager::permit`] that waits for a place instead of answering 429 (the resumes
+    /// of durable waits: a decision is never refused); 503 once draining.
+    pub async fn permit_wait(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        if self.inner().draining {
+            return Err(ApiError::shutting_down());
+        }
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            // The semaphore is never closed.
+            .map_err(|_| ApiError::shutting_down())?;
+        if self.inner().draining {
+            return Err(ApiError::shutting_down());
+        }
+        Ok(permit)
+    }
+
     /// Registers a turn for `session` with its permit.
     pub fn register(
         self: &Arc<Self>,
