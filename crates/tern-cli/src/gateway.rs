@@ -19,6 +19,7 @@ use tern_gateway::{
 use tern_tools::approval::Grants;
 use tern_tools::{Approver, DenyAll};
 use tern_waits::client::{EmbeddedInbox, InboxClient};
+use tern_waits::command::InboxApprover;
 use tern_waits::tools::InboxTools;
 use tokio_util::sync::CancellationToken;
 
@@ -135,14 +136,6 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         );
     }
 
-    let approver: Arc<dyn Approver> = Arc::new(Grants::new(
-        Arc::new(DenyAll {
-            reason: "nobody sits at a terminal in the gateway; allowlist the command in \
-                     config.toml or allow it with a pre_tool_call hook"
-                .into(),
-        }),
-        eff.config.approvals.allowlist.clone(),
-    ));
     let g = &eff.config.gateway;
     let listen = args.listen.clone().unwrap_or_else(|| g.listen.clone());
     let listener = tokio::net::TcpListener::bind(&listen)
@@ -186,6 +179,36 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         inbox_client.clone(),
         hooks.clone(),
     ));
+    // Dangerous commands go to the inbox for approval, with durable grants
+    // (tern_waits::command). `--inbox-only` runs no agent: nothing to approve there.
+    let command_approver = (!args.inbox_only).then(|| {
+        Arc::new(
+            InboxApprover::new(
+                store.clone(),
+                inbox_client.clone(),
+                eff.config.approvals.allowlist.clone(),
+            )
+            .with_hooks(hooks.clone())
+            .with_home(home.clone()),
+        )
+    });
+    let approver: Arc<dyn Approver> = match &command_approver {
+        Some(a) => {
+            // `always` approvals recorded while the config file could not be written.
+            if let Err(e) = a.sync_allowlist().await {
+                tracing::warn!(error = %e, "cannot read the always-approved commands");
+            }
+            a.clone()
+        }
+        None => Arc::new(Grants::new(
+            Arc::new(DenyAll {
+                reason: "nobody sits at a terminal in the gateway; allowlist the command in \
+                         config.toml or allow it with a pre_tool_call hook"
+                    .into(),
+            }),
+            eff.config.approvals.allowlist.clone(),
+        )),
+    };
     let mut registry = tern_tools::Registry::builtin();
     tern_waits::tools::register(&mut registry, inbox_tools.clone());
     let agent = Arc::new(
@@ -215,7 +238,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         tools: Some(inbox_tools),
         follow_embedded: true,
         keep_on_reset: inbox_config.keep_waits_on_reset,
-        command_hook: None,
+        command_hook: command_approver.map(tern_waits::command::resume_hook),
     });
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 

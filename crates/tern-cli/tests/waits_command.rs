@@ -1,0 +1,372 @@
+//! Dangerous commands through the inbox, end to end: a real `tern gateway` process, the fake
+//! model, and decisions made with `tern inbox approve|reject` from another process. The
+//! command's effect is a line it appends to a file, so the tests see whether and how often
+//! it really ran.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tern_fake_model::{FakeModel, Reply};
+
+/// Generous bounds for what a test waits for; they only turn a hang into a failure.
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    dir: tempfile::TempDir,
+    fake: FakeModel,
+}
+
+struct Running {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Env {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        Self {
+            dir,
+            fake: FakeModel::start().await.unwrap(),
+        }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    fn tern(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
+        for k in [
+            "OPENAI_API_KEY",
+            "TERN_SERVER_KEY",
+            "TERN_LOG",
+            "TERN_INBOX_URL",
+            "TERN_INBOX_TOKEN",
+            "TERN_API_KEY",
+        ] {
+            c.env_remove(k);
+        }
+        c.env("TERN_HOME", self.home())
+            .env("OPENAI_BASE_URL", self.fake.base_url())
+            .env("TERN_MODEL", "fake-model")
+            .current_dir(self.work())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Starts the gateway and waits until it listens and has written its admin file.
+    fn gateway(&self) -> Running {
+        let admin = self.home().join("inbox-admin.json");
+        let _ = std::fs::remove_file(&admin);
+        let mut child = self
+            .tern()
+            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "tern gateway listening"
+                {
+                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
+                }
+                lines.push(line);
+            }
+            let _ = tx.send(Err(lines.join("\n")));
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
+            Err(_) => panic!("the gateway did not start"),
+        };
+        for _ in 0..600 {
+            if let Ok(text) = std::fs::read_to_string(&admin)
+                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Running {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
+    fn key(&self) -> String {
+        std::fs::read_to_string(self.home().join("gateway.key"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// `tern inbox ARGS…`, which must succeed.
+    fn inbox(&self, args: &[&str]) -> Output {
+        let o = self.tern().arg("inbox").args(args).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "tern inbox {args:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    }
+
+    /// How many times the command of `marker` ran: the lines it appended.
+    fn runs(&self, marker: &str) -> usize {
+        std::fs::read_to_string(self.work().join("ran.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == marker)
+            .count()
+    }
+
+    /// Waits until the fake model has received `n` requests in all.
+    async fn model_requests(&self, n: usize) -> Vec<tern_fake_model::Recorded> {
+        self.fake
+            .wait_requests(n, WAIT)
+            .await
+            .unwrap_or_else(|| panic!("the model did not get {n} requests"))
+    }
+}
+
+/// A dangerous command (a recursive delete) whose run leaves a line `marker` in `ran.log`.
+fn command(marker: &str) -> String {
+    format!("mkdir -p junk-{marker} && echo {marker} >> ran.log && rm -r junk-{marker}")
+}
+
+fn terminal(call: &str, cmd: &str) -> Reply {
+    Reply::tool_call(call, "terminal", json!({ "command": cmd }).to_string())
+}
+
+struct Api {
+    url: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn session(&self) -> String {
+        let r = self
+            .http
+            .post(format!("{}/api/sessions", self.url))
+            .bearer_auth(&self.key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["session"]["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn chat(&self, id: &str, message: &str) -> Value {
+        let r = self
+            .http
+            .post(format!("{}/api/sessions/{id}/chat", self.url))
+            .bearer_auth(&self.key)
+            .json(&json!({ "message": message }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.unwrap()
+    }
+
+    async fn status(&self, id: &str) -> String {
+        let r = self
+            .http
+            .get(format!("{}/api/sessions/{id}", self.url))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["session"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits (bounded) until the resumed turn has ended: the session is idle, or waiting
+    /// when the turn asked again.
+    async fn until_settled(&self, id: &str) {
+        for _ in 0..600 {
+            if matches!(self.status(id).await.as_str(), "idle" | "waiting") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the turn of session {id} did not end");
+    }
+}
+
+/// The tool result the model got for `call`, found in its last request.
+fn tool_result(req: &tern_fake_model::Recorded, call: &str) -> String {
+    req.messages()
+        .iter()
+        .find(|m| m["tool_call_id"] == call)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no result for {call}"))
+        .to_owned()
+}
+
+/// The request id the pending denial names.
+fn request_id(result: &str) -> String {
+    let rest = result
+        .split("request ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no request id in {result}"));
+    rest.split_whitespace().next().unwrap().to_owned()
+}
+
+/// One turn: the model runs `cmd` (call `call`), is told it awaits approval, and ends the
+/// turn. Returns the request id and the session's status after the turn.
+async fn ask(e: &Env, api: &Api, session: &str, call: &str, cmd: &str) -> String {
+    let before = e.fake.requests().len();
+    e.fake.push(terminal(call, cmd));
+    e.fake.push(Reply::text("Waiting for the approval."));
+    api.chat(session, "clean up").await;
+    let reqs = e.model_requests(before + 2).await;
+    let result = tool_result(&reqs[before + 1], call);
+    assert!(
+        result.contains("needs a human's approval") && result.contains("End your turn now"),
+        "{result}"
+    );
+    assert_eq!(api.status(session).await, "waiting");
+    request_id(&result)
+}
+
+#[tokio::test]
+async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
+    let e = Env::new().await;
+    let gw = e.gateway();
+    let api = Api {
+        url: gw.url.clone(),
+        key: e.key(),
+        http: reqwest::Client::new(),
+    };
+    let session = api.session().await;
+    let cmd = command("a");
+    let id = ask(&e, &api, &session, "c1", &cmd).await;
+    assert_eq!(e.runs("a"), 0, "not run while waiting");
+    let shown = e.inbox(&["show", &id, "--json"]);
+    let view: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(view["keyValueContext"]["action"], "command");
+    assert_eq!(view["keyValueContext"]["command"], cmd.as_str());
+
+    // The resumed turn runs the command again (a new call), then tries it a third time.
+    let before = e.fake.requests().len();
+    e.fake.push(terminal("c2", &cmd));
+    e.fake.push(terminal("c3", &cmd));
+    e.fake.push(Reply::text("Done."));
+    e.inbox(&["approve", &id]);
+    let reqs = e.model_requests(before + 3).await;
+    api.until_settled(&session).await;
+    let decision = reqs[before].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        decision.contains(&id) && decision.contains("APPROVE"),
+        "{decision}"
+    );
+    assert_eq!(e.runs("a"), 1, "approved once: ran once");
+    assert!(!e.work().join("junk-a").exists());
+    let third = tool_result(&reqs[before + 2], "c3");
+    assert!(
+        third.contains("needs a human's approval"),
+        "once is once: {third}"
+    );
+    assert_ne!(request_id(&third), id);
+    assert_eq!(e.runs("a"), 1);
+
+    // A rejection: the resumed agent is told not to retry, and the command never runs.
+    let session = api.session().await;
+    let cmd = command("b");
+    let id = ask(&e, &api, &session, "r1", &cmd).await;
+    let before = e.fake.requests().len();
+    e.fake.push(Reply::text("Understood, I will not run it."));
+    e.inbox(&["reject", &id, "--note", "not today"]);
+    let reqs = e.model_requests(before + 1).await;
+    api.until_settled(&session).await;
+    let decision = reqs[before].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(decision.contains("REJECT"), "{decision}");
+    assert!(
+        decision.to_lowercase().contains("do not retry")
+            || decision.contains("Do not run it again"),
+        "the agent is told not to retry: {decision}"
+    );
+    assert_eq!(e.runs("b"), 0);
+    assert!(!e.work().join("junk-b").exists(), "never ran");
+}
+
+#[tokio::test]
+async fn for_this_session_covers_the_pattern_and_once_does_not() {
+    let e = Env::new().await;
+    let gw = e.gateway();
+    let api = Api {
+        url: gw.url.clone(),
+        key: e.key(),
+        http: reqwest::Client::new(),
+    };
+
+    for (scope, second_runs) in [("once", false), ("session", true)] {
+        let session = api.session().await;
+        let first = command(&format!("{scope}-1"));
+        let second = command(&format!("{scope}-2"));
+        let id = ask(&e, &api, &session, "c1", &first).await;
+        let before = e.fake.requests().len();
+        // Resumed: the approved command, then another one of the same kind.
+        e.fake.push(terminal("c2", &first));
+        e.fake.push(terminal("c3", &second));
+        e.fake.push(Reply::text("Done."));
+        e.inbox(&["approve", &id, "--reason-code", scope]);
+        let reqs = e.model_requests(before + 3).await;
+        api.until_settled(&session).await;
+        assert_eq!(e.runs(&format!("{scope}-1")), 1, "{scope}");
+        let result = tool_result(&reqs[before + 2], "c3");
+        assert_eq!(
+            e.runs(&format!("{scope}-2")),
+            usize::from(second_runs),
+            "{scope}: {result}"
+        );
+        assert_eq!(
+            result.contains("needs a human's approval"),
+            !second_runs,
+            "{scope}: {result}"
+        );
+
+        // The session grant is the session's: a new session asks again.
+        if scope == "session" {
+            let other = api.session().await;
+            ask(&e, &api, &other, "c1", &command("elsewhere")).await;
+            assert_eq!(e.runs("elsewhere"), 0);
+        }
+    }
+}
