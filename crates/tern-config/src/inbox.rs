@@ -5,6 +5,9 @@
 //! public_url = "https://inbox.example"   # base of links; default: the gateway's address
 //! max_upload_bytes = 26214400             # 25 MiB
 //! keep_waits_on_reset = false             # true: a reset session's open waits resume its successor
+//! url = "https://inbox.example"          # remote mode: the waits use this inbox (outbound only)
+//! key = "…"                               # its agent key (or TERN_INBOX_KEY)
+//! poll_interval = "30s"                   # remote: how often to check in (feed long-poll, or polling)
 //!
 //! [inbox.policy]
 //! expires_after = "2h"                    # off unless set
@@ -76,6 +79,78 @@ pub struct InboxConfig {
     /// successor session) instead of cancelling them and withdrawing their requests.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub keep_waits_on_reset: bool,
+    /// Remote mode: the inbox the waits use (another tern gateway, e.g. one run with
+    /// `--inbox-only`, or any Pump Up server), followed through outbound connections only;
+    /// unset: this gateway's own inbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The agent key for `url` (the environment's `TERN_INBOX_KEY` wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<InboxKey>,
+    /// Remote mode: how long one long-poll of the decisions feed lasts (at most 30 s), or,
+    /// against a server without the feed, how often each open request's result is read.
+    pub poll_interval: String,
+}
+
+/// The default of `inbox.poll_interval`.
+pub const DEFAULT_POLL_INTERVAL: &str = "30s";
+
+/// An agent key, never shown whole (not in `Debug`, not by `tern config show`).
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct InboxKey(pub String);
+
+impl InboxKey {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for InboxKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&mask_secret(&self.0))
+    }
+}
+
+/// `[inbox] url`, `key` and `poll_interval` checked for use: the waits' remote inbox.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RemoteInboxConfig {
+    /// Without a trailing slash.
+    pub url: String,
+    pub key: String,
+    pub poll_interval: Duration,
+}
+
+// Hand-written so the key never ends up in logs.
+impl fmt::Debug for RemoteInboxConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteInboxConfig")
+            .field("url", &mask_url(&self.url))
+            .field("key", &mask_secret(&self.key))
+            .field("poll_interval", &self.poll_interval)
+            .finish()
+    }
+}
+
+impl InboxConfig {
+    /// The remote inbox when `url` is set. Validated at load, so an error here means the
+    /// values were changed afterwards.
+    pub fn remote(&self) -> Result<Option<RemoteInboxConfig>, String> {
+        let Some(url) = &self.url else {
+            return Ok(None);
+        };
+        let key = self
+            .key
+            .as_ref()
+            .map(|k| k.expose().trim())
+            .filter(|k| !k.is_empty())
+            .ok_or("inbox.key (or TERN_INBOX_KEY) must be set when inbox.url is")?;
+        Ok(Some(RemoteInboxConfig {
+            url: url.trim().trim_end_matches('/').to_owned(),
+            key: key.to_owned(),
+            poll_interval: parse_duration(&self.poll_interval)?,
+        }))
+    }
 }
 
 impl Default for InboxConfig {
@@ -87,6 +162,9 @@ impl Default for InboxConfig {
             notify: Vec::new(),
             projects: Vec::new(),
             keep_waits_on_reset: false,
+            url: None,
+            key: None,
+            poll_interval: DEFAULT_POLL_INTERVAL.to_owned(),
         }
     }
 }
@@ -300,6 +378,25 @@ pub(crate) fn validate_inbox(c: &InboxConfig, config_path: &Path) -> Result<(), 
             format!("{url:?} is not a URL (it must start with http:// or https://)"),
         ));
     }
+    if let Some(url) = &c.url
+        && !is_http_url(url.trim())
+    {
+        return Err(invalid(
+            "inbox.url",
+            format!(
+                "{:?} is not a URL (it must start with http:// or https://)",
+                mask_url(url)
+            ),
+        ));
+    }
+    if c.url.is_some() && c.key.as_ref().is_none_or(|k| k.expose().trim().is_empty()) {
+        return Err(invalid(
+            "inbox.key",
+            "must be set when inbox.url is: the agent key of that inbox (or set TERN_INBOX_KEY)"
+                .to_owned(),
+        ));
+    }
+    parse_duration(&c.poll_interval).map_err(|e| invalid("inbox.poll_interval", e))?;
     if c.max_upload_bytes < 1 {
         return Err(invalid(
             "inbox.max_upload_bytes",
@@ -599,6 +696,82 @@ secret = "0123456789abcdef-secret"
 name = "refunds"
 steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HUMAN" }]
 "#;
+
+    #[test]
+    fn the_remote_inbox_is_off_unless_a_url_is_set() {
+        let (_d, home) = home_with("");
+        let c = load(&home, &no_env).unwrap().config.inbox;
+        assert_eq!(c.remote().unwrap(), None);
+        assert_eq!(c.poll_interval, "30s");
+    }
+
+    #[test]
+    fn the_remote_inbox_takes_its_key_from_the_file_or_the_environment() {
+        let toml = "[inbox]\nurl = \"http://inbox.example:8642/\"\nkey = \"file-key-0123456789\"\n";
+        let (_d, home) = home_with(toml);
+        let eff = load(&home, &no_env).unwrap();
+        let remote = eff.config.inbox.remote().unwrap().unwrap();
+        assert_eq!(remote.url, "http://inbox.example:8642");
+        assert_eq!(remote.key, "file-key-0123456789");
+        assert_eq!(remote.poll_interval, Duration::from_secs(30));
+        assert_eq!(eff.source("inbox.key"), crate::Source::File);
+        // Neither Debug nor `tern config show` shows the key.
+        assert!(!format!("{:?}", eff.config).contains("file-key-0123456789"));
+        assert!(!format!("{remote:?}").contains("file-key-0123456789"));
+        let shown = crate::render_masked(&eff);
+        assert!(!shown.contains("file-key-0123456789"), "{shown}");
+        assert!(shown.contains("key = \"fil…6789\""), "{shown}");
+        assert!(
+            shown.contains("url = \"http://inbox.example:8642\""),
+            "{shown}"
+        );
+        assert!(shown.contains("poll_interval = \"30s\""), "{shown}");
+
+        let env = |k: &str| (k == crate::ENV_INBOX_KEY).then(|| "env-key-0123456789".to_owned());
+        let eff = load(&home, &env).unwrap();
+        assert_eq!(
+            eff.config.inbox.remote().unwrap().unwrap().key,
+            "env-key-0123456789"
+        );
+        assert_eq!(
+            eff.source("inbox.key"),
+            crate::Source::Env(crate::ENV_INBOX_KEY)
+        );
+
+        // Only the environment's key: fine too.
+        let (_d, home) =
+            home_with("[inbox]\nurl = \"https://inbox.example\"\npoll_interval = \"1m\"\n");
+        let remote = load(&home, &env)
+            .unwrap()
+            .config
+            .inbox
+            .remote()
+            .unwrap()
+            .unwrap();
+        assert_eq!(remote.key, "env-key-0123456789");
+        assert_eq!(remote.poll_interval, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_bad_remote_inbox_is_refused_with_its_key() {
+        let e = load_error("[inbox]\nurl = \"https://inbox.example\"\n");
+        assert!(e.contains("inbox.key in "), "{e}");
+        assert!(e.contains("TERN_INBOX_KEY"), "{e}");
+        let e = load_error("[inbox]\nurl = \"https://inbox.example\"\nkey = \"  \"\n");
+        assert!(e.contains("inbox.key in "), "{e}");
+        let e = load_error("[inbox]\nurl = \"inbox.example\"\nkey = \"k\"\n");
+        assert!(e.contains("inbox.url in "), "{e}");
+        let e = load_error("[inbox]\npoll_interval = \"soon\"\n");
+        assert!(e.contains("inbox.poll_interval in "), "{e}");
+        let e = load_error("[inbox]\npoll_interval = \"0s\"\n");
+        assert!(e.contains("inbox.poll_interval in "), "{e}");
+        // An empty url means unset.
+        let (_d, home) = home_with("[inbox]\nurl = \"\"\n");
+        assert_eq!(
+            load(&home, &no_env).unwrap().config.inbox.remote().unwrap(),
+            None
+        );
+    }
 
     #[test]
     fn keep_waits_on_reset_is_off_unless_set() {

@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize};
 
 mod inbox;
 pub use inbox::{
-    AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxNotifyConfig,
-    InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig, parse_duration,
+    AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxKey,
+    InboxNotifyConfig, InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig,
+    RemoteInboxConfig, parse_duration,
 };
 
 /// Environment variable naming the tern home directory.
@@ -39,6 +40,8 @@ pub const ENV_BASE_URL: &str = "OPENAI_BASE_URL";
 pub const ENV_API_KEY: &str = "OPENAI_API_KEY";
 /// Environment variable with the model name.
 pub const ENV_MODEL: &str = "TERN_MODEL";
+/// The agent key of a remote inbox (`[inbox] key`).
+pub const ENV_INBOX_KEY: &str = "TERN_INBOX_KEY";
 /// Endpoint used when only an API key is given, matching the OpenAI SDK.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -467,6 +470,9 @@ pub const KEYS: &[&str] = &[
     "gateway.drain_timeout_secs",
     "inbox.public_url",
     "inbox.max_upload_bytes",
+    "inbox.url",
+    "inbox.key",
+    "inbox.poll_interval",
 ];
 
 /// The configuration in force after all layers are applied.
@@ -631,6 +637,23 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         }
     }
 
+    if let Some(url) = &mut config.inbox.url {
+        let trimmed = url.trim().trim_end_matches('/');
+        if trimmed.is_empty() {
+            config.inbox.url = None;
+        } else if trimmed.len() != url.len() {
+            *url = trimmed.to_owned();
+        }
+    }
+    if config
+        .inbox
+        .key
+        .as_ref()
+        .is_some_and(|k| k.expose().trim().is_empty())
+    {
+        config.inbox.key = None;
+    }
+
     let mut sources: BTreeMap<&'static str, Source> = KEYS
         .iter()
         .map(|&k| {
@@ -647,6 +670,8 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         "model.api_key",
         "model.name",
         "inbox.public_url",
+        "inbox.url",
+        "inbox.key",
     ] {
         if value_is_none(&config, key) {
             sources.insert(key, Source::Default);
@@ -665,6 +690,12 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
             *field = Some(value);
             sources.insert(key, Source::Env(var));
         }
+    }
+
+    if let Some(key) = env_value(env, ENV_INBOX_KEY) {
+        tracing::debug!(variable = ENV_INBOX_KEY, "environment overrides inbox.key");
+        config.inbox.key = Some(InboxKey(key));
+        sources.insert("inbox.key", Source::Env(ENV_INBOX_KEY));
     }
 
     if config.model.api_key.is_some() && config.model.base_url.is_none() {
@@ -696,6 +727,8 @@ fn value_is_none(config: &Config, key: &str) -> bool {
         "model.name" => config.model.name.is_none(),
         "agent.system_prompt" => config.agent.system_prompt.is_none(),
         "inbox.public_url" => config.inbox.public_url.is_none(),
+        "inbox.url" => config.inbox.url.is_none(),
+        "inbox.key" => config.inbox.key.is_none(),
         _ => false,
     }
 }
@@ -745,7 +778,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(unix)]
 fn warn_if_key_readable(config: &Config, path: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    if config.model.api_key.is_none() {
+    if config.model.api_key.is_none() && config.inbox.key.is_none() {
         return;
     }
     if let Ok(meta) = fs::metadata(path)
@@ -1072,6 +1105,18 @@ pub fn render_masked(eff: &Effective) -> String {
                     "inbox.max_upload_bytes",
                     Some(c.inbox.max_upload_bytes.to_string()),
                 ),
+                (
+                    "inbox.url",
+                    c.inbox.url.as_deref().map(|u| quote(&mask_url(u))),
+                ),
+                (
+                    "inbox.key",
+                    c.inbox
+                        .key
+                        .as_ref()
+                        .map(|k| quote(&mask_secret(k.expose()))),
+                ),
+                ("inbox.poll_interval", Some(quote(&c.inbox.poll_interval))),
             ],
         ),
     ];
@@ -1495,6 +1540,9 @@ drain_timeout_secs = 0
 [inbox]
 public_url = "https://inbox.example/"
 max_upload_bytes = 1000
+url = "http://127.0.0.1:7000/"
+key = "tern-inbox-key-0123456789"
+poll_interval = "10s"
 "#,
         );
         let eff = load(&home, &no_env).unwrap();
@@ -1530,6 +1578,10 @@ max_upload_bytes = 1000
         // Trailing slash stripped.
         assert_eq!(c.inbox.public_url.as_deref(), Some("https://inbox.example"));
         assert_eq!(c.inbox.max_upload_bytes, 1000);
+        let remote = c.inbox.remote().unwrap().unwrap();
+        assert_eq!(remote.url, "http://127.0.0.1:7000");
+        assert_eq!(remote.key, "tern-inbox-key-0123456789");
+        assert_eq!(remote.poll_interval, std::time::Duration::from_secs(10));
         assert!(eff.sources.values().all(|s| *s == Source::File));
     }
 
