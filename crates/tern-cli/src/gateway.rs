@@ -20,6 +20,7 @@ use tern_tools::approval::Grants;
 use tern_tools::{Approver, DenyAll};
 use tern_waits::client::{EmbeddedInbox, InboxClient};
 use tern_waits::command::InboxApprover;
+use tern_waits::remote::{RemoteFollower, RemoteInbox};
 use tern_waits::tools::InboxTools;
 use tokio_util::sync::CancellationToken;
 
@@ -169,11 +170,25 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         .with_notifications(tern_inbox::notify::Notifications::new(targets, &public_url));
     // Durable waits use this gateway's own inbox: the `inbox` tools create requests in it
     // (with its policy and notifications) and the embedded follower hears its decisions.
-    let inbox_client: Arc<dyn InboxClient> =
-        Arc::new(EmbeddedInbox::new(inbox.clone()).with_uploads(
+    // With `[inbox] url` they use that inbox instead, followed over outbound connections
+    // only (tern_waits::remote).
+    let remote = inbox_config
+        .remote()
+        .map_err(anyhow::Error::msg)
+        .context("in the [inbox] configuration")?;
+    let remote_inbox = match &remote {
+        Some(r) => Some(Arc::new(
+            RemoteInbox::new(&r.url, &r.key).map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        None => None,
+    };
+    let inbox_client: Arc<dyn InboxClient> = match &remote_inbox {
+        Some(r) => r.clone(),
+        None => Arc::new(EmbeddedInbox::new(inbox.clone()).with_uploads(
             tern_inbox::uploads::UploadDir::new(home.root.join("uploads")),
             inbox_config.max_upload_bytes,
-        ));
+        )),
+    };
     let inbox_tools = Arc::new(InboxTools::new(
         store.clone(),
         inbox_client.clone(),
@@ -236,7 +251,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     gw.set_waits(WaitsSetup {
         client: inbox_client,
         tools: Some(inbox_tools),
-        follow_embedded: true,
+        follow_embedded: remote_inbox.is_none(),
         keep_on_reset: inbox_config.keep_waits_on_reset,
         command_hook: command_approver.map(tern_waits::command::resume_hook),
     });
@@ -245,6 +260,22 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
     gw.spawn_upkeep(stop.clone());
+    if let (Some(client), Some(r)) = (remote_inbox, &remote)
+        && !args.inbox_only
+    {
+        let resumer = gw
+            .resumer()
+            .context("the resumer of durable waits did not start")?;
+        RemoteFollower::new(
+            store.clone(),
+            client,
+            hooks.clone(),
+            resumer,
+            r.poll_interval,
+        )
+        .spawn(stop.clone());
+        tracing::info!(inbox = %r.url, "durable waits use a remote inbox (outbound connections only)");
+    }
     let app = if args.inbox_only {
         tracing::info!("serving the human inbox only (--inbox-only)");
         gw.router_for(Serve::InboxOnly)
