@@ -233,7 +233,7 @@ fn tool_result(req: &tern_fake_model::Recorded, call: &str) -> String {
         .to_owned()
 }
 
-/// The request id the pending denial names.
+/// The request id the pending answer names.
 fn request_id(result: &str) -> String {
     let rest = result
         .split("request ")
@@ -254,6 +254,10 @@ async fn ask(e: &Env, api: &Api, session: &str, call: &str, cmd: &str) -> String
     assert!(
         result.contains("needs a human's approval") && result.contains("End your turn now"),
         "{result}"
+    );
+    assert!(
+        !result.contains("safer approach"),
+        "not a refusal: {result}"
     );
     assert_eq!(api.status(session).await, "waiting");
     request_id(&result)

@@ -50,7 +50,7 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-/// What a reviewer (a human at the terminal, a policy, later the inbox) decided about a
+/// What a reviewer (a human at the terminal, a policy, the inbox) decided about a
 /// dangerous command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalDecision {
@@ -62,11 +62,18 @@ pub enum ApprovalDecision {
     Always,
     /// Do not run it; the reason is told to the model.
     Deny { reason: String },
+    /// Not run now: a human was asked and will decide later (the gateway's inbox). `message`
+    /// tells the model what to do meanwhile (end its turn; it is resumed with the decision).
+    Pending { message: String },
 }
 
 impl ApprovalDecision {
+    /// Whether the command may run now.
     pub fn allows(&self) -> bool {
-        !matches!(self, ApprovalDecision::Deny { .. })
+        matches!(
+            self,
+            ApprovalDecision::Once | ApprovalDecision::Session | ApprovalDecision::Always
+        )
     }
 }
 

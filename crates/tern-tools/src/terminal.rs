@@ -88,11 +88,19 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
                 }) => d,
                 () = ctx.cancel.cancelled() => return Err(ToolError::new("interrupted")),
             };
-            if let ApprovalDecision::Deny { reason } = decision {
-                return Err(ToolError::new(format!(
-                    "denied: this command needs approval ({description}) and was not approved: \
-                     {reason}. Do not retry it; choose a safer approach or ask the user."
-                )));
+            match decision {
+                ApprovalDecision::Deny { reason } => {
+                    return Err(ToolError::new(format!(
+                        "denied: this command needs approval ({description}) and was not approved: \
+                         {reason}. Do not retry it; choose a safer approach or ask the user."
+                    )));
+                }
+                ApprovalDecision::Pending { message } => {
+                    return Err(ToolError::new(format!(
+                        "not run: this command needs approval ({description}). {message}"
+                    )));
+                }
+                ApprovalDecision::Once | ApprovalDecision::Session | ApprovalDecision::Always => {}
             }
         }
     }
@@ -441,5 +449,38 @@ mod tests {
         .await
         .unwrap_err();
         assert!(e.0.starts_with("blocked"), "{e}");
+    }
+
+    /// A human was asked (the gateway's inbox): not run, and the model gets the approver's
+    /// words as they are, not the advice given for a refusal.
+    #[tokio::test]
+    async fn pending_approval_runs_nothing_and_passes_the_message_on() {
+        struct Asked;
+        impl Approver for Asked {
+            fn approve(&self, _req: ApprovalRequest) -> crate::BoxFuture<'_, ApprovalDecision> {
+                Box::pin(async {
+                    ApprovalDecision::Pending {
+                        message: "Request r1 is open; end your turn.".into(),
+                    }
+                })
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("build")).unwrap();
+        let e = run(
+            json!({"command": "rm -rf build"}),
+            ctx(d.path(), Arc::new(Asked)),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.0.starts_with("not run"), "{e}");
+        assert!(e.0.ends_with("Request r1 is open; end your turn."), "{e}");
+        assert!(d.path().join("build").exists());
+        assert!(
+            !ApprovalDecision::Pending {
+                message: String::new()
+            }
+            .allows()
+        );
     }
 }

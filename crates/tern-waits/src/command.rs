@@ -17,8 +17,9 @@
 //! 3. Nothing covers it: it records a wait of kind `command` (idempotency key
 //!    `tern-wait:<session>:<call id>`), creates an approval request in the session's task
 //!    (key `tern-req:<session>:<call id>`; `keyValueContext` with `action = command`,
-//!    `command`, `workdir`, `pattern`), emits `wait_created`, and denies the call with a
-//!    reason that tells the model the request id and to end its turn. A retried call (same
+//!    `command`, `workdir`, `pattern`), emits `wait_created`, and answers
+//!    [`ApprovalDecision::Pending`] with a message that tells the model the request id and
+//!    to end its turn. A retried call (same
 //!    call id) finds the same wait and the same request.
 //! 4. The decision lands; before delivering it, the resumer calls [`on_decided`] (through
 //!    [`resume_hook`], which also puts an `always` command on the allowlist): `APPROVE`
@@ -78,7 +79,7 @@ pub fn request_key(session_id: &str, call_id: &str) -> String {
     format!("tern-req:{session_id}:{call_id}")
 }
 
-/// The reason the model is given while the request is open.
+/// What the model is told while the request is open.
 pub fn pending_reason(request_id: &str) -> String {
     format!(
         "This command needs a human's approval: request {request_id} is open in the inbox. \
@@ -229,8 +230,8 @@ impl InboxApprover {
             }
         }
         match self.ask(&req, &command, &workdir).await {
-            Ok(request_id) => ApprovalDecision::Deny {
-                reason: pending_reason(&request_id),
+            Ok(request_id) => ApprovalDecision::Pending {
+                message: pending_reason(&request_id),
             },
             Err(e) => {
                 tracing::warn!(error = %e, session_id = %req.session_id, "could not ask the inbox to approve a command");

@@ -104,11 +104,11 @@ impl Env {
             .await
     }
 
-    /// Asks, expects the pending denial, and returns the request id it names.
+    /// Asks, expects the pending answer, and returns the request id it names.
     async fn ask_pending(&self, session: &str, call: &str, command: &str) -> String {
         let d = self.ask(session, call, command).await;
-        let ApprovalDecision::Deny { reason } = d else {
-            panic!("expected a pending denial, got {d:?}");
+        let ApprovalDecision::Pending { message: reason } = d else {
+            panic!("expected a pending answer, got {d:?}");
         };
         assert!(reason.contains("End your turn now"), "{reason}");
         let wait = self
