@@ -331,7 +331,7 @@ async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
 }
 
 #[tokio::test]
-async fn for_this_session_covers_the_pattern_and_once_does_not() {
+async fn once_for_this_session_and_always() {
     let e = Env::new().await;
     let gw = e.gateway();
     let api = Api {
@@ -373,4 +373,31 @@ async fn for_this_session_covers_the_pattern_and_once_does_not() {
             assert_eq!(e.runs("elsewhere"), 0);
         }
     }
+
+    // Always: the exact command goes to the allowlist and runs in any session without
+    // asking; another command of the same kind still asks.
+    let session = api.session().await;
+    let cmd = command("always");
+    let id = ask(&e, &api, &session, "c1", &cmd).await;
+    let before = e.fake.requests().len();
+    e.fake.push(terminal("c2", &cmd));
+    e.fake.push(Reply::text("Done."));
+    e.inbox(&["approve", &id, "--reason-code", "always"]);
+    e.model_requests(before + 2).await;
+    api.until_settled(&session).await;
+    assert_eq!(e.runs("always"), 1);
+    let config = std::fs::read_to_string(e.home().join("config.toml")).unwrap();
+    assert!(config.contains(&format!("{cmd:?}")), "{config}");
+
+    let other = api.session().await;
+    let before = e.fake.requests().len();
+    e.fake.push(terminal("c1", &cmd));
+    e.fake.push(Reply::text("Done."));
+    api.chat(&other, "again").await;
+    let reqs = e.model_requests(before + 2).await;
+    let result = tool_result(&reqs[before + 1], "c1");
+    assert!(!result.contains("approval"), "{result}");
+    assert_eq!(e.runs("always"), 2);
+    assert_eq!(api.status(&other).await, "idle");
+    ask(&e, &api, &other, "c2", &command("always-other")).await;
 }
