@@ -465,9 +465,9 @@ pub fn render_decision(w: &Wait) -> String {
         }
     }
     if w.kind == WaitKind::Command {
-        out.push_str(
-            "If approved, you may run exactly that command now; if rejected, do not retry it.\n",
-        );
+        // What the reviewer's scope allows, in the words the agent must follow.
+        out.push_str(&crate::command::command_message_hint(&result));
+        out.push('\n');
     }
     out.push_str("Continue the task with this decision.\n\nFull result:\n");
     out.push_str(&serde_json::to_string_pretty(&result).unwrap_or_else(|_| "null".into()));
