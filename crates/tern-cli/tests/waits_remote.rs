@@ -1,0 +1,683 @@
+//! Remote mode (`[inbox] url`, `key`): the agent gateway A uses another server's inbox and
+//! follows its decisions over outbound connections only. Real `tern gateway` processes on
+//! loopback, only the model faked:
+//!
+//! - against a tern inbox (gateway B, `--inbox-only`): the request appears at B, a reviewer
+//!   approves it there with `tern inbox`, and A's session is resumed;
+//! - against a server without the decisions feed (a small Pump Up server in this test that
+//!   answers 404 on `/api/decisions`): A polls the result — an error, then 204, then 200 —
+//!   and every request was one A opened;
+//! - with many open waits A asks nothing but the feed, one long-poll at a time (counted by a
+//!   proxy in front of B).
+//!
+//! While waiting for a resume the tests read A's session with `tern sessions show` (the
+//! database), never over A's API: nothing but the gateway itself talks to A then.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tern_fake_model::{FakeModel, Reply};
+
+const DECISION_TAG: &str = "[inbox decision]";
+
+fn tern(home: &Path, work: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
+    for k in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "TERN_MODEL",
+        "TERN_SERVER_KEY",
+        "TERN_LOG",
+        "TERN_INBOX_URL",
+        "TERN_INBOX_TOKEN",
+        "TERN_INBOX_KEY",
+        "TERN_API_KEY",
+    ] {
+        c.env_remove(k);
+    }
+    c.env("TERN_HOME", home)
+        .current_dir(work)
+        .stdin(Stdio::null());
+    c
+}
+
+struct Running {
+    child: Child,
+    url: String,
+    port: u16,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A home (`TERN_HOME`) with its working directory.
+struct Home {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    work: PathBuf,
+}
+
+impl Home {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        Home {
+            _dir: dir,
+            home,
+            work,
+        }
+    }
+
+    fn tern(&self) -> Command {
+        tern(&self.home, &self.work)
+    }
+
+    fn config(&self, text: &str) {
+        std::fs::write(self.home.join("config.toml"), text).unwrap();
+    }
+
+    /// Starts `tern gateway ARGS…` and waits until it listens and wrote its admin file.
+    fn gateway(&self, extra: &[&str], model: Option<&FakeModel>) -> Running {
+        let admin = self.home.join("inbox-admin.json");
+        let _ = std::fs::remove_file(&admin);
+        let mut cmd = self.tern();
+        if let Some(fake) = model {
+            cmd.env("OPENAI_BASE_URL", fake.base_url())
+                .env("TERN_MODEL", "fake-model");
+        }
+        let mut child = cmd
+            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "tern gateway listening"
+                {
+                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
+                }
+                lines.push(line);
+            }
+            let _ = tx.send(Err(lines.join("\n")));
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
+            Err(_) => panic!("the gateway did not start"),
+        };
+        for _ in 0..600 {
+            if let Ok(text) = std::fs::read_to_string(&admin)
+                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let port = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+        Running {
+            child,
+            url: format!("http://{addr}"),
+            port,
+        }
+    }
+
+    fn key(&self) -> String {
+        std::fs::read_to_string(self.home.join("gateway.key"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.tern().args(args).output().unwrap()
+    }
+
+    /// `tern sessions show ID --json`: read from the database, not over the gateway's API.
+    fn session(&self, id: &str) -> Value {
+        let o = self.run(&["sessions", "show", id, "--json"]);
+        assert_ok(&o);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// Waits until the session is idle with no open wait (resumed and answered); panics
+    /// after a generous bound, which only a hang reaches.
+    async fn until_resumed(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let s = self.session(id);
+            if s["session"]["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty)
+            {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "never resumed: {s}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[track_caller]
+fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Creates a session on A and runs one chat turn; returns the session id. The HTTP client
+/// is dropped afterwards: from then on nobody connects to A.
+async fn chat(gw: &Running, key: &str, message: &str) -> String {
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/api/sessions", gw.url))
+        .bearer_auth(key)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: Value = r.json().await.unwrap();
+    let id = v["session"]["id"].as_str().unwrap().to_owned();
+    let r = http
+        .post(format!("{}/api/sessions/{id}/chat", gw.url))
+        .bearer_auth(key)
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{v}");
+    id
+}
+
+fn content(m: &Value) -> &str {
+    m["content"].as_str().unwrap_or_default()
+}
+
+/// The model: on a user's message it asks with `calls` (tool name, arguments) and ends its
+/// turn; on a decision it says what it saw.
+fn script_model(fake: &FakeModel, calls: Vec<(String, Value)>) {
+    let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
+    fake.set_responder(move |body| {
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match last["role"].as_str() {
+            Some("user") if text.starts_with(DECISION_TAG) => {
+                Reply::text(format!("resumed with: {text}"))
+            }
+            Some("user") => Reply::tool_calls(
+                calls
+                    .iter()
+                    .zip(&ids)
+                    .map(|((name, args), id)| (id.as_str(), name.as_str(), args.to_string()))
+                    .collect::<Vec<_>>(),
+            ),
+            Some("tool") => Reply::text("I asked; I will go on once they decide."),
+            _ => Reply::text("?"),
+        }
+    });
+}
+
+fn one_approval(summary: &str) -> Vec<(String, Value)> {
+    vec![(
+        "request_approval".to_owned(),
+        json!({"summary": summary, "keyValueContext": {"env": "prod"}}),
+    )]
+}
+
+/// The request id of the session's one open wait.
+fn open_wait(s: &Value) -> String {
+    let waits = s["waits"].as_array().unwrap();
+    assert_eq!(waits.len(), 1, "{s}");
+    assert_eq!(waits[0]["status"], "pending", "{s}");
+    waits[0]["request_id"].as_str().unwrap().to_owned()
+}
+
+/// The decision message the resumed turn answered.
+fn decision_message(s: &Value) -> String {
+    let msgs = s["messages"].as_array().unwrap();
+    let ds: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["role"] == "user" && content(m).starts_with(DECISION_TAG))
+        .collect();
+    assert_eq!(ds.len(), 1, "exactly one decision message: {msgs:#?}");
+    let last = msgs.last().unwrap();
+    assert!(
+        content(last).starts_with("resumed with: "),
+        "the resumed turn answered: {last}"
+    );
+    content(ds[0]).to_owned()
+}
+
+#[tokio::test]
+async fn a_decision_at_the_remote_tern_inbox_resumes_the_session() {
+    let b = Home::new();
+    let gw_b = b.gateway(&["--inbox-only"], None);
+    let a = Home::new();
+    a.config(&format!(
+        "[inbox]\nurl = \"{}\"\nkey = \"{}\"\npoll_interval = \"2s\"\n",
+        gw_b.url,
+        b.key()
+    ));
+    let fake = FakeModel::start().await.unwrap();
+    script_model(&fake, one_approval("Deploy v2 to prod?"));
+    let gw_a = a.gateway(&[], Some(&fake));
+
+    let id = chat(&gw_a, &a.key(), "deploy v2 please").await;
+    let s = a.session(&id);
+    assert_eq!(s["session"]["status"], "waiting", "{s}");
+    let request = open_wait(&s);
+
+    // The request is at B, not at A.
+    let o = b.run(&["inbox", "list", "--json"]);
+    assert_ok(&o);
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == request.as_str() && r["summary"] == "Deploy v2 to prod?"),
+        "{list}"
+    );
+    let o = a.run(&["inbox", "list", "--json"]);
+    assert_ok(&o);
+    let at_a: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        at_a["items"].as_array().unwrap().is_empty(),
+        "A's own inbox stays empty: {at_a}"
+    );
+
+    assert_ok(&b.run(&["inbox", "approve", &request, "--note", "ship it"]));
+    let s = a.until_resumed(&id).await;
+    let text = decision_message(&s);
+    for want in [
+        "Asked: Deploy v2 to prod?",
+        "Decided: APPROVE by admin",
+        "Note: ship it",
+        request.as_str(),
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
+    // The resumed turn's model request ended with the decision.
+    assert!(fake.requests().iter().any(|r| {
+        r.messages()
+            .last()
+            .is_some_and(|m| content(m).starts_with(DECISION_TAG))
+    }));
+}
+
+/// What a test server saw: one line per request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    /// Path and query.
+    uri: String,
+    peer: SocketAddr,
+    auth: Option<String>,
+    api_version: Option<String>,
+    idem: Option<String>,
+    status: u16,
+}
+
+#[derive(Default)]
+struct Log {
+    seen: Mutex<Vec<Seen>>,
+    in_flight: AtomicUsize,
+    /// The most requests in flight at once since `reset_max`.
+    max_in_flight: AtomicUsize,
+}
+
+impl Log {
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn enter(&self) {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    }
+
+    fn leave(&self, seen: Seen) {
+        self.seen.lock().unwrap().push(seen);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    async fn until(&self, what: &str, pred: impl Fn(&[Seen]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if pred(&self.seen()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw {what}: {:#?}",
+                self.seen()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn header(req: &Request, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Serves `app` on loopback; returns its base URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    url
+}
+
+/// A Pump Up server without tern's decisions feed: one task, one approval request whose
+/// result read fails once (500), then answers 204 until `decided`, then 200.
+struct FakePumpUp {
+    log: Log,
+    result_reads: AtomicUsize,
+    decided: AtomicBool,
+}
+
+async fn fake_pump_up(
+    State(f): State<Arc<FakePumpUp>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    f.log.enter();
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let mut seen = Seen {
+        auth: header(&req, "authorization"),
+        api_version: header(&req, "x-api-version"),
+        idem: header(&req, "idempotency-key"),
+        method: method.clone(),
+        uri: uri.clone(),
+        peer,
+        status: 0,
+    };
+    let path = req.uri().path().to_owned();
+    let resp = match (method.as_str(), path.as_str()) {
+        ("POST", "/api/tasks") => (
+            StatusCode::CREATED,
+            axum::Json(json!({"id": "task-1", "projectId": "p-1", "name": "t",
+                "status": "RUNNING", "currentStep": "default", "metadata": {}, "attachments": []})),
+        )
+            .into_response(),
+        ("POST", "/api/approval-requests") => {
+            (StatusCode::CREATED, axum::Json(json!({"eventId": "req-1"}))).into_response()
+        }
+        ("GET", "/api/approval-requests/req-1/result") => {
+            let n = f.result_reads.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    axum::Json(json!({"error": "try later"})),
+                )
+                    .into_response()
+            } else if !f.decided.load(Ordering::SeqCst) {
+                StatusCode::NO_CONTENT.into_response()
+            } else {
+                axum::Json(json!({
+                    "requestId": "req-1", "taskId": "task-1",
+                    "outcome": {"type": "APPROVE", "note": "fine by me"},
+                    "decidedAt": "2025-01-01T00:00:00Z", "decidedBy": "pat"
+                }))
+                .into_response()
+            }
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "not found"})),
+        )
+            .into_response(),
+    };
+    seen.status = resp.status().as_u16();
+    f.log.leave(seen);
+    resp
+}
+
+#[tokio::test]
+async fn without_a_decisions_feed_the_gateway_polls_the_result() {
+    let fake_server = Arc::new(FakePumpUp {
+        log: Log::default(),
+        result_reads: AtomicUsize::new(0),
+        decided: AtomicBool::new(false),
+    });
+    let app = axum::Router::new()
+        .fallback(fake_pump_up)
+        .with_state(fake_server.clone());
+    let server_url = serve(app).await;
+
+    let a = Home::new();
+    a.config(&format!(
+        "[inbox]\nurl = \"{server_url}\"\nkey = \"remote-key-0123456789\"\npoll_interval = \"1s\"\n"
+    ));
+    let fake = FakeModel::start().await.unwrap();
+    script_model(&fake, one_approval("Rotate the keys?"));
+    let gw_a = a.gateway(&[], Some(&fake));
+    let id = chat(&gw_a, &a.key(), "rotate them").await;
+    assert_eq!(open_wait(&a.session(&id)), "req-1");
+
+    // The failed read is counted on the wait, then the request is still pending (204).
+    let log = &fake_server.log;
+    log.until("a 500 then a 204 on the result", |seen| {
+        let codes: Vec<u16> = seen
+            .iter()
+            .filter(|s| s.uri.ends_with("/result"))
+            .map(|s| s.status)
+            .collect();
+        codes.starts_with(&[500, 204])
+    })
+    .await;
+    let s = a.session(&id);
+    let wait = &s["waits"][0];
+    assert_eq!(wait["attempts"], 1, "{wait}");
+    assert!(
+        wait["last_error"].as_str().unwrap().contains("500"),
+        "{wait}"
+    );
+
+    fake_server.decided.store(true, Ordering::SeqCst);
+    let s = a.until_resumed(&id).await;
+    let text = decision_message(&s);
+    assert!(text.contains("Decided: APPROVE by pat"), "{text}");
+    assert!(text.contains("fine by me"), "{text}");
+
+    let seen = log.seen();
+    // It looked for the feed, found none, and polled.
+    let feed = seen
+        .iter()
+        .position(|s| s.uri.starts_with("/api/decisions"))
+        .expect("the feed was tried");
+    assert_eq!(seen[feed].status, 404);
+    assert!(
+        seen.iter()
+            .any(|s| s.uri.ends_with("/result") && s.status == 200)
+    );
+    for s in &seen {
+        assert_eq!(
+            s.auth.as_deref(),
+            Some("Bearer remote-key-0123456789"),
+            "{s:?}"
+        );
+        assert!(s.api_version.is_some(), "{s:?}");
+        // Every exchange was a connection A opened: from an ephemeral port of its own,
+        // never its listening port (the server has no way to call A, and did not).
+        assert_ne!(s.peer.port(), gw_a.port, "{s:?}");
+        assert!(s.peer.ip().is_loopback());
+    }
+    let create = seen
+        .iter()
+        .find(|s| s.method == "POST" && s.uri == "/api/approval-requests")
+        .unwrap();
+    assert_eq!(
+        create.idem.as_deref(),
+        Some(format!("tern-req:{id}:call_0").as_str())
+    );
+}
+
+/// A proxy in front of B that logs every request A makes.
+async fn counting_proxy(
+    State((log, upstream, http)): State<(Arc<Log>, String, reqwest::Client)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    log.enter();
+    let method = req.method().clone();
+    let uri = req.uri().to_string();
+    let mut seen = Seen {
+        auth: header(&req, "authorization"),
+        api_version: header(&req, "x-api-version"),
+        idem: header(&req, "idempotency-key"),
+        method: method.to_string(),
+        uri: uri.clone(),
+        peer,
+        status: 0,
+    };
+    let mut out = http.request(method, format!("{upstream}{uri}"));
+    for (name, value) in req.headers() {
+        if name != "host" && name != "content-length" {
+            out = out.header(name, value);
+        }
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let answer = out.body(body).send().await.unwrap();
+    let status = answer.status();
+    let content_type = answer.headers().get("content-type").cloned();
+    let bytes = answer.bytes().await.unwrap();
+    seen.status = status.as_u16();
+    log.leave(seen);
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = status;
+    if let Some(ct) = content_type {
+        resp.headers_mut().insert("content-type", ct);
+    }
+    resp
+}
+
+#[tokio::test]
+async fn many_open_waits_cost_one_long_poll_at_a_time() {
+    const WAITS: usize = 12;
+    let b = Home::new();
+    let gw_b = b.gateway(&["--inbox-only"], None);
+    let log = Arc::new(Log::default());
+    let proxy = axum::Router::new().fallback(counting_proxy).with_state((
+        log.clone(),
+        gw_b.url.clone(),
+        reqwest::Client::new(),
+    ));
+    let proxy_url = serve(proxy).await;
+
+    let a = Home::new();
+    a.config(&format!(
+        "[inbox]\nurl = \"{proxy_url}\"\nkey = \"{}\"\npoll_interval = \"1s\"\n",
+        b.key()
+    ));
+    let fake = FakeModel::start().await.unwrap();
+    let calls = (0..WAITS)
+        .map(|i| {
+            (
+                "request_approval".to_owned(),
+                json!({"summary": format!("Step {i}?")}),
+            )
+        })
+        .collect();
+    script_model(&fake, calls);
+    let gw_a = a.gateway(&[], Some(&fake));
+    let id = chat(&gw_a, &a.key(), "do the twelve steps").await;
+    let s = a.session(&id);
+    let waits = s["waits"].as_array().unwrap();
+    assert_eq!(waits.len(), WAITS, "{s}");
+    assert!(waits.iter().all(|w| w["request_id"].is_string()), "{s}");
+
+    // From here on nothing is created: count what A asks while it waits, over three
+    // completed long-polls after the creates.
+    let start = log.seen().len();
+    log.max_in_flight
+        .store(log.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+    log.until("three long-polls", |seen| {
+        seen[start..]
+            .iter()
+            .filter(|s| s.uri.starts_with("/api/decisions"))
+            .count()
+            >= 3
+    })
+    .await;
+    let idle = log.seen()[start..].to_vec();
+    for s in &idle {
+        assert!(
+            s.method == "GET" && s.uri.starts_with("/api/decisions?wait=1"),
+            "while idle A asks only the feed, never per wait: {s:?}"
+        );
+        assert_eq!(s.status, 200, "{s:?}");
+    }
+    assert_eq!(
+        log.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "one long-poll at a time, whatever the number of waits"
+    );
+
+    // And the feed carries decisions: one approved at B resumes A's session.
+    let request = waits[0]["request_id"].as_str().unwrap();
+    assert_ok(&b.run(&["inbox", "approve", request]));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = a.session(&id);
+        if s["waits"].as_array().unwrap().len() == WAITS - 1
+            && s["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| content(m).starts_with("resumed with: "))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never resumed: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        log.seen()[start..]
+            .iter()
+            .all(|s| s.uri.starts_with("/api/decisions")),
+        "the decision came through the feed, with no result read"
+    );
+}
