@@ -149,7 +149,7 @@ def main():
 
     def killer():
         while not done.is_set():
-            time.sleep(rng.uniform(0.3, 1.5))
+            time.sleep(rng.uniform(0.2, 0.8))
             if done.is_set():
                 break
             gw.kill9()
@@ -178,7 +178,7 @@ def main():
                 time.sleep(0.05)
                 continue
             raise SystemExit(f"deciding {rid}: {status} {body}")
-        time.sleep(rng.uniform(0.0, 0.03))
+        time.sleep(rng.uniform(0.01, 0.06))
     done.set()
     k.join()
     print(f"decided {decided} requests; the gateway was killed {gw.kills} times", flush=True)
