@@ -7,9 +7,10 @@
 //! a 10,000-message session and time loading its transcript.
 //!
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
-//! [gateway|inbox] [--runs N] [--tern PATH]` (`inbox`: see `inbox.rs`)
+//! [gateway|inbox|waits] [--runs N] [--tern PATH]` (`inbox`, `waits`: see their modules)
 
 mod inbox;
+mod waits;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,7 +43,7 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--runs" => runs = it.next().context("--runs needs a number")?.parse()?,
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
-                println!("tern-bench [gateway|inbox|load|serve] [--runs N] [--tern PATH]");
+                println!("tern-bench [gateway|inbox|waits|load|serve] [--runs N] [--tern PATH]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -280,6 +281,10 @@ async fn main() -> anyhow::Result<()> {
         Some("inbox") => {
             let args = parse_args_from(2)?;
             return inbox::bench_inbox(&args).await;
+        }
+        Some("waits") => {
+            let args = parse_args_from(2)?;
+            return waits::bench_waits(&args).await;
         }
         _ => {}
     }
