@@ -296,6 +296,15 @@ fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
 
+/// An id for a tool call the provider sent without one. It must be unique across answers and
+/// sessions, not just within the answer: tools derive idempotency keys from the call id
+/// (`tern-req:<session>:<call id>`), so a positional `call_0` in every answer would make a
+/// later call look like a retry of an earlier one. The id is made once, when the answer is
+/// assembled, so it stays the same wherever the answer is used (transcript, tool results).
+fn invented_call_id(index: usize) -> String {
+    format!("call_{}_{index}", uuid::Uuid::now_v7().simple())
+}
+
 fn convert_calls(calls: Vec<WireToolCall>) -> Vec<ToolCall> {
     calls
         .into_iter()
@@ -304,7 +313,7 @@ fn convert_calls(calls: Vec<WireToolCall>) -> Vec<ToolCall> {
             let f = c.function;
             ToolCall::new(
                 c.id.filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| format!("call_{i}")),
+                    .unwrap_or_else(|| invented_call_id(i)),
                 f.as_ref().and_then(|f| f.name.clone()).unwrap_or_default(),
                 arguments_to_string(f.and_then(|f| f.arguments)),
             )
@@ -427,7 +436,7 @@ impl StreamAccumulator {
                 .filter(|(_, c)| !c.1.is_empty())
                 .map(|(i, (id, name, args))| {
                     let id = if id.is_empty() {
-                        format!("call_{i}")
+                        invented_call_id(i)
                     } else {
                         id
                     };
@@ -486,6 +495,37 @@ mod tests {
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(r.usage.unwrap().completion_tokens, 2);
+    }
+
+    /// Tools key their idempotency on the call id, so ids made up for a provider that sent
+    /// none must differ between answers (a positional `call_0` would repeat every answer).
+    #[test]
+    fn invented_call_ids_are_unique_across_answers() {
+        let body = r#"{"choices":[{"message":{"tool_calls":[{"type":"function","function":{"name":"t","arguments":"{}"}},{"id":"","type":"function","function":{"name":"u","arguments":"{}"}}]}}]}"#;
+        let streamed = || {
+            let mut acc = StreamAccumulator::default();
+            acc.apply(
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"t","arguments":"{}"}}]}}]}"#,
+                &|_| {},
+                &mut false,
+            )
+            .unwrap();
+            acc.finish()
+        };
+        let answers = [
+            parse_completion(body).unwrap(),
+            parse_completion(body).unwrap(),
+            streamed(),
+            streamed(),
+        ];
+        let ids: Vec<&str> = answers
+            .iter()
+            .flat_map(|a| a.tool_calls.iter().map(|c| c.id.as_str()))
+            .collect();
+        assert_eq!(ids.len(), 6);
+        let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
+        assert_eq!(unique.len(), ids.len(), "{ids:?}");
+        assert!(ids.iter().all(|id| id.starts_with("call_")), "{ids:?}");
     }
 
     #[test]

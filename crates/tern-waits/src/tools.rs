@@ -10,7 +10,8 @@
 //!    nothing is stored.
 //! 2. A retried call (same session and tool call id) finds its wait
 //!    (`tern-wait:<session>:<call>`) and only completes what is missing: it returns the same
-//!    request id and creates nothing new.
+//!    request id and creates nothing new. A call that reuses the id with other arguments is
+//!    not a retry: it is refused, rather than answered with the other call's request.
 //! 3. Otherwise: the session's task ([`InboxClient::session_task`], one per session), the
 //!    attachments uploaded, then [`Store::create_wait`] records the wait `pending` with what
 //!    is asked (`{"kind", …the create body without projectName/taskId}`).
@@ -615,6 +616,38 @@ fn nothing_asked(e: ClientError) -> ToolError {
     ))
 }
 
+/// What a new call asks, in a form comparable with [`asked_of_stored`]: the create body,
+/// the kind, and the attachments as the paths the model gave (upload ids differ per upload).
+fn asked_of_new(body: &Map<String, Value>, kind: WaitKind, files: &[LocalFile]) -> Value {
+    let mut asked = body.clone();
+    asked.insert("kind".into(), json!(kind.as_str()));
+    if !files.is_empty() {
+        let paths: Vec<&str> = files.iter().map(|f| f.shown.as_str()).collect();
+        asked.insert("attachmentFiles".into(), json!(paths));
+    }
+    Value::Object(asked)
+}
+
+/// What a stored wait asked (its `request` JSON), comparable with [`asked_of_new`].
+fn asked_of_stored(request: &str) -> Value {
+    let Ok(Value::Object(mut asked)) = serde_json::from_str::<Value>(request) else {
+        // Unreadable: it matches no arguments, so the call is refused rather than answered
+        // with a request nobody can read.
+        return Value::Null;
+    };
+    asked.remove("attachments");
+    if let Some(files) = asked.remove("attachmentFiles") {
+        let paths: Vec<Value> = files
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| f.get("path").cloned().unwrap_or(Value::Null))
+            .collect();
+        asked.insert("attachmentFiles".into(), Value::Array(paths));
+    }
+    Value::Object(asked)
+}
+
 async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKind) -> ToolResult {
     let (session, call) = call_ids(&ctx)?;
     let ask = match kind {
@@ -632,7 +665,20 @@ async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKi
         .into_iter()
         .find(|w| w.idem_key == idem);
     let wait = match existing {
-        Some(w) => w,
+        Some(w) => {
+            // The key says "retry of that call", but only the same question may be answered
+            // with the earlier request: a provider that reuses tool call ids would otherwise
+            // get someone else's request (and its decision) back.
+            if asked_of_stored(&w.request) != asked_of_new(&ask.body, kind, &files) {
+                return Err(ToolError::new(format!(
+                    "tool call id {call:?} was already used in this session for a different \
+                     request (wait {}); nothing was asked. The tool call ids must be unique: \
+                     call the tool again in a new tool call.",
+                    w.id
+                )));
+            }
+            w
+        }
         None => {
             // The task first: when the inbox is unreachable, nothing is recorded.
             let _task: TaskRef = tools

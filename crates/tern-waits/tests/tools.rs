@@ -378,6 +378,47 @@ async fn a_retried_call_returns_the_same_request_and_creates_nothing() {
     assert_eq!(env.tasks().await, 2);
 }
 
+/// A call id reused with other arguments is not a retry (a provider that numbers its tool
+/// calls per answer would otherwise get the earlier request, and its decision, back).
+#[tokio::test]
+async fn a_reused_call_id_with_other_arguments_is_refused_and_creates_nothing() {
+    let env = env().await;
+    let first = env
+        .call(
+            "request_approval",
+            "s1",
+            "call_0",
+            json!({"summary": "Delete the stale branches"}),
+        )
+        .await
+        .unwrap();
+    for (tool, args) in [
+        (
+            "request_approval",
+            json!({"summary": "Drop the staging database"}),
+        ),
+        (
+            "request_approval",
+            json!({"summary": "Delete the stale branches", "externalTraceId": "t-2"}),
+        ),
+        (
+            "request_elicitation",
+            json!({"summary": "Delete the stale branches",
+                   "fields": [{"type": "Text", "id": "why", "label": "Why", "required": true}]}),
+        ),
+    ] {
+        let e = err(env.call(tool, "s1", "call_0", args).await);
+        assert!(
+            e.contains("already used") && e.contains("nothing was asked"),
+            "{e}"
+        );
+        assert!(!e.contains(first["requestId"].as_str().unwrap()), "{e}");
+    }
+    assert_eq!(env.request_count().await, 1);
+    assert_eq!(env.waits("s1").await.len(), 1);
+    assert_eq!(env.created().len(), 1);
+}
+
 #[tokio::test]
 async fn an_unreachable_inbox_keeps_the_wait_and_a_retry_or_the_upkeep_sends_it_once() {
     let env = env().await;
@@ -674,6 +715,18 @@ async fn a_workspace_file_is_uploaded_and_attached() {
         .await
         .unwrap();
     let request_id = out["requestId"].as_str().unwrap();
+    // A retry with the same attachments is the same request (the upload ids differ, the
+    // paths do not).
+    let again = env
+        .call(
+            "request_approval",
+            "s1",
+            "call_1",
+            json!({"summary": "Apply the plan", "attachments": ["out/plan.diff", "./latest.diff"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again["requestId"], out["requestId"]);
     let view = env.inbox.request_view(request_id).await.unwrap();
     assert_eq!(
         view.attachments.len(),
