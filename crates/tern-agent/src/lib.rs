@@ -414,9 +414,15 @@ impl Agent {
             input: req.input.clone(),
         }));
 
-        let system = session_prompt
+        let mut system = session_prompt
             .or_else(|| self.settings.system_prompt.clone())
             .unwrap_or_else(|| default_system_prompt(&req.workdir));
+        // Whatever the base prompt, an enabled toolset's own line comes with its tools (the
+        // inbox's: after asking, end the turn); a disabled toolset's does not.
+        for line in self.registry.prompt_lines(&req.toolsets) {
+            system.push_str("\n\n");
+            system.push_str(line);
+        }
         let tools = self.registry.schemas(&req.toolsets);
         let mut usage = Usage::default();
         let on_stream = |e: StreamEvent| match e {

@@ -213,6 +213,9 @@ struct Entry {
 #[derive(Default)]
 pub struct Registry {
     tools: BTreeMap<&'static str, Entry>,
+    /// Lines a toolset adds to the system prompt of the turns that enable it (e.g. how to
+    /// use it well), by toolset.
+    prompt_lines: BTreeMap<&'static str, String>,
 }
 
 /// Toolsets enabled when the user names none.
@@ -242,6 +245,23 @@ impl Registry {
                 validator: OnceLock::new(),
             },
         );
+    }
+
+    /// Sets the line `toolset` adds to the system prompt of the turns that enable it
+    /// (replacing an earlier one).
+    pub fn set_prompt_line(&mut self, toolset: &'static str, line: impl Into<String>) {
+        self.prompt_lines.insert(toolset, line.into());
+    }
+
+    /// The system prompt lines of the enabled toolsets, in toolset name order.
+    pub fn prompt_lines<'a>(
+        &'a self,
+        toolsets: &'a [String],
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        self.prompt_lines
+            .iter()
+            .filter(move |(t, _)| toolsets.iter().any(|e| e == *t))
+            .map(|(_, line)| line.as_str())
     }
 
     /// Names of all toolsets, sorted.

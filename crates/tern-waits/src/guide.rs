@@ -1,6 +1,7 @@
 //! The guide to asking a human, offered to the model as a skill: the `request_*` tools'
-//! descriptions point to it, `inbox_guide` returns it in full, and the gateway adds
-//! [`SYSTEM_PROMPT_LINE`] to the system prompt when the `inbox` toolset is on.
+//! descriptions point to it, `inbox_guide` returns it in full, and
+//! [`crate::tools::register`] gives the registry [`SYSTEM_PROMPT_LINE`], which the agent adds
+//! to the system prompt of every turn that enables the `inbox` toolset.
 //!
 //! The one rule that matters most for durable waits is the last: after asking, the model
 //! must end its turn instead of polling — the decision arrives later as a new message in the

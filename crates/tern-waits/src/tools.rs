@@ -47,7 +47,7 @@ use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
 use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
 
 use crate::client::{ClientError, InboxClient, LogKind, RequestKind, TaskRef};
-use crate::guide::GUIDE;
+use crate::guide::{GUIDE, SYSTEM_PROMPT_LINE};
 
 /// The toolset's name, as in `agent.toolsets`.
 pub const TOOLSET: &str = "inbox";
@@ -80,6 +80,9 @@ pub struct InboxTools {
     /// [`InboxTools::send_unsent`] never send the same wait at once, so `wait_created` is
     /// emitted once.
     sending: Mutex<HashSet<String>>,
+    /// Woken when a request turns out decided as soon as it is created
+    /// ([`InboxTools::wake_on_ready`]).
+    resumer: std::sync::OnceLock<Arc<crate::resume::Resumer>>,
 }
 
 /// Why a wait's request could not be sent.
@@ -106,7 +109,14 @@ impl InboxTools {
             project: DEFAULT_PROJECT.to_owned(),
             hooks,
             sending: Mutex::new(HashSet::new()),
+            resumer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The resumer to wake when a request is decided by the time its id is stored (an
+    /// auto-approve policy decides inside the create); the gateway sets it once started.
+    pub fn wake_on_ready(&self, resumer: Arc<crate::resume::Resumer>) {
+        let _ = self.resumer.set(resumer);
     }
 
     /// Creates the sessions' tasks in `project` instead of [`DEFAULT_PROJECT`].
@@ -136,10 +146,10 @@ impl InboxTools {
         };
         let files = body.get("attachmentFiles").cloned();
         body.retain(|k, _| BODY_KEYS.contains(&k.as_str()));
-        let task = self
-            .client
-            .session_task(&wait.session_id, &self.project)
-            .await?;
+        // Keys from the session that asked, even if a reset moved the wait since: the same
+        // task and request as a send before the move.
+        let origin = wait.origin_session();
+        let task = self.client.session_task(origin, &self.project).await?;
         body.entry("projectName")
             .or_insert_with(|| json!(task.project_name));
         body.entry("taskId").or_insert_with(|| json!(task.task_id));
@@ -159,7 +169,7 @@ impl InboxTools {
                 "description": format!("Attached {} file(s) for a request", attach.len()),
                 "addAttachments": attach,
             });
-            let idem = format!("tern-attach:{}:{call}", wait.session_id);
+            let idem = format!("tern-attach:{origin}:{call}");
             self.client.log(LogKind::Action, action, &idem).await?;
         }
         let summary = body
@@ -167,7 +177,7 @@ impl InboxTools {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let idem = format!("tern-req:{}:{call}", wait.session_id);
+        let idem = format!("tern-req:{origin}:{call}");
         let request_id = self
             .client
             .create_request(request_kind(wait.kind), Value::Object(body), &idem)
@@ -182,6 +192,16 @@ impl InboxTools {
             kind: wait.kind.as_str().to_owned(),
             summary,
         }));
+        // Decided already (by a policy, or before a crash let the id be stored): no follower
+        // will report it, so it is read once now.
+        crate::follow::settle_new_request(
+            &self.store,
+            &*self.client,
+            &self.hooks,
+            self.resumer.get().map(|r| &**r),
+            &wait.id,
+        )
+        .await;
         Ok(request_id)
     }
 
@@ -277,8 +297,10 @@ fn call_key(wait: &Wait) -> &str {
     wait.tool_call_id.as_deref().unwrap_or(&wait.id)
 }
 
-/// Adds the `inbox` toolset to `registry`.
+/// Adds the `inbox` toolset to `registry`, with [`SYSTEM_PROMPT_LINE`] for the system
+/// prompt of the turns that enable it (the guide offered as a skill).
 pub fn register(registry: &mut Registry, ctx: Arc<InboxTools>) {
+    registry.set_prompt_line(TOOLSET, SYSTEM_PROMPT_LINE);
     for which in [
         Which::Approval,
         Which::Elicitation,
