@@ -10,6 +10,8 @@
 //!        each item ─► Store::wait_by_request
 //!              wait pending  ─► decided/expired: Store::wait_ready ─► Resumer::notify_ready
 //!                               withdrawn:       Store::cancel_wait ─► wait_resolved (cancelled)
+//!                               no result in the item: read …/result (settle); when
+//!                               that fails ─► kept as below, read again by the rematch
 //!              no wait (yet) ─► Store::remember_unmatched (matched when the wait appears)
 //!        Store::set_remote_cursor(nextCursor)     after the items: a crash re-reads, harmlessly
 //!        errors ─► backoff 1 s … 60 s, same cursor
@@ -536,12 +538,28 @@ impl RemoteFollower {
         }
     }
 
-    /// Applies a page's items; `true` when one matched no wait (kept for later).
+    /// Applies a page's items; `true` when one was kept for later (it matched no wait, or
+    /// its result could not be read).
     async fn apply_page(&self, page: &Decisions) -> Result<bool, StoreError> {
         let mut unmatched = false;
         for item in &page.items {
             match self.store.wait_by_request(&item.request_id).await? {
-                Some(w) => self.apply(&w, item).await?,
+                Some(w) => match self.apply(&w, item).await {
+                    Ok(()) => {}
+                    Err(ApplyError::Store(e)) => return Err(e),
+                    Err(ApplyError::Unread(e)) => {
+                        // The cursor moves past this item, so it is kept like a decision
+                        // without a wait: `rematch` reads it again (its wait exists) until
+                        // it lands, without holding up the other decisions.
+                        tracing::warn!(wait = %w.id, request = %item.request_id, error = %e, "cannot read a decision yet; kept to retry");
+                        let json = serde_json::to_string(item)
+                            .map_err(|e| StoreError::Corrupt(format!("a feed item: {e}")))?;
+                        self.store
+                            .remember_unmatched(&item.request_id, &json)
+                            .await?;
+                        unmatched = true;
+                    }
+                },
                 None => {
                     let json = serde_json::to_string(item)
                         .map_err(|e| StoreError::Corrupt(format!("a feed item: {e}")))?;
@@ -556,7 +574,7 @@ impl RemoteFollower {
     }
 
     /// Moves a pending wait on with a decision from the feed.
-    async fn apply(&self, w: &Wait, item: &Decision) -> Result<(), StoreError> {
+    async fn apply(&self, w: &Wait, item: &Decision) -> Result<(), ApplyError> {
         if w.status != WaitStatus::Pending {
             return Ok(());
         }
@@ -590,12 +608,12 @@ impl RemoteFollower {
                 }
             }
             (_, None) => {
-                // Settled without a result in the feed: read it the usual way.
-                if let Err(e) =
-                    settle(&self.store, &*self.inbox, &self.hooks, &self.resumer, w).await
-                {
-                    tracing::warn!(wait = %w.id, error = %e, "cannot read a decision");
-                }
+                // Settled without a result in the feed: read it the usual way. A failure
+                // is the caller's to keep (logging it alone would lose the decision: the
+                // cursor moves on and the feed never reports it again).
+                settle(&self.store, &*self.inbox, &self.hooks, &self.resumer, w)
+                    .await
+                    .map_err(ApplyError::Unread)?;
             }
         }
         Ok(())
@@ -611,7 +629,7 @@ impl RemoteFollower {
                         Ok(item) => match self.store.wait_by_request(&request_id).await {
                             Ok(Some(w)) => self.apply(&w, &item).await,
                             Ok(None) => Ok(()),
-                            Err(e) => Err(e),
+                            Err(e) => Err(e.into()),
                         },
                         Err(e) => {
                             tracing::warn!(request = %request_id, error = %e, "dropping an unreadable kept decision");
@@ -623,6 +641,10 @@ impl RemoteFollower {
                             if let Err(e) = self.store.forget_unmatched(&request_id).await {
                                 tracing::warn!(error = %e, "cannot forget a matched decision");
                             }
+                        }
+                        // Kept: tried again after the next page.
+                        Err(ApplyError::Unread(e)) => {
+                            tracing::warn!(request = %request_id, error = %e, "cannot read a kept decision yet")
                         }
                         Err(e) => {
                             tracing::error!(request = %request_id, error = %e, "cannot apply a kept decision")
@@ -704,6 +726,16 @@ impl RemoteFollower {
             }
         }
     }
+}
+
+/// Why a feed item could not be applied.
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Its result could not be read from the inbox (the item had none).
+    #[error("cannot read the result: {0}")]
+    Unread(ClientError),
 }
 
 /// `base` doubled per failure after the first, at most `max`.
