@@ -425,12 +425,20 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    /// Sessions left `running` by a process that died mid-turn become `idle`; called by the
-    /// single owner of the store (the gateway) when it starts. Returns how many.
+    /// Sessions left `running` by a process that died mid-turn become `waiting` when they
+    /// have an open wait, else `idle` (and a `waiting` one without open waits, left by an
+    /// older version, becomes `idle`); called by the single owner of the store (the gateway)
+    /// when it starts. Returns how many changed.
     pub async fn reset_running(&self) -> Result<u64> {
-        let r = sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
-            .execute(&self.pool)
-            .await?;
+        let r = sqlx::query(concat!(
+            "UPDATE sessions SET status = ",
+            waits::status_from_waits!(),
+            " WHERE status = 'running' OR (status = 'waiting' AND NOT EXISTS \
+             (SELECT 1 FROM waits w WHERE w.session_id = sessions.id \
+             AND w.status IN ('pending', 'ready')))"
+        ))
+        .execute(&self.pool)
+        .await?;
         Ok(r.rows_affected())
     }
 

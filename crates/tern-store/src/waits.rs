@@ -12,16 +12,44 @@
 //!    at most once per wait, whoever notices the decision first.
 //! 3. [`Store::deliver_wait`] appends the decision message to the session **and** marks the
 //!    wait `delivered`, in one transaction guarded by `status = 'ready'`: the message is
-//!    appended exactly once, whatever crashes or races.
+//!    appended exactly once, whatever crashes or races. A transcript a crash left with tool
+//!    calls unanswered (the gateway died inside the turn that asked) is repaired first, in
+//!    the same transaction, so the decision never lands between a tool call and its result.
 //! 4. [`Store::wait_answered`] records that a turn ran on it. After a crash,
 //!    [`Store::delivered_unanswered`] lists the decisions whose turn must still run.
-//! 5. [`Store::cancel_waits`] ends a session's open waits (deleted or reset session).
+//! 5. [`Store::cancel_wait`] / [`Store::cancel_waits`] end open waits (withdrawn request,
+//!    deleted or reset session); the session's status follows ([`Store::refresh_waiting`]):
+//!    `waiting` while a wait is open, `idle` once none is.
+//!
+//! A wait keeps the session that asked in its `idem_key` (`tern-wait:<session>:<call>`)
+//! even when a reset moves it to the successor ([`Store::move_open_waits`]):
+//! [`Wait::origin_session`] is what the inbox's idempotency keys are derived from.
 
 use serde::Serialize;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use tern_llm::{Role, ToolCall};
+
 use crate::{Message, NewMessage, Result, Store, StoreError, insert_messages, now_ms};
+
+/// The marker a turn cut short leaves in the transcript (the same text as
+/// `tern_agent::INTERRUPTED_MARKER`; the store cannot depend on the agent).
+pub const INTERRUPTED_MARKER: &str = "[interrupted]";
+
+/// The result an interrupted tool call gets (the same as the agent's repair gives).
+const INTERRUPTED_RESULT: &str =
+    r#"{"error":"interrupted: the turn was stopped before this tool call finished"}"#;
+
+/// The session's status computed from its open waits: `waiting` while one is pending or
+/// ready, else `idle`. For `UPDATE sessions` statements (refers to `sessions.id`).
+macro_rules! status_from_waits {
+    () => {
+        "CASE WHEN EXISTS (SELECT 1 FROM waits w WHERE w.session_id = sessions.id \
+         AND w.status IN ('pending', 'ready')) THEN 'waiting' ELSE 'idle' END"
+    };
+}
+pub(crate) use status_from_waits;
 
 /// What a wait waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -109,6 +137,21 @@ pub struct Wait {
     pub delivered_at: Option<i64>,
     pub answered_at: Option<i64>,
     pub cancelled_at: Option<i64>,
+}
+
+impl Wait {
+    /// The session that asked: the one in `idem_key` (`tern-wait:<session>:<call>`), which
+    /// a reset that keeps the waits does not change; `session_id` when the key has another
+    /// form. The inbox's idempotency keys (task, request, attachments) derive from it, so a
+    /// request sent again after the move is the same request.
+    pub fn origin_session(&self) -> &str {
+        self.idem_key
+            .strip_prefix("tern-wait:")
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(session, _call)| session)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.session_id)
+    }
 }
 
 /// A wait to record.
@@ -242,7 +285,15 @@ impl Store {
 
     /// Appends `message` to the wait's session and marks the wait delivered, in one
     /// transaction, only if the wait is `ready`. `None`: it was not (delivered before, or
-    /// cancelled) and nothing was appended — the exactly-once guard.
+    /// cancelled) and nothing was appended — the exactly-once guard. The message returned
+    /// says which session it went to (the wait's current one: a reset may have moved it).
+    ///
+    /// When the session's last assistant message has tool calls without results (the
+    /// gateway died inside a turn, e.g. after the inbox request was created but before the
+    /// tool's result was stored), they get results first — this wait's own call one saying
+    /// the request was created and is decided, the others the usual interrupted result —
+    /// then the `[interrupted]` marker, as the agent's repair would: the decision then
+    /// follows a valid transcript instead of being cut off from it by a later repair.
     pub async fn deliver_wait(
         &self,
         wait_id: &str,
@@ -250,16 +301,35 @@ impl Store {
     ) -> Result<Option<Message>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let now = now_ms();
-        let row = sqlx::query("SELECT session_id FROM waits WHERE id = ? AND status = 'ready'")
-            .bind(wait_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row = sqlx::query(
+            "SELECT session_id, tool_call_id, kind, request_id FROM waits \
+             WHERE id = ? AND status = 'ready'",
+        )
+        .bind(wait_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         let Some(row) = row else {
             return Ok(None);
         };
         let session_id: String = row.try_get("session_id")?;
-        let mut appended =
-            insert_messages(&mut tx, &session_id, std::slice::from_ref(message)).await?;
+        let own_call: Option<String> = row.try_get("tool_call_id")?;
+        let kind = WaitKind::parse(row.try_get("kind")?)?;
+        let request_id: Option<String> = row.try_get("request_id")?;
+        let mut msgs = open_call_results(&mut tx, &session_id, |call| {
+            (Some(call) == own_call.as_deref()).then(|| decided_result(kind, request_id.as_deref()))
+        })
+        .await?;
+        if !msgs.is_empty() {
+            tracing::warn!(
+                session = %session_id,
+                wait = wait_id,
+                open = msgs.len(),
+                "repairing a transcript left mid-turn before delivering a decision"
+            );
+            msgs.push(NewMessage::new(Role::Assistant, INTERRUPTED_MARKER));
+        }
+        msgs.push(message.clone());
+        let mut appended = insert_messages(&mut tx, &session_id, &msgs).await?;
         let message = appended
             .pop()
             .ok_or_else(|| StoreError::Corrupt("append returned no message".into()))?;
@@ -371,7 +441,27 @@ impl Store {
         if updated == 0 {
             return Ok(None);
         }
-        self.wait(wait_id).await
+        let wait = self.wait(wait_id).await?;
+        if let Some(w) = &wait {
+            // Its last open wait gone, the session no longer waits.
+            self.refresh_waiting(&w.session_id).await?;
+        }
+        Ok(wait)
+    }
+
+    /// Sets a session `waiting` when it has an open (pending or ready) wait, else `idle` —
+    /// only when it is one of the two: a running turn sets the status itself when it ends,
+    /// and an ended session stays ended. Called whenever waits end other than by a turn.
+    pub async fn refresh_waiting(&self, session_id: &str) -> Result<()> {
+        sqlx::query(concat!(
+            "UPDATE sessions SET status = ",
+            status_from_waits!(),
+            " WHERE id = ? AND status IN ('idle', 'waiting')"
+        ))
+        .bind(session_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Moves a session's open waits to another session (a reset that keeps its waits: the
@@ -384,6 +474,8 @@ impl Store {
         .bind(from)
         .execute(&self.pool)
         .await?;
+        // The successor waits for them, as its predecessor did.
+        self.refresh_waiting(to).await?;
         Ok(r.rows_affected())
     }
 
@@ -409,6 +501,8 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        // A reset or deleted session is ended or gone (untouched); any other stops waiting.
+        self.refresh_waiting(session_id).await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut w = wait_from_row(row)?;
@@ -419,3 +513,60 @@ impl Store {
         Ok(out)
     }
 }
+
+/// Results for the tool calls of the session's last assistant message that have none yet
+/// (`[]` when all have one), read and built inside the caller's transaction. `own` gives a
+/// call's result when it is not the usual interrupted one.
+async fn open_call_results(
+    tx: &mut sqlx::SqliteConnection,
+    session_id: &str,
+    own: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<NewMessage>> {
+    let last = sqlx::query(
+        "SELECT seq, tool_calls FROM messages WHERE session_id = ? AND role = 'assistant' \
+         AND tool_calls IS NOT NULL AND tool_calls <> '[]' ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(session_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(last) = last else {
+        return Ok(Vec::new());
+    };
+    let seq: i64 = last.try_get("seq")?;
+    let calls: Vec<ToolCall> = serde_json::from_str(last.try_get("tool_calls")?)
+        .map_err(|e| StoreError::Corrupt(format!("tool calls of session {session_id}: {e}")))?;
+    let answered: Vec<String> = sqlx::query_scalar(
+        "SELECT tool_call_id FROM messages WHERE session_id = ? AND seq > ? \
+         AND tool_call_id IS NOT NULL",
+    )
+    .bind(session_id)
+    .bind(seq)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id))
+        .map(|c| {
+            let content = own(&c.id).unwrap_or_else(|| INTERRUPTED_RESULT.to_owned());
+            NewMessage::tool_result(&c.id, &c.function.name, content)
+        })
+        .collect())
+}
+
+/// The result of the tool call that created a wait's request, when the crash came before
+/// the tool's own result was stored: the request exists and its decision follows.
+fn decided_result(kind: WaitKind, request_id: Option<&str>) -> String {
+    let note = match kind {
+        WaitKind::Command => {
+            "The command was not run: it needs a human's approval. The approval request was \
+             created and has been decided since; the decision follows."
+        }
+        WaitKind::Approval | WaitKind::Elicitation => {
+            "The request was created and has been decided since; the decision follows."
+        }
+    };
+    serde_json::json!({"requestId": request_id, "status": "decided", "note": note}).to_string()
+}
+
+#[cfg(test)]
+mod tests;

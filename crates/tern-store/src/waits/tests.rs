@@ -1,0 +1,213 @@
+//! Waits against a real SQLite store: the transcript a crash left mid-turn is repaired by
+//! the delivery, and the session's status follows its open waits.
+
+use tern_llm::FunctionCall;
+
+use super::*;
+use crate::{NewSession, SessionStatus};
+
+async fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    (dir, s)
+}
+
+async fn session(s: &Store) -> String {
+    s.create_session(NewSession {
+        source: "api".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .id
+}
+
+async fn wait(s: &Store, session: &str, call: &str) -> Wait {
+    let (w, _) = s
+        .create_wait(&NewWait {
+            session_id: session,
+            idem_key: &format!("tern-wait:{session}:{call}"),
+            tool_call_id: Some(call),
+            kind: WaitKind::Approval,
+            request: r#"{"kind":"approval","summary":"Deploy"}"#,
+        })
+        .await
+        .unwrap();
+    s.set_wait_request(&w.id, &format!("req_{call}"))
+        .await
+        .unwrap();
+    w
+}
+
+fn call(id: &str, name: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        kind: "function".into(),
+        function: FunctionCall {
+            name: name.into(),
+            arguments: "{}".into(),
+        },
+    }
+}
+
+fn assistant_calling(calls: Vec<ToolCall>) -> NewMessage {
+    NewMessage {
+        role: Some(Role::Assistant),
+        tool_calls: calls,
+        ..Default::default()
+    }
+}
+
+async fn status(s: &Store, session: &str) -> SessionStatus {
+    s.session(session).await.unwrap().status
+}
+
+#[tokio::test]
+async fn a_delivery_after_a_crash_mid_turn_answers_the_open_tool_calls_first() {
+    let (_d, s) = store().await;
+    let sid = session(&s).await;
+    // The turn that asked: the model called the request tool and another tool; the gateway
+    // died after the request was created, before either result was stored.
+    s.append_messages(
+        &sid,
+        &[
+            NewMessage::new(Role::User, "deploy it"),
+            assistant_calling(vec![
+                call("call_req", "request_approval"),
+                call("call_ls", "terminal"),
+            ]),
+        ],
+    )
+    .await
+    .unwrap();
+    let w = wait(&s, &sid, "call_req").await;
+    s.wait_ready(&w.id, r#"{"outcome":{"type":"APPROVE"}}"#, Some("alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    let decision = s
+        .deliver_wait(&w.id, &NewMessage::new(Role::User, "[inbox decision] yes"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(decision.session_id, sid);
+
+    let msgs = s.messages(&sid).await.unwrap();
+    let tail: Vec<(Role, Option<&str>)> = msgs[2..]
+        .iter()
+        .map(|m| (m.role, m.tool_call_id.as_deref()))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            (Role::Tool, Some("call_req")),
+            (Role::Tool, Some("call_ls")),
+            (Role::Assistant, None),
+            (Role::User, None),
+        ]
+    );
+    let own: serde_json::Value = serde_json::from_str(msgs[2].content.as_deref().unwrap()).unwrap();
+    assert_eq!(own["requestId"], "req_call_req");
+    assert_eq!(own["status"], "decided");
+    assert_eq!(msgs[2].tool_name.as_deref(), Some("request_approval"));
+    assert!(msgs[3].content.as_deref().unwrap().contains("interrupted"));
+    assert_eq!(msgs[4].content.as_deref(), Some(INTERRUPTED_MARKER));
+    assert_eq!(msgs[5].id, decision.id);
+    assert_eq!(
+        s.wait(&w.id).await.unwrap().unwrap().message_id,
+        Some(decision.id)
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_after_a_complete_turn_appends_only_the_decision() {
+    let (_d, s) = store().await;
+    let sid = session(&s).await;
+    s.append_messages(
+        &sid,
+        &[
+            NewMessage::new(Role::User, "deploy it"),
+            assistant_calling(vec![call("call_req", "request_approval")]),
+            NewMessage::tool_result("call_req", "request_approval", "{}"),
+            NewMessage::new(Role::Assistant, "asked; waiting"),
+        ],
+    )
+    .await
+    .unwrap();
+    let w = wait(&s, &sid, "call_req").await;
+    s.wait_ready(&w.id, "{}", None).await.unwrap().unwrap();
+    s.deliver_wait(&w.id, &NewMessage::new(Role::User, "[inbox decision]"))
+        .await
+        .unwrap()
+        .unwrap();
+    let msgs = s.messages(&sid).await.unwrap();
+    assert_eq!(msgs.len(), 5);
+    assert_eq!(msgs[4].content.as_deref(), Some("[inbox decision]"));
+}
+
+#[tokio::test]
+async fn the_status_follows_the_open_waits_when_waits_end_outside_a_turn() {
+    let (_d, s) = store().await;
+    let sid = session(&s).await;
+    let a = wait(&s, &sid, "call_a").await;
+    let b = wait(&s, &sid, "call_b").await;
+    s.set_status(&sid, SessionStatus::Waiting).await.unwrap();
+    // One of two withdrawn: still waiting.
+    s.cancel_wait(&a.id).await.unwrap().unwrap();
+    assert_eq!(status(&s, &sid).await, SessionStatus::Waiting);
+    // The last one: idle.
+    s.cancel_wait(&b.id).await.unwrap().unwrap();
+    assert_eq!(status(&s, &sid).await, SessionStatus::Idle);
+
+    // A running turn keeps its status (it sets it when it ends); cancel_waits as well.
+    let sid2 = session(&s).await;
+    wait(&s, &sid2, "call_c").await;
+    s.set_status(&sid2, SessionStatus::Running).await.unwrap();
+    s.cancel_waits(&sid2).await.unwrap();
+    assert_eq!(status(&s, &sid2).await, SessionStatus::Running);
+    let sid3 = session(&s).await;
+    wait(&s, &sid3, "call_d").await;
+    s.set_status(&sid3, SessionStatus::Waiting).await.unwrap();
+    s.cancel_waits(&sid3).await.unwrap();
+    assert_eq!(status(&s, &sid3).await, SessionStatus::Idle);
+}
+
+#[tokio::test]
+async fn reset_running_leaves_sessions_with_open_waits_waiting() {
+    let (_d, s) = store().await;
+    let asked = session(&s).await;
+    wait(&s, &asked, "call_a").await;
+    s.set_status(&asked, SessionStatus::Running).await.unwrap();
+    let plain = session(&s).await;
+    s.set_status(&plain, SessionStatus::Running).await.unwrap();
+    let stale = session(&s).await;
+    s.set_status(&stale, SessionStatus::Waiting).await.unwrap();
+    let still = session(&s).await;
+    wait(&s, &still, "call_b").await;
+    s.set_status(&still, SessionStatus::Waiting).await.unwrap();
+
+    assert_eq!(s.reset_running().await.unwrap(), 3);
+    assert_eq!(status(&s, &asked).await, SessionStatus::Waiting);
+    assert_eq!(status(&s, &plain).await, SessionStatus::Idle);
+    assert_eq!(status(&s, &stale).await, SessionStatus::Idle);
+    assert_eq!(status(&s, &still).await, SessionStatus::Waiting);
+}
+
+#[tokio::test]
+async fn a_moved_wait_keeps_its_origin_session_and_the_successor_waits() {
+    let (_d, s) = store().await;
+    let old = session(&s).await;
+    let next = session(&s).await;
+    let w = wait(&s, &old, "call_a").await;
+    assert_eq!(s.move_open_waits(&old, &next).await.unwrap(), 1);
+    let moved = s.wait(&w.id).await.unwrap().unwrap();
+    assert_eq!(moved.session_id, next);
+    assert_eq!(moved.origin_session(), old);
+    assert_eq!(status(&s, &next).await, SessionStatus::Waiting);
+    // A key of another form: the current session.
+    let other = Wait {
+        idem_key: "custom".into(),
+        ..moved
+    };
+    assert_eq!(other.origin_session(), next);
+}
