@@ -253,13 +253,19 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         tools: Some(inbox_tools),
         follow_embedded: remote_inbox.is_none(),
         keep_on_reset: inbox_config.keep_waits_on_reset,
-        command_hook: command_approver.map(tern_waits::command::resume_hook),
+        command_hook: command_approver
+            .clone()
+            .map(tern_waits::command::resume_hook),
     });
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
     gw.spawn_upkeep(stop.clone());
+    if let (Some(a), Some(r)) = (&command_approver, gw.resumer()) {
+        // A command request decided inside its create (an auto-approve policy) wakes it.
+        a.wake_on_ready(r);
+    }
     if let (Some(client), Some(r)) = (remote_inbox, &remote)
         && !args.inbox_only
     {

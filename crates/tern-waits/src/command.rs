@@ -96,6 +96,8 @@ pub struct InboxApprover {
     hooks: Option<Arc<HookBus>>,
     home: Option<Home>,
     allowlist: Mutex<HashSet<String>>,
+    /// Woken when a request is decided by the time its id is stored ([`InboxApprover::wake_on_ready`]).
+    resumer: std::sync::OnceLock<Arc<crate::resume::Resumer>>,
 }
 
 impl InboxApprover {
@@ -113,7 +115,14 @@ impl InboxApprover {
             hooks: None,
             home: None,
             allowlist: Mutex::new(allowlist.into_iter().map(|c| c.trim().to_owned()).collect()),
+            resumer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The resumer to wake when a request is decided by the time its id is stored (an
+    /// auto-approve policy decides inside the create); the gateway sets it once started.
+    pub fn wake_on_ready(&self, resumer: Arc<crate::resume::Resumer>) {
+        let _ = self.resumer.set(resumer);
     }
 
     /// The project of the sessions' tasks.
@@ -336,6 +345,16 @@ impl InboxApprover {
                 summary,
             }));
         }
+        // Decided already (an auto-approve policy): no follower will report it.
+        let hooks = self.hooks.clone().unwrap_or_default();
+        crate::follow::settle_new_request(
+            &self.store,
+            &*self.client,
+            &hooks,
+            self.resumer.get().map(|r| &**r),
+            &wait.id,
+        )
+        .await;
         Ok(request_id)
     }
 }

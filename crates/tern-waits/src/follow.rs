@@ -16,6 +16,12 @@
 //!
 //! [`settle`] is shared with the remote follower ([`crate::remote`]), which learns of
 //! decisions from another server instead.
+//!
+//! A decision can come before its wait knows the request's id: an auto-approve policy
+//! decides inside the create call, and a crash may come between the create and
+//! [`Store::set_wait_request`] (the start-up sweep skips waits without an id). The follower
+//! drops such a decision — no wait has its request — so whoever stores a request id calls
+//! [`settle_new_request`] right after, which reads the result once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +68,46 @@ pub async fn settle(
     resumer: &Resumer,
     wait: &Wait,
 ) -> Result<Settled, ClientError> {
+    settle_waking(store, client, hooks, Some(resumer), wait).await
+}
+
+/// Reads the result of a wait whose request id was just stored ([`Store::set_wait_request`])
+/// and settles it: a decision taken before then reached no follower (see the module docs).
+/// `resumer` is woken when the wait becomes ready; without one (not started yet) the
+/// resumer's first scan finds the ready wait. Failures are logged, not returned: the
+/// request exists, and a later decision reaches the followers as usual.
+pub async fn settle_new_request(
+    store: &Store,
+    client: &dyn InboxClient,
+    hooks: &HookBus,
+    resumer: Option<&Resumer>,
+    wait_id: &str,
+) -> Option<Settled> {
+    // Read again: the stored id, and a status that may have changed meanwhile.
+    let wait = match store.wait(wait_id).await {
+        Ok(Some(w)) => w,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(wait = wait_id, error = %e, "cannot read a wait to check its decision");
+            return None;
+        }
+    };
+    match settle_waking(store, client, hooks, resumer, &wait).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(wait = wait_id, error = %e, "cannot check the decision of a new request");
+            None
+        }
+    }
+}
+
+async fn settle_waking(
+    store: &Store,
+    client: &dyn InboxClient,
+    hooks: &HookBus,
+    resumer: Option<&Resumer>,
+    wait: &Wait,
+) -> Result<Settled, ClientError> {
     let (Some(request_id), WaitStatus::Pending) = (wait.request_id.as_deref(), wait.status) else {
         return Ok(Settled::Nothing);
     };
@@ -76,7 +122,9 @@ pub async fn settle(
                 .map_err(|e| ClientError::Unreachable(format!("the store: {e}")))?;
             if ready.is_some() {
                 tracing::debug!(wait = %wait.id, request = request_id, "decision landed");
-                resumer.notify_ready();
+                if let Some(r) = resumer {
+                    r.notify_ready();
+                }
                 Ok(Settled::Ready)
             } else {
                 Ok(Settled::Nothing)

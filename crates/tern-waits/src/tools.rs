@@ -18,8 +18,11 @@
 //! 4. [`InboxTools::send_request`] sends it: the attachments are attached to the task (an
 //!    action, idempotency key `tern-attach:<session>:<call>`), the request is created
 //!    (`tern-req:<session>:<call>`), its id stored with [`Store::set_wait_request`], and
-//!    `wait_created` emitted. Every step is idempotent, so a crash anywhere in between is
-//!    repaired by running it again.
+//!    `wait_created` emitted; a decision taken already (an auto-approve policy decides inside
+//!    the create) is read at once ([`crate::follow::settle_new_request`]). Every step is
+//!    idempotent, so a crash anywhere in between is repaired by running it again. The keys
+//!    use the session that asked ([`Wait::origin_session`]), even after a reset moved the
+//!    wait to its successor.
 //! 5. The tool returns `{"requestId", "status": "pending"}` at once; it never waits for the
 //!    human. The model ends its turn and is resumed with the decision ([`crate::resume`]).
 //!
