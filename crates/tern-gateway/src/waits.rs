@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tern_agent::{AgentError, AgentEvent, EventSink, TurnRequest, TurnStatus};
+use tern_agent::{AgentError, AgentEvent, EventSink, StopReason, TurnRequest, TurnStatus};
 use tern_hooks::WaitResolvedStatus;
 use tern_store::{StoreError, Wait};
 use tern_waits::client::{BoxFuture, EmbeddedInbox, InboxClient};
@@ -115,11 +115,13 @@ impl Gateway {
                 self.inbox.clone(),
                 setup.client.clone(),
                 self.hooks.clone(),
-                resumer,
+                resumer.clone(),
             )
             .spawn(stop.clone());
         }
         if let Some(tools) = setup.tools {
+            // A request decided inside its create (an auto-approve policy) wakes it.
+            tools.wake_on_ready(resumer.clone());
             let stop = stop.clone();
             tokio::spawn(async move {
                 loop {
@@ -152,6 +154,8 @@ impl Gateway {
         if let Some(next) = successor
             && setup.keep_on_reset
         {
+            // The successor becomes `waiting` for them, as its predecessor was; their
+            // requests keep the keys of the session that asked (Wait::origin_session).
             let moved = self.store.move_open_waits(session_id, next).await?;
             if moved > 0 {
                 tracing::info!(
@@ -160,10 +164,6 @@ impl Gateway {
                     waits = moved,
                     "open waits move to the reset session's successor"
                 );
-                // The successor waits for them, as its predecessor did.
-                self.store
-                    .set_status(next, tern_store::SessionStatus::Waiting)
-                    .await?;
             }
             return Ok(());
         }
@@ -225,7 +225,7 @@ impl TurnRunner for GatewayRunner {
                 .ok_or_else(|| ResumeError::Failed("the gateway stopped".into()))?;
             let permit = tokio::select! {
                 p = gw.turns.permit_wait() => p.map_err(failed)?,
-                () = gw.closing.cancelled() => return Err(ResumeError::Failed("the gateway is shutting down".into())),
+                () = gw.closing.cancelled() => return Err(ResumeError::ShuttingDown("the gateway is shutting down".into())),
             };
             // A session being reset or deleted, or 8 turns queued on it: retried later.
             let guard = gw
@@ -244,10 +244,14 @@ impl TurnRunner for GatewayRunner {
                     return Err(ResumeError::Failed("stopped while queued".into()));
                 }
             };
-            if let Some(deliver) = deliver
-                && !deliver.await.map_err(ResumeError::Failed)?
-            {
-                return Ok(Resumed::NotDelivered);
+            if let Some(deliver) = deliver {
+                match deliver.await.map_err(ResumeError::Failed)? {
+                    None => return Ok(Resumed::NotDelivered),
+                    // The wait moved to a reset session's successor: its turn runs there
+                    // (queued on that session), not on this ended one.
+                    Some(to) if to != session_id => return Ok(Resumed::Moved(to)),
+                    Some(_) => {}
+                }
             }
             let slot = guard.slot.clone();
             let events: EventSink = Arc::new(move |ev: AgentEvent| match &ev {
@@ -255,11 +259,12 @@ impl TurnRunner for GatewayRunner {
                 AgentEvent::TurnFinished { .. } => slot.mark_finished(),
                 _ => {}
             });
+            let interrupt = guard.slot.interrupt.clone();
             let req = TurnRequest {
                 session_id: session_id.clone(),
                 input,
                 input_appended: true,
-                interrupt: guard.slot.interrupt.clone(),
+                interrupt: interrupt.clone(),
                 system_prompt: None,
                 approver: gw.approver.clone(),
                 workdir: gw.settings.workdir.clone(),
@@ -276,7 +281,17 @@ impl TurnRunner for GatewayRunner {
                 r
             });
             match task.await {
-                // Stopped before it ran (draining): nothing answered the decision yet.
+                // Cut short by the shutdown (the drain timeout): not answered, so the next
+                // start runs it again, as after a kill -9.
+                Ok(Ok(o))
+                    if o.status == TurnStatus::Interrupted
+                        && interrupt.reason() == Some(StopReason::Shutdown) =>
+                {
+                    Err(ResumeError::ShuttingDown(
+                        "the turn was interrupted by the shutdown".into(),
+                    ))
+                }
+                // Stopped before it ran: nothing answered the decision yet.
                 Ok(Ok(o)) if o.status == TurnStatus::Interrupted && o.iterations == 0 => Err(
                     ResumeError::Failed("the turn was stopped before it ran".into()),
                 ),
@@ -291,5 +306,17 @@ impl TurnRunner for GatewayRunner {
                 Err(e) => Err(ResumeError::Failed(format!("the turn's task failed: {e}"))),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The store repairs transcripts (before a decision) with the agent's marker.
+    #[test]
+    fn the_store_and_the_agent_mark_interruptions_alike() {
+        assert_eq!(
+            tern_store::waits::INTERRUPTED_MARKER,
+            tern_agent::INTERRUPTED_MARKER
+        );
     }
 }

@@ -18,10 +18,17 @@
 //! - **Exactly once**: only [`tern_store::Store::deliver_wait`] appends a decision, and it
 //!   does so in the transaction that moves the wait `ready → delivered`; a second attempt
 //!   (a retry, a race, a restart) finds the wait delivered and appends nothing.
-//! - **At least once**: a wait is marked answered only after its turn ran. When the gateway
-//!   starts, [`Resumer::run`] first takes [`tern_store::Store::delivered_unanswered`] (a crash
-//!   came between the append and the answer) and runs their turns — unless the transcript
-//!   shows the turn got as far as a final answer, the crash having come just before the mark.
+//! - **At least once**: a wait is marked answered only after its turn ran — not when the
+//!   turn was cut short by a shutdown ([`ResumeError::ShuttingDown`]) nor when it could not
+//!   run because its session ended. When the gateway starts, [`Resumer::run`] first takes
+//!   [`tern_store::Store::delivered_unanswered`] (a crash or a shutdown came between the
+//!   append and the answer) and runs their turns — unless the transcript shows the turn got
+//!   as far as a final answer (the `[interrupted]` marker is not one), the crash having come
+//!   just before the mark.
+//! - **The session the decision went to**: a reset that keeps its waits moves them to the
+//!   successor, possibly while a resume is under way. [`tern_store::Store::deliver_wait`]
+//!   appends to the wait's current session and says which; when that is not the session the
+//!   turn was queued on, the runner answers [`Resumed::Moved`] and the turn runs there.
 //! - **Busy sessions**: the decision is appended only once the resume's turn is at the head
 //!   of the session's queue ([`TurnRunner`]), so it never lands between another turn's tool
 //!   call and its result, and the turn that answers it follows at once.
@@ -37,24 +44,29 @@ use std::time::Duration;
 use serde_json::Value;
 use tern_hooks::{HookBus, HookEvent, WaitResolved, WaitResolvedStatus};
 use tern_llm::Role;
+use tern_store::waits::INTERRUPTED_MARKER;
 use tern_store::{NewMessage, Store, Wait, WaitKind, WaitStatus};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::BoxFuture;
 
-/// Appends the decision once the resume's turn is at the head of its session's queue;
-/// `Ok(false)` when there was nothing to append (the wait was cancelled, or delivered by
-/// someone else), in which case no turn runs.
-pub type Deliver = BoxFuture<'static, Result<bool, String>>;
+/// Appends the decision once the resume's turn is at the head of its session's queue and
+/// returns the session it was appended to (the wait's current one: a reset that keeps its
+/// waits moves them); `Ok(None)` when there was nothing to append (the wait was cancelled,
+/// or delivered by someone else), in which case no turn runs.
+pub type Deliver = BoxFuture<'static, Result<Option<String>, String>>;
 
 /// What a [`TurnRunner`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resumed {
     /// A turn ran on the decision (completed, stopped or out of iterations alike).
     Answered,
     /// `deliver` appended nothing, so no turn ran.
     NotDelivered,
+    /// `deliver` appended the decision to this other session (the wait moved to a reset
+    /// session's successor); no turn ran: it is to run there.
+    Moved(String),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -62,9 +74,13 @@ pub enum ResumeError {
     /// The session was deleted or has ended: no turn can ever answer there.
     #[error("the session is gone: {0}")]
     Gone(String),
-    /// Worth retrying later (the model is down, the gateway is full or shutting down).
+    /// Worth retrying later (the model is down, the gateway is full).
     #[error("{0}")]
     Failed(String),
+    /// The gateway is shutting down: the turn did not run, or was interrupted by the
+    /// shutdown. Not answered; the next start runs it.
+    #[error("{0}")]
+    ShuttingDown(String),
 }
 
 /// Runs resume turns; the gateway implements it.
@@ -73,7 +89,9 @@ pub trait TurnRunner: Send + Sync {
     /// the transcript's last message. The turn queues behind the session's running and
     /// admitted turns and waits for a place under the gateway's cap instead of being
     /// refused. With `deliver`, the runner awaits it once the turn is at the head of the
-    /// session's queue, and runs the turn only if it returned `true`.
+    /// session's queue, and runs the turn only if it appended the decision to `session_id`
+    /// ([`Resumed::NotDelivered`] when it appended nothing, [`Resumed::Moved`] when it
+    /// appended to another session).
     fn run_resume(
         &self,
         session_id: String,
@@ -207,8 +225,9 @@ impl Resumer {
         }
     }
 
-    /// Whether a final answer (an assistant message without tool calls) follows the
-    /// decision message: its turn ran to the end and only the mark was lost.
+    /// Whether a final answer (an assistant message without tool calls, other than the
+    /// `[interrupted]` marker a stopped turn leaves) follows the decision message: its turn
+    /// ran to the end and only the mark was lost.
     async fn answered_in_transcript(&self, w: &Wait) -> Result<bool, tern_store::StoreError> {
         let Some(message_id) = w.message_id else {
             return Ok(false);
@@ -218,9 +237,11 @@ impl Resumer {
             // The session is gone (or its transcript was replaced): nothing to answer.
             return Ok(true);
         };
-        Ok(msgs[pos + 1..]
-            .iter()
-            .any(|m| m.role == Role::Assistant && m.tool_calls.is_empty()))
+        Ok(msgs[pos + 1..].iter().any(|m| {
+            m.role == Role::Assistant
+                && m.tool_calls.is_empty()
+                && m.content.as_deref() != Some(INTERRUPTED_MARKER)
+        }))
     }
 
     fn start(self: &Arc<Self>, wait: Wait, stop: &CancellationToken) {
@@ -240,47 +261,71 @@ impl Resumer {
     async fn handle(self: &Arc<Self>, wait: Wait, stop: CancellationToken) {
         let input = render_decision(&wait);
         let mut delivered = wait.status == WaitStatus::Delivered;
+        // Where the turn runs: the wait's session, which a reset may change (see Moved).
+        let mut session = wait.session_id.clone();
         let mut delay = self.first_retry;
         loop {
-            let did_deliver = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let appended_to: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
             let deliver: Option<Deliver> = (!delivered).then(|| {
                 let me = self.clone();
                 let wait_id = wait.id.clone();
-                let flag = did_deliver.clone();
+                let slot = appended_to.clone();
                 Box::pin(async move {
-                    let ok = me.deliver(&wait_id).await?;
-                    flag.store(ok, std::sync::atomic::Ordering::SeqCst);
-                    Ok(ok)
+                    let to = me.deliver(&wait_id).await?;
+                    *lock(&slot) = to.clone();
+                    Ok(to)
                 }) as Deliver
             });
             let run = self
                 .runner
-                .run_resume(wait.session_id.clone(), input.clone(), deliver);
+                .run_resume(session.clone(), input.clone(), deliver);
             let result = tokio::select! {
                 r = run => r,
                 // Left as it is: the next start delivers or answers it.
                 () = stop.cancelled() => return,
             };
-            delivered |= did_deliver.load(std::sync::atomic::Ordering::SeqCst);
+            if let Some(to) = lock(&appended_to).take() {
+                delivered = true;
+                session = to;
+            }
             match result {
                 Ok(Resumed::Answered) => {
                     if let Err(e) = self.store.wait_answered(&wait.id).await {
                         // The next start runs the turn again (at least once).
                         tracing::error!(wait = %wait.id, error = %e, "cannot mark a wait answered");
                     }
-                    tracing::info!(wait = %wait.id, session = %wait.session_id, "resumed");
+                    tracing::info!(wait = %wait.id, session = %session, "resumed");
                     return;
                 }
                 Ok(Resumed::NotDelivered) => return,
+                Ok(Resumed::Moved(to)) => {
+                    tracing::info!(wait = %wait.id, session = %to, "the decision went to the reset session's successor; its turn runs there");
+                    delivered = true;
+                    session = to;
+                    continue;
+                }
+                Err(ResumeError::ShuttingDown(why)) => {
+                    tracing::info!(wait = %wait.id, session = %session, %why, "the resume is left for the next start");
+                    return;
+                }
                 Err(ResumeError::Gone(why)) => {
-                    tracing::warn!(wait = %wait.id, session = %wait.session_id, %why, "no turn can answer this decision");
-                    if delivered {
-                        let _ = self.store.wait_answered(&wait.id).await;
+                    // The wait may have moved to a reset session's successor meanwhile: the
+                    // turn runs there. Otherwise nothing can answer it now; it is not marked
+                    // answered (a turn never ran), so the next start looks at it again.
+                    match self.store.wait(&wait.id).await {
+                        Ok(Some(w)) if w.session_id != session => {
+                            tracing::info!(wait = %wait.id, from = %session, to = %w.session_id, "the wait moved to another session; resuming there");
+                            session = w.session_id;
+                            continue;
+                        }
+                        _ => {}
                     }
+                    tracing::warn!(wait = %wait.id, session = %session, %why, "no turn can answer this decision");
+                    let _ = self.store.wait_attempt_failed(&wait.id, &why).await;
                     return;
                 }
                 Err(ResumeError::Failed(why)) => {
-                    tracing::warn!(wait = %wait.id, session = %wait.session_id, error = %why, retry_in = ?delay, "the resume failed; retrying");
+                    tracing::warn!(wait = %wait.id, session = %session, error = %why, retry_in = ?delay, "the resume failed; retrying");
                     let _ = self.store.wait_attempt_failed(&wait.id, &why).await;
                 }
             }
@@ -289,15 +334,20 @@ impl Resumer {
                 () = stop.cancelled() => return,
             }
             delay = (delay * 2).min(LAST_RETRY);
+            // A reset that keeps the waits may have moved this one meanwhile.
+            if let Ok(Some(w)) = self.store.wait(&wait.id).await {
+                session = w.session_id;
+            }
         }
     }
 
     /// The delivery step: the command hook, then the append-and-mark transaction, then the
-    /// hook event. `Ok(false)`: the wait was no longer ready.
-    async fn deliver(&self, wait_id: &str) -> Result<bool, String> {
+    /// hook event. The session the decision went to; `Ok(None)`: the wait was no longer
+    /// ready.
+    async fn deliver(&self, wait_id: &str) -> Result<Option<String>, String> {
         let w = self.store.wait(wait_id).await.map_err(|e| e.to_string())?;
         let Some(w) = w.filter(|w| w.status == WaitStatus::Ready) else {
-            return Ok(false);
+            return Ok(None);
         };
         let result = parse_json(w.result.as_deref());
         if w.kind == WaitKind::Command
@@ -311,9 +361,14 @@ impl Resumer {
             .deliver_wait(&w.id, &message)
             .await
             .map_err(|e| e.to_string())?;
-        if appended.is_none() {
-            return Ok(false);
-        }
+        let Some(appended) = appended else {
+            return Ok(None);
+        };
+        // The session it went to (a reset may have moved the wait since it was read).
+        let w = Wait {
+            session_id: appended.session_id.clone(),
+            ..w
+        };
         emit_resolved(
             &self.hooks,
             &self.store,
@@ -322,8 +377,13 @@ impl Resumer {
             None,
         )
         .await;
-        Ok(true)
+        Ok(Some(appended.session_id))
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only set or taken whole under the lock: a panic cannot leave it half-changed.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn parse_json(text: Option<&str>) -> Value {
