@@ -6,8 +6,9 @@
 //! is decided in turn over the reviewer API, timing from just before the decide call to the
 //! fake model's arrival time of the resumed turn's first request (the one whose messages
 //! name the request). Remote: gateway A (agents) uses gateway B (`--inbox-only`) as its
-//! inbox through a counting TCP proxy; the same timing with decisions made at B; then 1,000
-//! sessions of A wait at once and the proxy counts A's requests to B over an idle minute.
+//! inbox through a counting TCP proxy; the same timing with decisions made at B; then 10,
+//! and later 1,000, sessions of A wait at once and the proxy counts A's requests to B over an
+//! idle minute each time.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -294,24 +295,30 @@ pub async fn bench_waits(args: &Args) -> anyhow::Result<()> {
     let lat = time_resumes(&fake, &b.url, &reviewer_b, &asked).await?;
     report("decision at B → resumed turn at A", lat);
 
-    println!("waits: remote inbox, {IDLE_WAITS} open waits, outbound requests while idle");
-    let t = Instant::now();
-    ask(&a, KEY_A, IDLE_WAITS).await?;
-    println!(
-        "  ({IDLE_WAITS} sessions asked in {:.1} s)",
-        t.elapsed().as_secs_f64()
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = count.load(Ordering::Relaxed);
-    tokio::time::sleep(IDLE_WINDOW).await;
-    let n = count.load(Ordering::Relaxed) - before;
-    let per_hour = n as f64 * 3600.0 / IDLE_WINDOW.as_secs_f64();
-    println!(
-        "  {n} requests from A to B in {} s with {IDLE_WAITS} open waits = {per_hour:.0} per hour \
-         (polling each request every 30 s would be {} per hour)",
-        IDLE_WINDOW.as_secs(),
-        IDLE_WAITS * 120
-    );
+    // The same idle minute with 10 open waits, then with 1,000: the feed's cost must not
+    // grow with them.
+    let mut open = 0;
+    for target in [10, IDLE_WAITS] {
+        let t = Instant::now();
+        ask(&a, KEY_A, target - open).await?;
+        open = target;
+        println!(
+            "waits: remote inbox, {open} open waits ({} sessions asked in {:.1} s), outbound requests while idle",
+            target,
+            t.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = count.load(Ordering::Relaxed);
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let n = count.load(Ordering::Relaxed) - before;
+        let per_hour = n as f64 * 3600.0 / IDLE_WINDOW.as_secs_f64();
+        println!(
+            "  {n} requests from A to B in {} s = {per_hour:.0} per hour (polling each request \
+             every 30 s would be {} per hour)",
+            IDLE_WINDOW.as_secs(),
+            open * 120
+        );
+    }
     drop(a);
     drop(b);
     Ok(())
