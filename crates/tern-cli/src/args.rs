@@ -115,7 +115,8 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a session and its messages
+    /// Delete a session and its messages (through the gateway running on this TERN_HOME,
+    /// if any, so that its waits end properly)
     Delete { id: String },
     /// Export a session as JSON lines (the session, then one message per line)
     Export {

@@ -1334,6 +1334,11 @@ impl Http {
         Ok(self.get(path, query).await?.body.unwrap_or(Value::Null))
     }
 
+    pub(crate) async fn delete(&self, path: &str) -> Result<Answer, Failure> {
+        let req = self.client.delete(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
     pub(crate) async fn post_json(
         &self,
         path: &str,

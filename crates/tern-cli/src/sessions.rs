@@ -1,15 +1,29 @@
 //! `tern sessions …`: list, show, search, delete, export.
+//!
+//! Deleting goes through the gateway when one runs on this `$TERN_HOME` (its address in
+//! `inbox-admin.json`, an API key in `gateway.key` or `TERN_SERVER_KEY`): only the gateway
+//! knows whether a turn is running on the session, and it cancels the waits, withdraws their
+//! requests (in its own inbox or a remote one) and emits `wait_resolved` and `session_end`.
+//! Without a gateway to answer, the store is changed directly: the waits are cancelled, their
+//! requests withdrawn through the configured inbox, and no hook event is sent (said so).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, anyhow};
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
+use tern_config::Home;
 use tern_store::{Message, Store};
+use tern_waits::client::{EmbeddedInbox, InboxClient};
+use tern_waits::follow::request_kind;
+use tern_waits::remote::RemoteInbox;
 
 use crate::args::SessionsCommand;
 use crate::context;
+use crate::inbox::{AdminFile, Failure, Http};
 use crate::render::one_line;
 
 /// A timestamp in milliseconds as `YYYY-MM-DD HH:MM` UTC.
@@ -40,11 +54,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-async fn store(home: Option<PathBuf>) -> anyhow::Result<Store> {
-    let (home, _) = context::load_config(home)?;
-    context::open_store(&home).await
-}
-
 async fn resolve(store: &Store, id: &str) -> anyhow::Result<tern_store::Session> {
     store
         .resolve_session(id)
@@ -53,7 +62,8 @@ async fn resolve(store: &Store, id: &str) -> anyhow::Result<tern_store::Session>
 }
 
 pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<ExitCode> {
-    let store = store(home).await?;
+    let (home, eff) = context::load_config(home)?;
+    let store = context::open_store(&home).await?;
     let mut out = std::io::stdout().lock();
     match cmd {
         SessionsCommand::List { limit, json } => {
@@ -155,24 +165,21 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         }
         SessionsCommand::Delete { id } => {
             let s = resolve(&store, &id).await?;
-            // Its waits end with it; their requests in this home's inbox are withdrawn
-            // (best effort: a request in a remote inbox is the gateway's to withdraw).
-            let inbox = tern_inbox::Inbox::new(store.clone());
-            for w in store.cancel_waits(&s.id).await? {
-                if let Some(rid) = &w.request_id
-                    && let Err(e) = inbox
-                        .withdraw_request(
-                            tern_waits::client::EMBEDDED_OWNER,
-                            rid,
-                            Some("session deleted"),
-                        )
-                        .await
-                {
-                    eprintln!("note: request {rid} was not withdrawn: {e}");
+            match delete_through_gateway(&home, &s.id).await? {
+                Some(url) => eprintln!(
+                    "deleted session {} (through the gateway at {url}: its waits were \
+                     cancelled and their requests withdrawn)",
+                    s.id
+                ),
+                None => {
+                    delete_locally(&store, &eff, &s).await?;
+                    eprintln!("deleted session {}", s.id);
+                    eprintln!(
+                        "note: no gateway runs on this TERN_HOME, so no hook events \
+                         (wait_resolved, session_end) were sent"
+                    );
                 }
             }
-            store.delete_session(&s.id).await?;
-            eprintln!("deleted session {}", s.id);
         }
         SessionsCommand::Export { id, output } => {
             let s = resolve(&store, &id).await?;
@@ -202,6 +209,81 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes the session through the gateway running on `home`, if one answers; returns its
+/// address. `None`: no gateway to ask (none started here, it is not running, or it serves
+/// the inbox alone), so the caller deletes locally. A gateway that answers but refuses (a
+/// turn is running, the key is not accepted) is an error: deleting behind its back could
+/// lose a turn's work or leave its waits alive.
+async fn delete_through_gateway(home: &Home, id: &str) -> anyhow::Result<Option<String>> {
+    let Some(admin) = AdminFile::read(&AdminFile::path(home))
+        .await
+        .map_err(|f| anyhow!(f.message()))?
+    else {
+        return Ok(None);
+    };
+    let key = match tokio::fs::read_to_string(home.root.join("gateway.key")).await {
+        Ok(k) if !k.trim().is_empty() => Some(k.trim().to_owned()),
+        _ => context::env_var("TERN_SERVER_KEY").filter(|k| !k.trim().is_empty()),
+    };
+    let Some(key) = key else {
+        bail!(
+            "a gateway may be running at {} on this TERN_HOME, but there is no API key to ask \
+             it with (no {} and no TERN_SERVER_KEY); delete the session through its API \
+             (DELETE /api/sessions/{id}) or stop it first",
+            admin.url,
+            home.root.join("gateway.key").display()
+        );
+    };
+    let http = Http::new(&admin.url, key).map_err(|f| anyhow!(f.message()))?;
+    match http.delete(&format!("/api/sessions/{id}")).await {
+        Ok(_) => Ok(Some(admin.url)),
+        // The admin file outlives the gateway: nobody listens there any more.
+        Err(Failure::Unreachable(_)) => Ok(None),
+        // A gateway serving the inbox alone has no session routes (an empty 404); it runs
+        // no turns on sessions either.
+        Err(Failure::Http { status: 404, body }) if body.is_null() => Ok(None),
+        Err(Failure::Http { status: 409, .. }) => bail!(
+            "a turn is running on session {id}; stop it first (POST /api/sessions/{id}/stop \
+             at {}) and delete it again",
+            admin.url
+        ),
+        Err(f) => bail!(
+            "the gateway at {} did not delete it: {}",
+            admin.url,
+            f.message()
+        ),
+    }
+}
+
+/// Deletes the session in the store directly: its waits are cancelled and their requests
+/// withdrawn through the configured inbox (this home's, or `[inbox] url`), best effort.
+async fn delete_locally(
+    store: &Store,
+    eff: &tern_config::Effective,
+    s: &tern_store::Session,
+) -> anyhow::Result<()> {
+    let remote = eff
+        .config
+        .inbox
+        .remote()
+        .map_err(|e| anyhow!("in the [inbox] configuration: {e}"))?;
+    let client: Arc<dyn InboxClient> = match remote {
+        Some(r) => Arc::new(RemoteInbox::new(&r.url, &r.key).map_err(|e| anyhow!("{e}"))?),
+        None => Arc::new(EmbeddedInbox::new(tern_inbox::Inbox::new(store.clone()))),
+    };
+    for w in store.cancel_waits(&s.id).await? {
+        if let Some(rid) = &w.request_id
+            && let Err(e) = client
+                .withdraw(request_kind(w.kind), rid, "session deleted")
+                .await
+        {
+            eprintln!("note: request {rid} was not withdrawn: {e}");
+        }
+    }
+    store.delete_session(&s.id).await?;
+    Ok(())
 }
 
 fn write_wait(out: &mut impl Write, w: &tern_store::Wait) -> std::io::Result<()> {

@@ -459,6 +459,104 @@ async fn a_deleted_session_cancels_its_wait_and_withdraws_the_request() {
     assert!(!e.inbox(&["approve", &request]).status.success());
 }
 
+/// Whether the embedded inbox lists `request` as withdrawn.
+fn withdrawn(e: &Env, request: &str) -> bool {
+    let o = e.inbox(&["list", "--status", "withdrawn", "--json"]);
+    assert_ok(&o);
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["id"] == request)
+}
+
+/// `tern sessions delete` goes through the running gateway (which emits the hook events and
+/// withdraws the request); with no gateway running it deletes locally and says that no
+/// hook event was sent.
+#[tokio::test]
+async fn tern_sessions_delete_goes_through_the_running_gateway() {
+    let e = Env::new().await;
+    let events = e.dir.path().join("events.jsonl");
+    std::fs::write(
+        e.home().join("config.toml"),
+        format!(
+            "[[hooks]]\nname = \"log\"\nevents = [\"wait_resolved\", \"session_end\"]\n\
+             command = \"cat >> {}\"\ntimeout_ms = 5000\n",
+            events.display()
+        ),
+    )
+    .unwrap();
+    script_model(&e.fake, "request_approval", json!({"summary": "Drop it?"}));
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let first = api.create_session().await;
+    api.chat(&first, "drop the old table").await;
+    let first_request = open_wait(&api, &first, "approval").await;
+    let second = api.create_session().await;
+    api.chat(&second, "drop the other table").await;
+    let second_request = open_wait(&api, &second, "approval").await;
+
+    let o = e
+        .tern()
+        .args(["sessions", "delete", &first])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("through the gateway"), "{said}");
+    let (s, _) = api
+        .send(api.http.get(format!("{}/api/sessions/{first}", api.url)))
+        .await;
+    assert_eq!(s, 404, "the gateway no longer has the session");
+    assert!(withdrawn(&e, &first_request));
+    // The gateway's hook events: the wait cancelled, then the session ended.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resolved = loop {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        let found: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|v: &Value| v["session_id"] == first.as_str())
+            .collect();
+        if found.iter().any(|v| v["event"] == "session_end") {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session_end hook event: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let resolved: Vec<&Value> = resolved
+        .iter()
+        .filter(|v| v["event"] == "wait_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert_eq!(resolved[0]["status"], "cancelled");
+    assert_eq!(resolved[0]["request_id"], first_request.as_str());
+
+    // No gateway any more (its admin file stays behind): deleted locally, said so.
+    drop(gw);
+    let o = e
+        .tern()
+        .args(["sessions", "delete", &second])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("no hook events"), "{said}");
+    let o = e
+        .tern()
+        .args(["sessions", "show", &second])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the session is gone");
+    // `tern inbox` reads the inbox through a gateway.
+    let _gw = e.gateway();
+    assert!(withdrawn(&e, &second_request));
+}
+
 #[tokio::test]
 async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_after_restart() {
     let e = Env::new().await;
