@@ -8,7 +8,10 @@
 //!   answers 404 on `/api/decisions`): A polls the result — an error, then 204, then 200 —
 //!   and every request was one A opened;
 //! - with many open waits A asks nothing but the feed, one long-poll at a time (counted by a
-//!   proxy in front of B).
+//!   proxy in front of B);
+//! - the feed's cursor survives a restart of A (SIGTERM or kill -9): a decision made at B
+//!   while A is down resumes the session once after A restarts, and A asks the feed from
+//!   where it stopped, so the decisions before are not delivered again.
 //!
 //! While waiting for a resume the tests read A's session with `tern sessions show` (the
 //! database), never over A's API: nothing but the gateway itself talks to A then.
@@ -349,6 +352,9 @@ struct Seen {
 #[derive(Default)]
 struct Log {
     seen: Mutex<Vec<Seen>>,
+    /// Path and query of every request, in the order they arrived (`seen` is in the order
+    /// they ended: a long-poll ends long after later requests began).
+    entered: Mutex<Vec<String>>,
     in_flight: AtomicUsize,
     /// The most requests in flight at once since `reset_max`.
     max_in_flight: AtomicUsize,
@@ -408,7 +414,9 @@ async fn serve(app: axum::Router) -> String {
 }
 
 /// A Pump Up server without tern's decisions feed: one task, one approval request whose
-/// result read fails once (500), then answers 204 until `decided`, then 200.
+/// first two result reads fail (500), then it answers 204 until `decided`, then 200. (The
+/// tool reads a new request's result once, at once, to catch a decision taken inside the
+/// create; the poller's first read is then the second.)
 struct FakePumpUp {
     log: Log,
     result_reads: AtomicUsize,
@@ -445,7 +453,7 @@ async fn fake_pump_up(
         }
         ("GET", "/api/approval-requests/req-1/result") => {
             let n = f.result_reads.fetch_add(1, Ordering::SeqCst);
-            if n == 0 {
+            if n < 2 {
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     axum::Json(json!({"error": "try later"})),
@@ -495,20 +503,21 @@ async fn without_a_decisions_feed_the_gateway_polls_the_result() {
     let id = chat(&gw_a, &a.key(), "rotate them").await;
     assert_eq!(open_wait(&a.session(&id)), "req-1");
 
-    // The failed read is counted on the wait, then the request is still pending (204).
+    // The poller's failed read is counted on the wait, then the request is still pending
+    // (204).
     let log = &fake_server.log;
-    log.until("a 500 then a 204 on the result", |seen| {
+    log.until("500s then a 204 on the result", |seen| {
         let codes: Vec<u16> = seen
             .iter()
             .filter(|s| s.uri.ends_with("/result"))
             .map(|s| s.status)
             .collect();
-        codes.starts_with(&[500, 204])
+        codes.starts_with(&[500, 500, 204])
     })
     .await;
     let s = a.session(&id);
     let wait = &s["waits"][0];
-    assert_eq!(wait["attempts"], 1, "{wait}");
+    assert!(wait["attempts"].as_u64().is_some_and(|n| n >= 1), "{wait}");
     assert!(
         wait["last_error"].as_str().unwrap().contains("500"),
         "{wait}"
@@ -562,6 +571,7 @@ async fn counting_proxy(
     log.enter();
     let method = req.method().clone();
     let uri = req.uri().to_string();
+    log.entered.lock().unwrap().push(uri.clone());
     let mut seen = Seen {
         auth: header(&req, "authorization"),
         api_version: header(&req, "x-api-version"),
@@ -680,4 +690,200 @@ async fn many_open_waits_cost_one_long_poll_at_a_time() {
             .all(|s| s.uri.starts_with("/api/decisions")),
         "the decision came through the feed, with no result read"
     );
+}
+
+/// The `after` of a feed request (`/api/decisions?after=…&wait=…`), as sent.
+fn feed_after(uri: &str) -> Option<String> {
+    let query = uri.strip_prefix("/api/decisions?")?;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("after="))
+        .map(str::to_owned)
+}
+
+/// The feed requests among `uris`, with their `after` (`None`: from the beginning).
+fn feed_requests(uris: &[String]) -> Vec<Option<String>> {
+    uris.iter()
+        .filter(|u| u.starts_with("/api/decisions"))
+        .map(|u| feed_after(u))
+        .collect()
+}
+
+/// The decision messages in a session's transcript that name `request`.
+fn decisions_for(s: &Value, request: &str) -> usize {
+    s["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["role"] == "user"
+                && content(m).starts_with(DECISION_TAG)
+                && content(m).contains(request)
+        })
+        .count()
+}
+
+/// How many model requests ended with the decision for `request` (the turns run on it).
+fn resumed_turns(fake: &FakeModel, request: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            r.messages().last().is_some_and(|m| {
+                content(m).starts_with(DECISION_TAG) && content(m).contains(request)
+            })
+        })
+        .count()
+}
+
+/// One session on A waits for two requests at B. The first is approved while A runs; A is
+/// stopped (`sigkill`: kill -9, else SIGTERM); the second is approved at B while A is down.
+/// After A restarts, the session gets the second decision once, the first is not delivered
+/// again, and A's first feed request asks from the cursor it had stored.
+async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) {
+    let b = Home::new();
+    let gw_b = b.gateway(&["--inbox-only"], None);
+    let log = Arc::new(Log::default());
+    let proxy = axum::Router::new().fallback(counting_proxy).with_state((
+        log.clone(),
+        gw_b.url.clone(),
+        reqwest::Client::new(),
+    ));
+    let proxy_url = serve(proxy).await;
+    let a = Home::new();
+    a.config(&format!(
+        "[inbox]\nurl = \"{proxy_url}\"\nkey = \"{}\"\npoll_interval = \"2s\"\n",
+        b.key()
+    ));
+    let fake = FakeModel::start().await.unwrap();
+    script_model(
+        &fake,
+        vec![
+            (
+                "request_approval".to_owned(),
+                json!({"summary": "First step?"}),
+            ),
+            (
+                "request_approval".to_owned(),
+                json!({"summary": "Second step?"}),
+            ),
+        ],
+    );
+    let mut gw_a = a.gateway(&[], Some(&fake));
+    let id = chat(&gw_a, &a.key(), "two steps please").await;
+    let s = a.session(&id);
+    let waits = s["waits"].as_array().unwrap();
+    assert_eq!(waits.len(), 2, "{s}");
+    let first = waits[0]["request_id"].as_str().unwrap().to_owned();
+    let second = waits[1]["request_id"].as_str().unwrap().to_owned();
+
+    // The first decision, while A runs: delivered and answered.
+    assert_ok(&b.run(&["inbox", "approve", &first]));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = a.session(&id);
+        let answered = s["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .is_some_and(|m| content(m).starts_with("resumed with: "));
+        if answered && s["waits"].as_array().unwrap().len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never resumed: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A feed request that began after that: A asks from past the first decision (a fetch
+    // starts only once the cursor before it is stored).
+    let mark = log.entered.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let cursor = loop {
+        let entered = log.entered.lock().unwrap().clone();
+        if let Some(after) = feed_requests(&entered[mark..]).pop() {
+            break after.expect("past the first decision, A asks after a cursor");
+        }
+        assert!(Instant::now() < deadline, "no feed request: {entered:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    if sigkill {
+        gw_a.child.kill().unwrap();
+    } else {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(gw_a.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+    let status = gw_a.child.wait().unwrap();
+    assert_eq!(status.success(), !sigkill, "{status:?}");
+    drop(gw_a);
+    // What the stopped A asked last is where it stood.
+    let entered = log.entered.lock().unwrap().clone();
+    let last = feed_requests(&entered).pop().unwrap();
+    assert_eq!(last.as_deref(), Some(cursor.as_str()), "{entered:#?}");
+    let restart_mark = entered.len();
+
+    // The second decision, while A is down.
+    assert_ok(&b.run(&["inbox", "approve", &second, "--note", "while you slept"]));
+    let gw_a = a.gateway(&[], Some(&fake));
+    let s = a.until_resumed(&id).await;
+    assert_eq!(decisions_for(&s, &first), 1, "{s:#}");
+    assert_eq!(decisions_for(&s, &second), 1, "{s:#}");
+    let all: usize = s["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" && content(m).starts_with(DECISION_TAG))
+        .count();
+    assert_eq!(all, 2, "{s:#}");
+    assert!(
+        content(s["messages"].as_array().unwrap().last().unwrap()).contains("while you slept"),
+        "the resumed turn answered the second decision: {s:#}"
+    );
+    // One turn on each decision: the restart re-ran nothing.
+    assert_eq!(resumed_turns(&fake, &first), 1);
+    assert_eq!(resumed_turns(&fake, &second), 1);
+
+    // The restarted A asked the feed from the stored cursor, never from the beginning.
+    let entered = log.entered.lock().unwrap().clone();
+    let after_restart = feed_requests(&entered[restart_mark..]);
+    assert_eq!(
+        after_restart.first().cloned().flatten().as_deref(),
+        Some(cursor.as_str()),
+        "{entered:#?}"
+    );
+    assert!(after_restart.iter().all(Option::is_some), "{entered:#?}");
+    // And after that cursor, B's feed holds the second decision only.
+    let http = reqwest::Client::new();
+    let page = |after: Option<&str>| {
+        let url = match after {
+            Some(c) => format!("{}/api/decisions?after={c}", gw_b.url),
+            None => format!("{}/api/decisions", gw_b.url),
+        };
+        let req = http.get(url).bearer_auth(b.key());
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let v: Value = r.json().await.unwrap();
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["requestId"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(Some(&cursor)).await, vec![second.clone()]);
+    assert_eq!(page(None).await, vec![first, second]);
+    drop(gw_a);
+}
+
+#[tokio::test]
+async fn the_feed_cursor_survives_a_sigterm_of_the_agent_gateway() {
+    the_feed_cursor_survives_a_restart_of_the_agent_gateway(false).await;
+}
+
+#[tokio::test]
+async fn the_feed_cursor_survives_a_kill_9_of_the_agent_gateway() {
+    the_feed_cursor_survives_a_restart_of_the_agent_gateway(true).await;
 }
