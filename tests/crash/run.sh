@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The durable-waits crash test: 200 requests decided over time while the gateway is killed
-# with SIGKILL at random moments and restarted; then every decision must be in its session
-# exactly once, and answered. Prints "waits-crash: 1 passed, 0 failed (…)".
+# The durable-waits crash test: 200 sessions ask, and their requests are decided over time,
+# while the gateway is killed with SIGKILL at random moments and restarted; then every
+# session must have had one wait, and its decision must be in it exactly once, and answered.
+# Prints "waits-crash: 1 passed, 0 failed (…)".
 # WAITS_CRASH_SESSIONS (default 200) and WAITS_CRASH_SEED (default: the time) vary it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
