@@ -466,7 +466,10 @@ impl Store {
 
     /// Deletes a session and its messages; `false` if there was none.
     pub async fn delete_session(&self, id: &str) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        // IMMEDIATE: take the write lock (waiting the busy timeout) before the first
+        // statement, so the transaction never has to upgrade a stale read snapshot — which
+        // SQLite refuses at once with "database is locked".
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         // Explicit, so the full-text index triggers run whatever the cascade settings.
         sqlx::query("DELETE FROM messages WHERE session_id = ?")
             .bind(id)
@@ -495,7 +498,8 @@ impl Store {
         session_id: &str,
         msgs: &[NewMessage],
     ) -> Result<Vec<Message>> {
-        let mut tx = self.pool.begin().await?;
+        // IMMEDIATE for the reason given in `delete_session`.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let out = insert_messages(&mut tx, session_id, msgs).await?;
         tx.commit().await?;
         Ok(out)
