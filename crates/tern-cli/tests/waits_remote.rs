@@ -140,7 +140,7 @@ async fn a_decision_at_the_remote_tern_inbox_resumes_the_session() {
         b.key()
     ));
     let fake = a.fake();
-    script_model(&fake, one_approval("Deploy v2 to prod?"));
+    script_model(fake, one_approval("Deploy v2 to prod?"));
     let gw_a = a.gateway();
 
     let id = chat(&gw_a, &a.key(), "deploy v2 please").await;
@@ -345,7 +345,7 @@ async fn without_a_decisions_feed_the_gateway_polls_the_result() {
         "[inbox]\nurl = \"{server_url}\"\nkey = \"remote-key-0123456789\"\npoll_interval = \"1s\"\n"
     ));
     let fake = a.fake();
-    script_model(&fake, one_approval("Rotate the keys?"));
+    script_model(fake, one_approval("Rotate the keys?"));
     let gw_a = a.gateway();
     let id = chat(&gw_a, &a.key(), "rotate them").await;
     assert_eq!(open_wait(&a.session(&id)), "req-1");
@@ -478,7 +478,7 @@ async fn many_open_waits_cost_one_long_poll_at_a_time() {
             )
         })
         .collect();
-    script_model(&fake, calls);
+    script_model(fake, calls);
     let gw_a = a.gateway();
     let id = chat(&gw_a, &a.key(), "do the twelve steps").await;
     let s = a.session(&id);
@@ -597,7 +597,7 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
     ));
     let fake = a.fake();
     script_model(
-        &fake,
+        fake,
         vec![
             (
                 "request_approval".to_owned(),
@@ -676,8 +676,8 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
         "the resumed turn answered the second decision: {s:#}"
     );
     // One turn on each decision: the restart re-ran nothing.
-    assert_eq!(resumed_turns(&fake, &first), 1);
-    assert_eq!(resumed_turns(&fake, &second), 1);
+    assert_eq!(resumed_turns(fake, &first), 1);
+    assert_eq!(resumed_turns(fake, &second), 1);
 
     // The restarted A asked the feed from the stored cursor, never from the beginning.
     let entered = log.entered.lock().unwrap().clone();
