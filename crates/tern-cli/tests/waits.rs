@@ -395,10 +395,22 @@ async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_af
     answer.store(true, Ordering::SeqCst);
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
+    // Right after the restart the session is idle with no open wait while the recovered
+    // turn is still to run: wait for its answer, not for the status.
+    let msgs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        async || {
+            let msgs = api.messages(&id).await;
+            match msgs.last() {
+                Some(m) if content(m) == "resumed after the crash" => Ok(msgs),
+                _ => Err(format!("the recovered turn never answered: {msgs:#?}")),
+            }
+        },
+    )
+    .await;
     api.until_resumed(&id).await;
-    let msgs = api.messages(&id).await;
     assert_eq!(decisions(&msgs).len(), 1, "{msgs:#?}");
-    assert_eq!(content(msgs.last().unwrap()), "resumed after the crash");
     // A second restart has nothing left to recover: the next chat is the only model call
     // (a recovered turn would have queued before it), and there is still one decision.
     drop(gw);
