@@ -489,32 +489,19 @@ impl Inbox {
             return Ok(original);
         }
         require_text("summary", &body.request.summary)?;
-        let summary = body.request.summary.clone();
-        let action = policy_hooks::action_of(body.request.key_value_context.as_ref());
-        let target = RequestTarget {
-            inbox: self,
-            owner,
-            idem,
+        let request_json = to_json(&body.request)?;
+        let asked = Asked {
             task_id: &body.task_id,
             project_name: &body.project_name,
             external_trace_id: body.external_trace_id.as_deref(),
-            summary: &summary,
-            action: action.as_deref(),
+            summary: &body.request.summary,
+            key_value_context: body.request.key_value_context.as_ref(),
+            attachments: body.request.attachments.as_deref(),
+            request_json: &request_json,
         };
-        let attachments = body.request.attachments.clone();
-        let request_json = to_json(&body.request)?;
-        let payload = Payload::ApprovalRequested(body.request);
-        let created = target
-            .open(
-                tx,
-                Kind::Approval,
-                attachments.as_deref(),
-                &request_json,
-                payload,
-            )
-            .await?;
-        self.announce(&created.event_id, review::ChangeKind::Created);
-        Ok(created)
+        let payload = Payload::ApprovalRequested(body.request.clone());
+        self.open_asked(tx, owner, idem, Kind::Approval, asked, payload)
+            .await
     }
 
     /// Opens an elicitation request on one of `owner`'s tasks; the task waits for it. The
@@ -557,29 +544,45 @@ impl Inbox {
                 });
             }
         }
-        let summary = request.summary.clone();
-        let action = policy_hooks::action_of(request.key_value_context.as_ref());
+        let request_json = to_json(request)?;
+        let asked = Asked {
+            task_id: &body.task_id,
+            project_name: &body.project_name,
+            external_trace_id: body.external_trace_id.as_deref(),
+            summary: &request.summary,
+            key_value_context: request.key_value_context.as_ref(),
+            attachments: request.attachments.as_deref(),
+            request_json: &request_json,
+        };
+        let payload = Payload::ElicitationRequested(request.clone());
+        self.open_asked(tx, owner, idem, Kind::Elicitation, asked, payload)
+            .await
+    }
+
+    /// What both request kinds do once their own checks passed: the policy sees the
+    /// summary and `keyValueContext.action`, the request is opened, and the change feed told.
+    async fn open_asked(
+        &self,
+        tx: Tx,
+        owner: &str,
+        idem: Option<&str>,
+        kind: Kind,
+        asked: Asked<'_>,
+        payload: Payload,
+    ) -> Result<EventId> {
+        let action = policy_hooks::action_of(asked.key_value_context);
         let target = RequestTarget {
             inbox: self,
             owner,
             idem,
-            task_id: &body.task_id,
-            project_name: &body.project_name,
-            external_trace_id: body.external_trace_id.as_deref(),
-            summary: &summary,
+            task_id: asked.task_id,
+            project_name: asked.project_name,
+            external_trace_id: asked.external_trace_id,
+            summary: asked.summary,
             action: action.as_deref(),
         };
-        let attachments = request.attachments.clone();
-        let request_json = to_json(request)?;
-        let payload = Payload::ElicitationRequested(body.request);
         let created = target
-            .open(
-                tx,
-                Kind::Elicitation,
-                attachments.as_deref(),
-                &request_json,
-                payload,
-            )
+            .open(tx, kind, asked.attachments, asked.request_json, payload)
             .await?;
         self.announce(&created.event_id, review::ChangeKind::Created);
         Ok(created)
@@ -940,6 +943,17 @@ pub(crate) async fn remember_response<T: Serialize>(
 }
 
 // ---- requests -------------------------------------------------------------------------------
+
+/// The parts of a request both kinds share, borrowed from the agent's body.
+struct Asked<'a> {
+    task_id: &'a str,
+    project_name: &'a str,
+    external_trace_id: Option<&'a str>,
+    summary: &'a str,
+    key_value_context: Option<&'a std::collections::BTreeMap<String, String>>,
+    attachments: Option<&'a [String]>,
+    request_json: &'a str,
+}
 
 /// Where a new request goes, and the idempotency key it was created under.
 struct RequestTarget<'a> {
