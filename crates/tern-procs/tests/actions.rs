@@ -13,6 +13,7 @@ const LONG: Duration = Duration::from_secs(120);
 #[tokio::test]
 async fn spawn_wait_poll_and_exit_code() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr
         .spawn(req("echo hello; echo oops >&2; exit 3", d.path(), false))
@@ -60,6 +61,7 @@ async fn spawn_wait_poll_and_exit_code() {
 #[tokio::test]
 async fn stdin_write_submit_close_over_a_pipe() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr
         .spawn(req(
@@ -92,6 +94,7 @@ async fn stdin_write_submit_close_over_a_pipe() {
 #[tokio::test]
 async fn closing_stdin_twice_is_refused() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr
         .spawn(req("exec 0<&-; sleep 300", d.path(), false))
@@ -114,6 +117,7 @@ async fn closing_stdin_twice_is_refused() {
 #[tokio::test]
 async fn log_reads_by_offset_and_limit() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr.spawn(req("seq 1 1000", d.path(), false)).await.unwrap();
     mgr.wait(&p.id, LONG, &CancellationToken::new())
@@ -142,6 +146,7 @@ async fn log_reads_by_offset_and_limit() {
 #[tokio::test]
 async fn the_log_rotates_under_its_cap() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mut cfg = config(d.path());
     cfg.log_max_bytes = 64 * 1024;
     let mgr = tern_procs::ProcessManager::open(cfg).await.unwrap();
@@ -173,6 +178,7 @@ async fn the_log_rotates_under_its_cap() {
 #[tokio::test]
 async fn poll_caps_its_output_and_says_what_it_skipped() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mut cfg = config(d.path());
     cfg.poll_max_bytes = 100;
     let mgr = tern_procs::ProcessManager::open(cfg).await.unwrap();
@@ -189,6 +195,7 @@ async fn poll_caps_its_output_and_says_what_it_skipped() {
 #[tokio::test]
 async fn kill_sends_term_to_the_group_then_kill() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     // A well-behaved group: TERM ends the shell and its background child.
     let p = mgr
@@ -261,6 +268,7 @@ async fn kill_sends_term_to_the_group_then_kill() {
 #[tokio::test]
 async fn wait_times_out_and_is_interrupted() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr.spawn(req("sleep 300", d.path(), false)).await.unwrap();
     let w = mgr
@@ -285,6 +293,7 @@ async fn wait_times_out_and_is_interrupted() {
 #[tokio::test]
 async fn list_cap_and_bad_requests() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mut cfg = config(d.path());
     cfg.max_running = 2;
     let mgr = tern_procs::ProcessManager::open(cfg).await.unwrap();
@@ -330,6 +339,7 @@ async fn list_cap_and_bad_requests() {
 #[tokio::test]
 async fn a_supervisor_that_cannot_start_its_child_says_why() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let gone_dir = d.path().join("w");
     std::fs::create_dir(&gone_dir).unwrap();

@@ -12,6 +12,7 @@ const LONG: Duration = Duration::from_secs(120);
 #[tokio::test]
 async fn python_repl_answers_a_submitted_line() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr
         .spawn(req("python3 -i -q", d.path(), true))
@@ -46,6 +47,7 @@ async fn python_repl_answers_a_submitted_line() {
 #[tokio::test]
 async fn a_pty_program_sees_a_terminal_and_is_killed_with_its_group() {
     let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
     let mgr = manager(d.path()).await;
     let p = mgr
         .spawn(req(

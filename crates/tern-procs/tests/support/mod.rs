@@ -99,3 +99,30 @@ pub async fn kill_all(mgr: &ProcessManager) {
         }
     }
 }
+
+/// On drop (also when a test fails half-way), SIGKILLs every child group and supervisor still
+/// running under `root/procs`, so no counter runs on after the test.
+pub struct Reap(pub PathBuf);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let Ok(rd) = std::fs::read_dir(self.0.join("procs")) else {
+            return;
+        };
+        for dir in rd.flatten().map(|e| e.path()) {
+            if dir.join("exit.json").exists() {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(dir.join("meta.json")) else {
+                continue;
+            };
+            let Ok(meta) = serde_json::from_slice::<tern_procs::Meta>(&bytes) else {
+                continue;
+            };
+            use nix::sys::signal::{Signal, kill, killpg};
+            use nix::unistd::Pid;
+            let _ = killpg(Pid::from_raw(meta.child_pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(meta.supervisor_pid), Signal::SIGKILL);
+        }
+    }
+}
