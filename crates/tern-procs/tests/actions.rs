@@ -361,3 +361,30 @@ async fn a_supervisor_that_cannot_start_its_child_says_why() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_killed_supervisor_is_reported_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
+    let mgr = manager(d.path()).await;
+    let p = mgr.spawn(req("sleep 300", d.path(), false)).await.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.supervisor_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually("the supervisor to be seen gone", || async {
+        (mgr.get(&p.id).await.unwrap().status == ProcStatus::Lost).then_some(())
+    })
+    .await;
+    let e = mgr.submit(&p.id, "x").await.unwrap_err();
+    assert!(matches!(e, ProcError::NotRunning(_)), "{e}");
+    // A new manager sees the same.
+    let again = manager(d.path()).await;
+    assert_eq!(again.get(&p.id).await.unwrap().status, ProcStatus::Lost);
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(p.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}

@@ -9,6 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 const LONG: Duration = Duration::from_secs(120);
 
+/// Field `n` (0-based) after the command name in `/proc/PID/stat`.
+fn stat_field(pid: i32, n: usize) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(n).unwrap().parse().unwrap()
+}
+
 #[tokio::test]
 async fn python_repl_answers_a_submitted_line() {
     let d = tempfile::tempdir().unwrap();
@@ -19,6 +26,14 @@ async fn python_repl_answers_a_submitted_line() {
         .await
         .unwrap();
     assert!(p.pty);
+    // The PTY is the child's controlling terminal, never the supervisor's (which leads a
+    // session of its own and must not get the terminal's hang-ups).
+    assert_eq!(
+        stat_field(p.supervisor_pid, 4),
+        0,
+        "tty_nr of the supervisor"
+    );
+    assert_ne!(stat_field(p.pid, 4), 0, "tty_nr of the child");
     poll_until(&mgr, &p.id, ">>> ").await;
     mgr.submit(&p.id, "print(6*7)").await.unwrap();
     let out = poll_until(&mgr, &p.id, "42").await;
