@@ -179,35 +179,14 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
         .idempotency_key
         .clone()
         .unwrap_or_else(|| format!("tern-ask-{}", uuid::Uuid::now_v7()));
-    match args.command {
+    // What is asked: the summary, the request's kind, a form's fields, and what the wait
+    // is for.
+    let (summary, kind, fields, waiting_for) = match args.command {
         AskCommand::Approve { summary } => {
             if summary.trim().is_empty() {
                 return Err(Failure::Usage("the summary is empty".into()));
             }
-            let http = agent_http(home, c).await?;
-            let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
-            let mut body = json!({
-                "projectName": c.project,
-                "taskId": task_id,
-                "summary": summary,
-            });
-            if !context.is_empty() {
-                body["keyValueContext"] = json!(context);
-            }
-            let id = create(
-                &http,
-                "/api/approval-requests",
-                &body,
-                &format!("{base_key}:approval"),
-                deadline,
-            )
-            .await?;
-            eprintln!("tern ask: waiting for a decision on approval request {id}");
-            let path = format!("/api/approval-requests/{id}/result");
-            match wait(&http, &path, c.poll_interval, deadline).await? {
-                End::TimedOut(after) => Ok(timed_out(&id, &after, c)),
-                End::Decided(result) => Ok(print_decision(&result, c.json)),
-            }
+            (summary, "approval", None, "a decision on")
         }
         AskCommand::Form {
             fields,
@@ -217,39 +196,43 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
             let fields = form_fields(&fields, fields_json.as_deref())
                 .await
                 .map_err(Failure::Usage)?;
-            let http = agent_http(home, c).await?;
-            let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
-            let mut body = json!({
-                "projectName": c.project,
-                "taskId": task_id,
-                "summary": summary,
-                "fields": fields,
-            });
-            if !context.is_empty() {
-                body["keyValueContext"] = json!(context);
+            (summary, "elicitation", Some(fields), "answers to")
+        }
+    };
+    let http = agent_http(home, c).await?;
+    let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
+    let mut body = json!({
+        "projectName": c.project,
+        "taskId": task_id,
+        "summary": summary,
+    });
+    if let Some(fields) = &fields {
+        body["fields"] = json!(fields);
+    }
+    if !context.is_empty() {
+        body["keyValueContext"] = json!(context);
+    }
+    let id = create(
+        &http,
+        &format!("/api/{kind}-requests"),
+        &body,
+        &format!("{base_key}:{kind}"),
+        deadline,
+    )
+    .await?;
+    eprintln!("tern ask: waiting for {waiting_for} {kind} request {id}");
+    let path = format!("/api/{kind}-requests/{id}/result");
+    match wait(&http, &path, c.poll_interval, deadline).await? {
+        End::TimedOut(after) => Ok(timed_out(&id, &after, c)),
+        End::Decided(result) if fields.is_none() => Ok(print_decision(&result, c.json)),
+        End::Decided(result) => {
+            if c.json {
+                print_json(&result);
+            } else {
+                let answers = result.get("fields").cloned().unwrap_or(json!({}));
+                println!("{answers}");
             }
-            let id = create(
-                &http,
-                "/api/elicitation-requests",
-                &body,
-                &format!("{base_key}:elicitation"),
-                deadline,
-            )
-            .await?;
-            eprintln!("tern ask: waiting for answers to elicitation request {id}");
-            let path = format!("/api/elicitation-requests/{id}/result");
-            match wait(&http, &path, c.poll_interval, deadline).await? {
-                End::TimedOut(after) => Ok(timed_out(&id, &after, c)),
-                End::Decided(result) => {
-                    if c.json {
-                        print_json(&result);
-                    } else {
-                        let answers = result.get("fields").cloned().unwrap_or(json!({}));
-                        println!("{answers}");
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -375,14 +375,7 @@ async fn decide(
     if let Some(r) = reason_code {
         outcome["reasonCode"] = Value::String(r);
     }
-    let path = format!("{}/decide", request_path(id));
-    let result = match http
-        .post_json(&path, &json!({"outcome": outcome}), None)
-        .await
-    {
-        Ok(r) => r.body.unwrap_or(Value::Null),
-        Err(f) => return Err(explain_conflict(http, id, f).await),
-    };
+    let result = post_to_request(http, id, "decide", &json!({"outcome": outcome})).await?;
     if json {
         print_json(&result);
     } else {
@@ -393,6 +386,21 @@ async fn decide(
         );
     }
     Ok(())
+}
+
+/// Posts `body` to the request's `action` (`decide` or `answer`) and returns the result; a
+/// 409 says who was first ([`explain_conflict`]).
+async fn post_to_request(
+    http: &Http,
+    id: &str,
+    action: &str,
+    body: &Value,
+) -> Result<Value, Failure> {
+    let path = format!("{}/{action}", request_path(id));
+    match http.post_json(&path, body, None).await {
+        Ok(r) => Ok(r.body.unwrap_or(Value::Null)),
+        Err(f) => Err(explain_conflict(http, id, f).await),
+    }
 }
 
 /// Turns a 409 into "already decided by X at T", reading the request again.
@@ -433,14 +441,7 @@ async fn answer(http: &Http, id: &str, specs: &[String], json: bool) -> Result<(
         ))
     })?;
     let answers = convert_answers(&fields, specs).map_err(Failure::Invalid)?;
-    let path = format!("{}/answer", request_path(id));
-    let result = match http
-        .post_json(&path, &json!({"fields": answers}), None)
-        .await
-    {
-        Ok(r) => r.body.unwrap_or(Value::Null),
-        Err(f) => return Err(explain_conflict(http, id, f).await),
-    };
+    let result = post_to_request(http, id, "answer", &json!({"fields": answers})).await?;
     if json {
         print_json(&result);
     } else {

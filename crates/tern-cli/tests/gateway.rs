@@ -1,156 +1,26 @@
 //! `tern gateway` and `tern keys` as real processes: keys, the first start, JSON logs,
 //! SIGTERM while a turn runs, and command hooks in a live gateway.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{Env, http_get, http_post, wait_until};
 use serde_json::{Value, json};
-use tern_fake_model::{FakeModel, Reply};
-
-struct Env {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Self {
-            dir,
-            fake: FakeModel::start().await.unwrap(),
-        }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn config(&self, text: &str) {
-        std::fs::write(self.home().join("config.toml"), text).unwrap();
-    }
-
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in ["OPENAI_API_KEY", "TERN_SERVER_KEY", "TERN_LOG"] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .env("OPENAI_BASE_URL", self.fake.base_url())
-            .env("TERN_MODEL", "fake-model")
-            .current_dir(self.dir.path().join("work"))
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Starts the gateway on a free port and waits until it listens.
-    fn gateway(&self, extra_env: &[(&str, &str)]) -> Running {
-        self.gateway_with(&[], extra_env)
-    }
-
-    /// [`Env::gateway`] with more command-line arguments.
-    fn gateway_with(&self, extra_args: &[&str], extra_env: &[(&str, &str)]) -> Running {
-        let mut c = self.tern();
-        c.args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(extra_args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in extra_env {
-            // An empty value unsets the variable.
-            if v.is_empty() {
-                c.env_remove(k);
-            } else {
-                c.env(k, v);
-            }
-        }
-        let mut child = c.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let l2 = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
-                }
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "gateway did not start:\n{}",
-                    lines.lock().unwrap().join("\n")
-                )
-            });
-        Running {
-            child,
-            url: format!("http://{addr}"),
-            stderr: lines,
-        }
-    }
-
-    fn first_key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-}
-
-async fn post(url: &str, key: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(url: &str, key: &str) -> u16 {
-    reqwest::Client::new()
-        .get(url)
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
+use tern_fake_model::Reply;
 
 #[tokio::test]
 async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
-    let e = Env::new().await;
-    let gw = e.gateway(&[]);
+    let e = Env::with_model().await;
+    let gw = e.gateway();
     let path = e.home().join("gateway.key");
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
-    let key = e.first_key();
+    let key = e.key();
     assert!(key.starts_with("tern_") && key.len() == 69, "{key}");
-    let logs = gw.stderr.lock().unwrap().join("\n");
+    let logs = gw.logs();
     assert!(
         logs.contains("gateway.key") && !logs.contains(&key),
         "the path is printed, never the key"
@@ -160,13 +30,16 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
             .all(|l| serde_json::from_str::<Value>(l).is_ok() || l.starts_with("tern: ")),
         "JSON lines:\n{logs}"
     );
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 200);
+    assert_eq!(
+        http_get(&format!("{}/api/sessions", gw.url), &key).await.0,
+        200
+    );
 
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert!(out.status.success());
     let ci = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert_eq!(
-        get(&format!("{}/api/sessions", gw.url), &ci).await,
+        http_get(&format!("{}/api/sessions", gw.url), &ci).await.0,
         200,
         "a key created while running works"
     );
@@ -186,7 +59,7 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
             .success()
     );
     assert_eq!(
-        get(&format!("{}/api/sessions", gw.url), &ci).await,
+        http_get(&format!("{}/api/sessions", gw.url), &ci).await.0,
         401,
         "revoked at once"
     );
@@ -194,14 +67,17 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
     assert_eq!(out.status.code(), Some(1));
     // The key file is written once: a restart keeps the same key.
     drop(gw);
-    let gw = e.gateway(&[]);
-    assert_eq!(e.first_key(), key);
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 200);
+    let gw = e.gateway();
+    assert_eq!(e.key(), key);
+    assert_eq!(
+        http_get(&format!("{}/api/sessions", gw.url), &key).await.0,
+        200
+    );
 }
 
 #[tokio::test]
 async fn server_key_from_the_environment() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let out = e
         .tern()
         .env("TERN_SERVER_KEY", "short")
@@ -210,67 +86,65 @@ async fn server_key_from_the_environment() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
-    let gw = e.gateway(&[("TERN_SERVER_KEY", "a-long-enough-server-key")]);
+    let gw = e.gateway_with(&[], &[("TERN_SERVER_KEY", "a-long-enough-server-key")]);
     assert!(
         !e.home().join("gateway.key").exists(),
         "no key file with TERN_SERVER_KEY"
     );
     assert_eq!(
-        get(
+        http_get(
             &format!("{}/api/sessions", gw.url),
             "a-long-enough-server-key"
         )
-        .await,
+        .await
+        .0,
         200
     );
     assert_eq!(
-        get(
+        http_get(
             &format!("{}/api/sessions", gw.url),
             "a-long-enough-server-keyX"
         )
-        .await,
+        .await
+        .0,
         401
     );
 }
 
-fn wait_for(path: &Path, what: &str) -> String {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.contains(what)
-        {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{} never contained {what}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+async fn wait_for(path: &Path, what: &str) -> String {
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        async || match std::fs::read_to_string(path) {
+            Ok(s) if s.contains(what) => Ok(s),
+            _ => Err(format!("{} never contained {what}", path.display())),
+        },
+    )
+    .await
 }
 
 #[tokio::test]
 async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let events = e.dir.path().join("events.jsonl");
     e.config(&format!(
         "[gateway]\ndrain_timeout_secs = 1\n\n[[hooks]]\nname = \"log\"\nevents = [\"agent_loop_stopped\", \"session_end\"]\ncommand = \"cat >> {}\"\ntimeout_ms = 2000\n",
         events.display()
     ));
-    let gw = e.gateway(&[]);
-    let key = e.first_key();
-    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let gw = e.gateway();
+    let key = e.key();
+    let (_, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
-    e.fake.push(Reply::tool_call(
+    e.fake().push(Reply::tool_call(
         "long",
         "terminal",
         r#"{"command":"sleep 60"}"#,
     ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
-    let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long job"})).await });
-    e.fake
+    let chat =
+        tokio::spawn(async move { http_post(&url, &k2, json!({"message": "long job"})).await });
+    e.fake()
         .wait_requests(1, Duration::from_secs(10))
         .await
         .unwrap();
@@ -285,14 +159,14 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     .unwrap();
     let status = gw.child.wait().unwrap();
     let took = t0.elapsed();
-    assert!(status.success(), "{}", gw.stderr.lock().unwrap().join("\n"));
+    assert!(status.success(), "{}", gw.logs());
     assert!(
         took < Duration::from_secs(8),
         "exits soon after the 1 s drain timeout, took {took:?}"
     );
     let (s, v) = chat.await.unwrap();
     assert_eq!((s, v["status"].as_str()), (200, Some("interrupted")), "{v}");
-    let logged = wait_for(&events, "agent_loop_stopped");
+    let logged = wait_for(&events, "agent_loop_stopped").await;
     let stops: Vec<Value> = logged
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -304,9 +178,9 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     assert!(logged.contains("\"reason\":\"shutdown\""));
 
     // Restart: the session loads, its transcript is valid, and it continues.
-    let gw = e.gateway(&[]);
-    e.fake.push(Reply::text("Back after the restart."));
-    let (s, v) = post(
+    let gw = e.gateway();
+    e.fake().push(Reply::text("Back after the restart."));
+    let (s, v) = http_post(
         &format!("{}/api/sessions/{id}/chat", gw.url),
         &key,
         json!({"message": "still there?"}),
@@ -314,7 +188,7 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["message"]["content"], "Back after the restart.");
-    let last = e.fake.requests().pop().unwrap();
+    let last = e.fake().requests().pop().unwrap();
     let msgs = last.messages();
     let tool = msgs.iter().find(|m| m["tool_call_id"] == "long").unwrap();
     assert!(tool["content"].as_str().unwrap().contains("interrupted"));
@@ -322,7 +196,7 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
 
 #[tokio::test]
 async fn command_hooks_block_tools_and_never_delay_an_interrupt() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let seen = e.dir.path().join("stopped.jsonl");
     e.config(&format!(
         r#"[[hooks]]
@@ -349,27 +223,27 @@ command = "cat >> {}"
 "#,
         seen.display()
     ));
-    let gw = e.gateway(&[]);
-    let key = e.first_key();
-    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let gw = e.gateway();
+    let key = e.key();
+    let (_, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
 
     // pre_tool_call: the hook blocks a call, and the model reads its message.
-    e.fake
+    e.fake()
         .push(Reply::tool_call(
             "b",
             "terminal",
             r#"{"command":"echo forbidden-word"}"#,
         ))
         .push(Reply::text("ok"));
-    let (s, _) = post(
+    let (s, _) = http_post(
         &format!("{}/api/sessions/{id}/chat", gw.url),
         &key,
         json!({"message": "try"}),
     )
     .await;
     assert_eq!(s, 200);
-    let msgs = e.fake.requests()[1].messages().to_vec();
+    let msgs = e.fake().requests()[1].messages().to_vec();
     let blocked = msgs.iter().find(|m| m["tool_call_id"] == "b").unwrap();
     assert!(
         blocked["content"]
@@ -381,21 +255,21 @@ command = "cat >> {}"
 
     // An interrupt with a hanging and a failing hook subscribed: stop answers at once and
     // the turn ends promptly.
-    e.fake.push(Reply::tool_call(
+    e.fake().push(Reply::tool_call(
         "long",
         "terminal",
         r#"{"command":"sleep 60"}"#,
     ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
-    let chat = tokio::spawn(async move { post(&url, &k2, json!({"message": "long"})).await });
-    e.fake
+    let chat = tokio::spawn(async move { http_post(&url, &k2, json!({"message": "long"})).await });
+    e.fake()
         .wait_requests(3, Duration::from_secs(10))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
-    let (s, v) = post(
+    let (s, v) = http_post(
         &format!("{}/api/sessions/{id}/stop", gw.url),
         &key,
         json!({}),
@@ -409,31 +283,32 @@ command = "cat >> {}"
         "hooks must not delay the interrupt: {:?}",
         t0.elapsed()
     );
-    let logged = wait_for(&seen, "agent_loop_stopped");
+    let logged = wait_for(&seen, "agent_loop_stopped").await;
     assert_eq!(logged.lines().count(), 1);
     let ev: Value = serde_json::from_str(logged.lines().next().unwrap()).unwrap();
     assert_eq!(ev["reason"], "api_stop");
     assert_eq!(ev["session_id"], id.as_str());
     // The failing and hanging hooks are logged with their names.
-    let t0 = Instant::now();
-    loop {
-        let logs = gw.stderr.lock().unwrap().join("\n");
-        if logs.contains("hangs") && logs.contains("fails") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "hook failures not logged:\n{logs}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let logs = gw.logs();
+            if logs.contains("hangs") && logs.contains("fails") {
+                Ok(())
+            } else {
+                Err(format!("hook failures not logged:\n{logs}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_webhook_receives_a_signed_event_from_the_gateway() {
     use axum::body::Bytes;
     use axum::http::HeaderMap;
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     type Got = std::sync::Arc<std::sync::Mutex<Vec<(HeaderMap, Bytes)>>>;
     let got: Got = Default::default();
     let g2 = got.clone();
@@ -454,18 +329,19 @@ async fn a_webhook_receives_a_signed_event_from_the_gateway() {
     e.config(&format!(
         "[[webhooks]]\nname = \"ops\"\nurl = \"http://{addr}/hook\"\nsecret = \"{secret}\"\nevents = [\"session_start\"]\n"
     ));
-    let gw = e.gateway(&[]);
-    let key = e.first_key();
-    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let gw = e.gateway();
+    let key = e.key();
+    let (_, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
-    let t0 = Instant::now();
-    while got.lock().unwrap().is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "no webhook delivery"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        async || match got.lock().unwrap().is_empty() {
+            true => Err("no webhook delivery".to_owned()),
+            false => Ok(()),
+        },
+    )
+    .await;
     let (headers, body) = got.lock().unwrap()[0].clone();
     let ts: i64 = headers["x-tern-timestamp"]
         .to_str()
@@ -488,13 +364,13 @@ async fn a_webhook_receives_a_signed_event_from_the_gateway() {
 
 #[tokio::test]
 async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
-    let e = Env::new().await;
-    let mut gw = e.gateway(&[]);
-    let key = e.first_key();
-    let (_, v) = post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    let e = Env::with_model().await;
+    let mut gw = e.gateway();
+    let key = e.key();
+    let (_, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
     let pidfile = e.dir.path().join("tool.pid");
-    e.fake.push(Reply::tool_call(
+    e.fake().push(Reply::tool_call(
         "long",
         "terminal",
         format!(
@@ -537,7 +413,7 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         nix::sys::signal::Signal::SIGKILL,
     );
 
-    let gw = e.gateway(&[]);
+    let gw = e.gateway();
     let r = reqwest::Client::new()
         .get(format!("{}/api/sessions/{id}", gw.url))
         .bearer_auth(&key)
@@ -549,8 +425,8 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         v["session"]["status"], "idle",
         "a session left running is idle after the restart"
     );
-    e.fake.push(Reply::text("Recovered."));
-    let (s, v) = post(
+    e.fake().push(Reply::text("Recovered."));
+    let (s, v) = http_post(
         &format!("{}/api/sessions/{id}/chat", gw.url),
         &key,
         json!({"message": "again"}),
@@ -558,7 +434,7 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
     .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["message"]["content"], "Recovered.");
-    let msgs = e.fake.requests().pop().unwrap().messages().to_vec();
+    let msgs = e.fake().requests().pop().unwrap().messages().to_vec();
     let tool = msgs.iter().find(|m| m["tool_call_id"] == "long").unwrap();
     assert!(
         tool["content"].as_str().unwrap().contains("interrupted"),
@@ -569,16 +445,16 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
 
 #[tokio::test]
 async fn inbox_only_serves_the_inbox_without_a_model() {
-    let env = Env::new().await;
     // No model anywhere: an inbox-only gateway needs none.
-    let gw = env.gateway_with(
-        &["--inbox-only"],
-        &[("OPENAI_BASE_URL", ""), ("TERN_MODEL", "")],
+    let env = Env::new();
+    let gw = env.gateway_with(&["--inbox-only"], &[]);
+    let key = env.key();
+    assert_eq!(http_get(&format!("{}/health", gw.url), &key).await.0, 200);
+    assert_eq!(
+        http_get(&format!("{}/api/projects", gw.url), &key).await.0,
+        200
     );
-    let key = env.first_key();
-    assert_eq!(get(&format!("{}/health", gw.url), &key).await, 200);
-    assert_eq!(get(&format!("{}/api/projects", gw.url), &key).await, 200);
-    let (status, task) = post(
+    let (status, task) = http_post(
         &format!("{}/api/tasks", gw.url),
         &key,
         json!({"name": "remote", "projectName": "default"}),
@@ -586,8 +462,11 @@ async fn inbox_only_serves_the_inbox_without_a_model() {
     .await;
     assert_eq!(status, 201, "{task}");
     // The agent side is not served.
-    assert_eq!(get(&format!("{}/api/sessions", gw.url), &key).await, 404);
-    let (status, _) = post(
+    assert_eq!(
+        http_get(&format!("{}/api/sessions", gw.url), &key).await.0,
+        404
+    );
+    let (status, _) = http_post(
         &format!("{}/v1/chat/completions", gw.url),
         &key,
         json!({"model": "x", "messages": [{"role": "user", "content": "hi"}]}),

@@ -3,171 +3,25 @@
 //! answering requests as the local admin, the exit codes, `tern ask approve|form` waiting
 //! for a decision made from another process, and projects with steps.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::{Env, Running, assert_exit, http_get, http_post, stderr, stdout};
 use serde_json::{Value, json};
-use tern_fake_model::FakeModel;
-
-struct Env {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Self {
-            dir,
-            fake: FakeModel::start().await.unwrap(),
-        }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in [
-            "OPENAI_API_KEY",
-            "TERN_SERVER_KEY",
-            "TERN_LOG",
-            "TERN_INBOX_URL",
-            "TERN_INBOX_TOKEN",
-            "TERN_API_KEY",
-        ] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .env("OPENAI_BASE_URL", self.fake.base_url())
-            .env("TERN_MODEL", "fake-model")
-            .current_dir(self.dir.path().join("work"))
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Starts the gateway on `listen` and waits until it listens and has written its admin
-    /// file for this address.
-    fn gateway_on(&self, listen: &str) -> Running {
-        self.gateway_with(listen, &[])
-    }
-
-    fn gateway_with(&self, listen: &str, extra: &[&str]) -> Running {
-        let admin = self.home().join("inbox-admin.json");
-        let _ = std::fs::remove_file(&admin);
-        let mut child = self
-            .tern()
-            .args(["gateway", "--listen", listen, "--log-format", "json"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
-                }
-                lines.push(line);
-            }
-            let _ = tx.send(Err(lines.join("\n")));
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
-            Err(_) => panic!("the gateway did not start"),
-        };
-        let url = format!("http://{addr}");
-        // The admin file is written before the gateway accepts connections; wait for it all
-        // the same (the file, not a time, is what is waited for).
-        for _ in 0..600 {
-            if let Ok(text) = std::fs::read_to_string(&admin)
-                && let Ok(v) = serde_json::from_str::<Value>(&text)
-                && v["url"].as_str().is_some()
-                && v["token"].as_str().is_some()
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Running { child, url }
-    }
-
-    fn gateway(&self) -> Running {
-        self.gateway_on("127.0.0.1:0")
-    }
-
-    fn agent_key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    fn admin_token(&self) -> String {
-        let text = std::fs::read_to_string(self.home().join("inbox-admin.json")).unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        v["token"].as_str().unwrap().to_owned()
-    }
-
-    /// `tern inbox ARGS…` to completion.
-    fn inbox(&self, args: &[&str]) -> Output {
-        self.tern().arg("inbox").args(args).output().unwrap()
-    }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn json_out(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
 }
 
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
 /// An agent of the gateway, over the Pump Up agent API.
 struct Agent {
     url: String,
     key: String,
-    http: reqwest::Client,
 }
 
 impl Agent {
@@ -175,21 +29,13 @@ impl Agent {
         Agent {
             url: gw.url.clone(),
             key,
-            http: reqwest::Client::new(),
         }
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201, "{path}");
-        r.json().await.unwrap()
+        let (status, v) = http_post(&format!("{}{path}", self.url), &self.key, body).await;
+        assert_eq!(status, 201, "{path}");
+        v
     }
 
     async fn task(&self, project: &str, name: &str) -> Value {
@@ -223,23 +69,16 @@ impl Agent {
 
     /// `(status, body)` of a result read.
     async fn result(&self, kind: &str, id: &str) -> (u16, Value) {
-        let r = self
-            .http
-            .get(format!("{}/api/{kind}-requests/{id}/result", self.url))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status().as_u16();
-        (s, r.json().await.unwrap_or(Value::Null))
+        let url = format!("{}/api/{kind}-requests/{id}/result", self.url);
+        http_get(&url, &self.key).await
     }
 }
 
 #[tokio::test]
 async fn list_show_approve_reject_and_a_second_decision() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
-    let agent = Agent::new(&gw, e.agent_key());
+    let agent = Agent::new(&gw, e.key());
     let task = agent.task("default", "deploy").await;
     let task = task["id"].as_str().unwrap();
     let a = agent
@@ -349,9 +188,9 @@ fn every_kind() -> Value {
 
 #[tokio::test]
 async fn answer_types_values_and_reports_invalid_ones() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
-    let agent = Agent::new(&gw, e.agent_key());
+    let agent = Agent::new(&gw, e.key());
     let task = agent.task("default", "form").await;
     let task = task["id"].as_str().unwrap();
     let id = agent.elicitation(task, every_kind()).await;
@@ -451,7 +290,7 @@ async fn answer_types_values_and_reports_invalid_ones() {
 
 #[tokio::test]
 async fn connection_problems_have_their_own_exit_codes() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     // No gateway has started here: no admin file.
     let o = e.inbox(&["list"]);
     assert_exit(&o, 2);
@@ -461,7 +300,7 @@ async fn connection_problems_have_their_own_exit_codes() {
     let o = e.inbox(&["list", "--gateway", &gw.url, "--token", "tern_rv_nope"]);
     assert_exit(&o, 3);
     // An agent key is not a reviewer's.
-    let o = e.inbox(&["list", "--gateway", &gw.url, "--token", &e.agent_key()]);
+    let o = e.inbox(&["list", "--gateway", &gw.url, "--token", &e.key()]);
     assert_exit(&o, 3);
     // The admin token is not sent to another address than its own.
     let o = e.inbox(&["list", "--gateway", "http://127.0.0.1:9"]);
@@ -554,9 +393,9 @@ impl Asking {
 
 #[tokio::test]
 async fn ask_approve_exits_by_the_decision_made_in_another_process() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
-    let agent = Agent::new(&gw, e.agent_key());
+    let agent = Agent::new(&gw, e.key());
 
     // Approved: exit 0, the decision printed.
     let mut cmd = e.tern();
@@ -625,7 +464,7 @@ async fn ask_approve_exits_by_the_decision_made_in_another_process() {
 
 #[tokio::test]
 async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
     let mut cmd = e.tern();
     cmd.args([
@@ -654,7 +493,7 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
         "--gateway",
         &gw.url,
         "--key",
-        &e.agent_key(),
+        &e.key(),
     ]);
     let ask = Asking::start(cmd);
     assert_eq!(ask.id, first);
@@ -694,7 +533,7 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
 
 #[tokio::test]
 async fn ask_waits_out_a_gateway_restart() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -719,7 +558,7 @@ async fn ask_waits_out_a_gateway_restart() {
 
 #[tokio::test]
 async fn ask_form_prints_the_answers_as_json() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let _gw = e.gateway();
     let fields = json!([{"type": "Switch", "id": "ok", "label": "All good?", "required": true}]);
     let mut cmd = e.tern();
@@ -776,7 +615,7 @@ async fn ask_form_prints_the_answers_as_json() {
 
 #[tokio::test]
 async fn projects_with_steps_from_the_cli_and_from_config() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     std::fs::write(
         e.home().join("config.toml"),
         "[[inbox.projects]]\nname = \"ops\"\nsteps = [{ name = \"run\" }, { name = \"check\", owner = \"HUMAN\" }]\n",
@@ -824,7 +663,7 @@ async fn projects_with_steps_from_the_cli_and_from_config() {
     assert_eq!(list["items"][1]["steps"]["initialStep"], "run");
 
     // Agents use them at once.
-    let agent = Agent::new(&gw, e.agent_key());
+    let agent = Agent::new(&gw, e.key());
     let task = agent.task("refunds", "refund #1").await;
     assert_eq!(task["currentStep"], "triage");
     let task = agent.task("ops", "nightly").await;
@@ -839,8 +678,8 @@ async fn projects_with_steps_from_the_cli_and_from_config() {
 
 #[tokio::test]
 async fn an_inbox_only_gateway_serves_tern_ask_and_tern_inbox() {
-    let e = Env::new().await;
-    let _gw = e.gateway_with("127.0.0.1:0", &["--inbox-only"]);
+    let e = Env::with_model().await;
+    let _gw = e.gateway_with(&["--inbox-only"], &[]);
     let mut cmd = e.tern();
     cmd.env_remove("OPENAI_BASE_URL")
         .env_remove("TERN_MODEL")

@@ -2,98 +2,42 @@
 //! committed with the request, and the next gateway on the same `$TERN_HOME` delivers it,
 //! signed. Real processes, a real receiver on loopback.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::{Env, Running, http_post};
 use serde_json::{Value, json};
 
 const KEY: &str = "notify-test-key-0123456789";
 const SECRET: &str = "notify-secret-0123456789";
 
-struct Gateway {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(home: &std::path::Path) -> Gateway {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "gateway",
-            "--inbox-only",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
-        .env("TERN_HOME", home)
-        .env("TERN_SERVER_KEY", KEY)
-        .env_remove("TERN_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && v["message"] == "tern gateway listening"
-            {
-                let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the gateway did not start");
-    Gateway {
-        child,
-        url: format!("http://{addr}"),
-    }
+/// An inbox-only gateway with the server key [`KEY`].
+fn start(env: &Env) -> Running {
+    env.gateway_with(&["--inbox-only"], &[("TERN_SERVER_KEY", KEY)])
 }
 
 async fn post(url: &str, body: Value) -> Value {
-    let r = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    r.json().await.unwrap()
+    let (status, v) = http_post(url, KEY, body).await;
+    assert_eq!(status, 201);
+    v
 }
 
 #[tokio::test]
 async fn a_notification_queued_before_a_kill_9_is_delivered_by_the_next_gateway() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let env = Env::new();
     // A port with nobody listening yet: every delivery attempt of the first gateway fails.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            "[[inbox.notify]]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"{SECRET}\"\n\
-             max_attempts = 100\nretry_base_ms = 100\n"
-        ),
-    )
-    .unwrap();
+    env.config(&format!(
+        "[[inbox.notify]]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"{SECRET}\"\n\
+         max_attempts = 100\nretry_base_ms = 100\n"
+    ));
 
-    let mut first = start(&home);
+    let mut first = start(&env);
     let task = post(
         &format!("{}/api/tasks", first.url),
         json!({"name": "deploy", "projectName": "default"}),
@@ -129,7 +73,7 @@ async fn a_notification_queued_before_a_kill_9_is_delivered_by_the_next_gateway(
         .unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let second = start(&home);
+    let second = start(&env);
     let (headers, body) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
         .expect("the restarted gateway delivered nothing")

@@ -2,112 +2,27 @@
 //! login link printed on the first start only, `inbox-admin.json` (mode 0600, a fresh token
 //! each start), and `tern inbox reviewers add|list|link|token|remove`.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod common;
 
+use std::os::unix::fs::PermissionsExt;
+
+use common::{Env, Running, http_get};
 use serde_json::Value;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        Env { dir }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in [
-            "OPENAI_API_KEY",
-            "TERN_SERVER_KEY",
-            "TERN_LOG",
-            "TERN_INBOX_TOKEN",
-        ] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null());
-        c
-    }
-
     /// Runs a command; (exit code, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.tern().args(args).output().unwrap();
+    fn call(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.run(args);
         (
             out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            common::stdout(&out),
+            common::stderr(&out),
         )
     }
 
     /// Starts `tern gateway --inbox-only` on a free port and waits until it listens.
-    fn gateway(&self) -> Running {
-        let mut child = self
-            .tern()
-            .args([
-                "gateway",
-                "--inbox-only",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let l2 = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
-                }
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "gateway did not start:\n{}",
-                    lines.lock().unwrap().join("\n")
-                )
-            });
-        Running {
-            child,
-            url: format!("http://{addr}"),
-            stderr: lines,
-        }
+    fn inbox_gateway(&self) -> Running {
+        self.gateway_with(&["--inbox-only"], &[])
     }
 
     fn admin_file(&self) -> Value {
@@ -131,14 +46,7 @@ fn printed_links(running: &Running) -> Vec<String> {
 }
 
 async fn me(url: &str, token: &str) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .get(format!("{url}/inbox/api/me"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    http_get(&format!("{url}/inbox/api/me"), token).await
 }
 
 /// Opens a login link and presses its "Sign in" button (a POST of the token, as the page's
@@ -172,7 +80,7 @@ async fn open_link(link: &str) -> (u16, bool) {
 #[tokio::test]
 async fn the_first_start_prints_the_admin_link_and_every_start_writes_a_fresh_token() {
     let env = Env::new();
-    let gw = env.gateway();
+    let gw = env.inbox_gateway();
     let links = printed_links(&gw);
     assert_eq!(links.len(), 1, "{:?}", gw.stderr.lock().unwrap());
     let link = &links[0];
@@ -181,7 +89,7 @@ async fn the_first_start_prints_the_admin_link_and_every_start_writes_a_fresh_to
         "{link}"
     );
     // Not in the JSON log: the link is a credential.
-    let log = gw.stderr.lock().unwrap().join("\n");
+    let log = gw.logs();
     let token_part = link.rsplit('/').next().unwrap();
     assert_eq!(log.matches(token_part).count(), 1, "{log}");
 
@@ -195,7 +103,7 @@ async fn the_first_start_prints_the_admin_link_and_every_start_writes_a_fresh_to
 
     // Until admin logs in, every start prints a link; after, none.
     drop(gw);
-    let gw = env.gateway();
+    let gw = env.inbox_gateway();
     let links = printed_links(&gw);
     assert_eq!(links.len(), 1);
     assert_eq!(open_link(&links[0]).await, (200, true));
@@ -215,7 +123,7 @@ async fn the_first_start_prints_the_admin_link_and_every_start_writes_a_fresh_to
     );
 
     drop(gw);
-    let gw = env.gateway();
+    let gw = env.inbox_gateway();
     assert!(
         printed_links(&gw).is_empty(),
         "admin has logged in: no link"
@@ -227,9 +135,9 @@ async fn the_first_start_prints_the_admin_link_and_every_start_writes_a_fresh_to
 #[tokio::test]
 async fn reviewers_are_managed_from_the_command_line() {
     let env = Env::new();
-    let gw = env.gateway();
+    let gw = env.inbox_gateway();
 
-    let (code, out, err) = env.run(&["inbox", "reviewers", "add", "alice"]);
+    let (code, out, err) = env.call(&["inbox", "reviewers", "add", "alice"]);
     assert_eq!(code, 0, "{err}");
     let link = out.trim();
     // The link's base is the running gateway's address, read from inbox-admin.json.
@@ -239,14 +147,14 @@ async fn reviewers_are_managed_from_the_command_line() {
     );
     assert_eq!(open_link(link).await, (200, true));
 
-    let (code, _, err) = env.run(&["inbox", "reviewers", "add", "alice"]);
+    let (code, _, err) = env.call(&["inbox", "reviewers", "add", "alice"]);
     assert_ne!(code, 0);
     assert!(err.contains("already exists"), "{err}");
-    let (code, _, err) = env.run(&["inbox", "reviewers", "add", "no spaces"]);
+    let (code, _, err) = env.call(&["inbox", "reviewers", "add", "no spaces"]);
     assert_ne!(code, 0);
     assert!(err.contains("invalid reviewer name"), "{err}");
 
-    let (code, out, _) = env.run(&["inbox", "reviewers", "list", "--json"]);
+    let (code, out, _) = env.call(&["inbox", "reviewers", "list", "--json"]);
     assert_eq!(code, 0);
     let list: Value = serde_json::from_str(&out).unwrap();
     let names: Vec<&str> = list
@@ -258,24 +166,24 @@ async fn reviewers_are_managed_from_the_command_line() {
     assert_eq!(names, ["admin", "alice"]);
     assert_eq!(list[0]["admin"], true);
 
-    let (code, out, _) = env.run(&["inbox", "reviewers", "link", "alice"]);
+    let (code, out, _) = env.call(&["inbox", "reviewers", "link", "alice"]);
     assert_eq!(code, 0);
     assert_eq!(open_link(out.trim()).await, (200, true));
 
-    let (code, out, _) = env.run(&["inbox", "reviewers", "token", "alice"]);
+    let (code, out, _) = env.call(&["inbox", "reviewers", "token", "alice"]);
     assert_eq!(code, 0);
     let token = out.trim().to_owned();
     let (status, who) = me(&gw.url, &token).await;
     assert_eq!((status, who["name"].as_str()), (200, Some("alice")));
 
-    let (code, _, err) = env.run(&["inbox", "reviewers", "link", "bob"]);
+    let (code, _, err) = env.call(&["inbox", "reviewers", "link", "bob"]);
     assert_ne!(code, 0);
     assert!(err.contains("no reviewer named `bob`"), "{err}");
 
-    let (code, _, err) = env.run(&["inbox", "reviewers", "remove", "alice"]);
+    let (code, _, err) = env.call(&["inbox", "reviewers", "remove", "alice"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(me(&gw.url, &token).await.0, 401);
-    let (code, _, err) = env.run(&["inbox", "reviewers", "remove", "alice"]);
+    let (code, _, err) = env.call(&["inbox", "reviewers", "remove", "alice"]);
     assert_ne!(code, 0);
     assert!(err.contains("no reviewer named"), "{err}");
 }

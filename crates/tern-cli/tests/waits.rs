@@ -5,226 +5,15 @@
 //! also when the session is busy, and after a `kill -9` between the decision and the resume.
 //! A deleted session cancels its wait and withdraws the request.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
-
-const DECISION_TAG: &str = "[inbox decision]";
-
-struct Env {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Self {
-            dir,
-            fake: FakeModel::start().await.unwrap(),
-        }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in [
-            "OPENAI_API_KEY",
-            "TERN_SERVER_KEY",
-            "TERN_LOG",
-            "TERN_INBOX_URL",
-            "TERN_INBOX_TOKEN",
-            "TERN_API_KEY",
-        ] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .env("OPENAI_BASE_URL", self.fake.base_url())
-            .env("TERN_MODEL", "fake-model")
-            .current_dir(self.dir.path().join("work"))
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Starts the gateway and waits until it listens and has written its admin file.
-    fn gateway(&self) -> Running {
-        let admin = self.home().join("inbox-admin.json");
-        let _ = std::fs::remove_file(&admin);
-        let mut child = self
-            .tern()
-            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
-                }
-                lines.push(line);
-            }
-            let _ = tx.send(Err(lines.join("\n")));
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
-            Err(_) => panic!("the gateway did not start"),
-        };
-        for _ in 0..600 {
-            if let Ok(text) = std::fs::read_to_string(&admin)
-                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Running {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    fn key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    /// `tern inbox ARGS…` to completion.
-    fn inbox(&self, args: &[&str]) -> Output {
-        self.tern().arg("inbox").args(args).output().unwrap()
-    }
-}
-
-#[track_caller]
-fn assert_ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// The gateway's session API.
-struct Api {
-    url: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    fn new(gw: &Running, key: String) -> Self {
-        Api {
-            url: gw.url.clone(),
-            key,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn send(&self, rb: reqwest::RequestBuilder) -> (u16, Value) {
-        let r = rb.bearer_auth(&self.key).send().await.unwrap();
-        let s = r.status().as_u16();
-        (s, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn create_session(&self) -> String {
-        let (s, v) = self
-            .send(
-                self.http
-                    .post(format!("{}/api/sessions", self.url))
-                    .json(&json!({})),
-            )
-            .await;
-        assert_eq!(s, 201, "{v}");
-        v["session"]["id"].as_str().unwrap().to_owned()
-    }
-
-    async fn chat(&self, id: &str, message: &str) -> Value {
-        let (s, v) = self
-            .send(
-                self.http
-                    .post(format!("{}/api/sessions/{id}/chat", self.url))
-                    .json(&json!({"message": message})),
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v
-    }
-
-    async fn session(&self, id: &str) -> Value {
-        let (s, v) = self
-            .send(self.http.get(format!("{}/api/sessions/{id}", self.url)))
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v["session"].clone()
-    }
-
-    async fn messages(&self, id: &str) -> Vec<Value> {
-        let (s, v) = self
-            .send(
-                self.http
-                    .get(format!("{}/api/sessions/{id}/messages", self.url)),
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v["data"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Waits until the session is idle with no open wait (the resume ran); panics after a
-    /// generous bound, which only a hang reaches.
-    async fn until_resumed(&self, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let s = self.session(id).await;
-            if s["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty) {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "never resumed: {s}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-fn content(m: &Value) -> &str {
-    m["content"].as_str().unwrap_or_default()
-}
-
-fn decisions(msgs: &[Value]) -> Vec<&Value> {
-    msgs.iter()
-        .filter(|m| m["role"] == "user" && content(m).starts_with(DECISION_TAG))
-        .collect()
-}
 
 /// The model: asks for approval (or answers) on a user's request, ends its turn after
 /// asking, and goes on after a decision — runs `echo deployed`, then says it is done.
@@ -280,9 +69,9 @@ fn resume_request(fake: &FakeModel) -> Value {
 
 #[tokio::test]
 async fn an_approval_from_the_cli_resumes_the_session_which_goes_on() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     script_model(
-        &e.fake,
+        e.fake(),
         "request_approval",
         json!({"summary": "Deploy v2 to prod?", "keyValueContext": {"env": "prod"}}),
     );
@@ -292,7 +81,7 @@ async fn an_approval_from_the_cli_resumes_the_session_which_goes_on() {
     let first = api.chat(&id, "deploy v2 please").await;
     assert_eq!(first["status"], "completed");
     assert!(
-        e.fake.requests()[0]
+        e.fake().requests()[0]
             .tool_names()
             .contains(&"request_approval".to_owned()),
         "the gateway offers the inbox tools by default"
@@ -321,7 +110,7 @@ async fn an_approval_from_the_cli_resumes_the_session_which_goes_on() {
     assert_ok(&e.inbox(&["approve", &request, "--note", "ship it"]));
     api.until_resumed(&id).await;
 
-    let decision = resume_request(&e.fake);
+    let decision = resume_request(e.fake());
     let text = content(&decision);
     for want in [
         "Asked: Deploy v2 to prod?",
@@ -345,9 +134,9 @@ async fn an_approval_from_the_cli_resumes_the_session_which_goes_on() {
 
 #[tokio::test]
 async fn an_answered_elicitation_resumes_the_session_with_the_answers() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     script_model(
-        &e.fake,
+        e.fake(),
         "request_elicitation",
         json!({"summary": "Which region?", "fields": [
             {"type": "Text", "id": "region", "label": "Region", "required": true}
@@ -361,7 +150,7 @@ async fn an_answered_elicitation_resumes_the_session_with_the_answers() {
 
     assert_ok(&e.inbox(&["answer", &request, "--field", "region=eu-west-1"]));
     api.until_resumed(&id).await;
-    let decision = resume_request(&e.fake);
+    let decision = resume_request(e.fake());
     let text = content(&decision);
     assert!(text.contains("Asked: Which region?"), "{text}");
     assert!(
@@ -375,9 +164,9 @@ async fn an_answered_elicitation_resumes_the_session_with_the_answers() {
 
 #[tokio::test]
 async fn a_decision_for_a_busy_session_waits_for_the_running_turn() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     script_model(
-        &e.fake,
+        e.fake(),
         "request_approval",
         json!({"summary": "Restart the cache?"}),
     );
@@ -388,12 +177,12 @@ async fn a_decision_for_a_busy_session_waits_for_the_running_turn() {
     let request = open_wait(&api, &id, "approval").await;
 
     // A long turn (the model takes 6 s to answer) on the same session.
-    let before = e.fake.requests().len();
+    let before = e.fake().requests().len();
     let long = {
         let (api, id) = (api.clone(), id.clone());
         tokio::spawn(async move { api.chat(&id, "long job: summarize everything").await })
     };
-    e.fake
+    e.fake()
         .wait_requests(before + 1, Duration::from_secs(30))
         .await
         .expect("the long turn reached the model");
@@ -422,9 +211,9 @@ async fn a_decision_for_a_busy_session_waits_for_the_running_turn() {
 
 #[tokio::test]
 async fn a_deleted_session_cancels_its_wait_and_withdraws_the_request() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     script_model(
-        &e.fake,
+        e.fake(),
         "request_approval",
         json!({"summary": "Drop the table?"}),
     );
@@ -476,7 +265,7 @@ fn withdrawn(e: &Env, request: &str) -> bool {
 /// hook event was sent.
 #[tokio::test]
 async fn tern_sessions_delete_goes_through_the_running_gateway() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let events = e.dir.path().join("events.jsonl");
     std::fs::write(
         e.home().join("config.toml"),
@@ -487,7 +276,7 @@ async fn tern_sessions_delete_goes_through_the_running_gateway() {
         ),
     )
     .unwrap();
-    script_model(&e.fake, "request_approval", json!({"summary": "Drop it?"}));
+    script_model(e.fake(), "request_approval", json!({"summary": "Drop it?"}));
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
     let first = api.create_session().await;
@@ -511,23 +300,24 @@ async fn tern_sessions_delete_goes_through_the_running_gateway() {
     assert_eq!(s, 404, "the gateway no longer has the session");
     assert!(withdrawn(&e, &first_request));
     // The gateway's hook events: the wait cancelled, then the session ended.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let resolved = loop {
-        let text = std::fs::read_to_string(&events).unwrap_or_default();
-        let found: Vec<Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|v: &Value| v["session_id"] == first.as_str())
-            .collect();
-        if found.iter().any(|v| v["event"] == "session_end") {
-            break found;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no session_end hook event: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let resolved = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            let text = std::fs::read_to_string(&events).unwrap_or_default();
+            let found: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .filter(|v: &Value| v["session_id"] == first.as_str())
+                .collect();
+            if found.iter().any(|v| v["event"] == "session_end") {
+                Ok(found)
+            } else {
+                Err(format!("no session_end hook event: {text}"))
+            }
+        },
+    )
+    .await;
     let resolved: Vec<&Value> = resolved
         .iter()
         .filter(|v| v["event"] == "wait_resolved")
@@ -559,13 +349,13 @@ async fn tern_sessions_delete_goes_through_the_running_gateway() {
 
 #[tokio::test]
 async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_after_restart() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     // Until `answer` is set, the resumed turn's model call never returns: the gateway is
     // killed with the decision appended and its turn in flight.
     let answer = Arc::new(AtomicBool::new(false));
     {
         let answer = answer.clone();
-        e.fake.set_responder(move |body| {
+        e.fake().set_responder(move |body| {
             let msgs = body["messages"].as_array().cloned().unwrap_or_default();
             let last = msgs.last().cloned().unwrap_or(Value::Null);
             let text = last["content"].as_str().unwrap_or_default();
@@ -592,10 +382,10 @@ async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_af
     let id = api.create_session().await;
     api.chat(&id, "rotate the keys").await;
     let request = open_wait(&api, &id, "approval").await;
-    let before = e.fake.requests().len();
+    let before = e.fake().requests().len();
     assert_ok(&e.inbox(&["approve", &request]));
     // The resumed turn reached the model: the decision is appended, not yet answered.
-    e.fake
+    e.fake()
         .wait_requests(before + 1, Duration::from_secs(30))
         .await
         .expect("the resumed turn called the model");
@@ -605,19 +395,31 @@ async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_af
     answer.store(true, Ordering::SeqCst);
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
+    // Right after the restart the session is idle with no open wait while the recovered
+    // turn is still to run: wait for its answer, not for the status.
+    let msgs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        async || {
+            let msgs = api.messages(&id).await;
+            match msgs.last() {
+                Some(m) if content(m) == "resumed after the crash" => Ok(msgs),
+                _ => Err(format!("the recovered turn never answered: {msgs:#?}")),
+            }
+        },
+    )
+    .await;
     api.until_resumed(&id).await;
-    let msgs = api.messages(&id).await;
     assert_eq!(decisions(&msgs).len(), 1, "{msgs:#?}");
-    assert_eq!(content(msgs.last().unwrap()), "resumed after the crash");
     // A second restart has nothing left to recover: the next chat is the only model call
     // (a recovered turn would have queued before it), and there is still one decision.
     drop(gw);
-    let before = e.fake.requests().len();
+    let before = e.fake().requests().len();
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
     let hi = api.chat(&id, "hello again").await;
     assert_eq!(hi["message"]["content"], "hi");
-    let after = e.fake.requests();
+    let after = e.fake().requests();
     assert_eq!(after.len(), before + 1);
     assert_eq!(
         content(after[before].messages().last().unwrap()),

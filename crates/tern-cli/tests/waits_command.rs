@@ -3,128 +3,22 @@
 //! command's effect is a line it appends to a file, so the tests see whether and how often
 //! it really ran.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::process::Output;
 use std::time::Duration;
 
+use common::{Api, Env, wait_until};
 use serde_json::{Value, json};
-use tern_fake_model::{FakeModel, Reply};
+use tern_fake_model::Reply;
 
 /// Generous bounds for what a test waits for; they only turn a hang into a failure.
 const WAIT: Duration = Duration::from_secs(60);
 
-struct Env {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Self {
-            dir,
-            fake: FakeModel::start().await.unwrap(),
-        }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in [
-            "OPENAI_API_KEY",
-            "TERN_SERVER_KEY",
-            "TERN_LOG",
-            "TERN_INBOX_URL",
-            "TERN_INBOX_TOKEN",
-            "TERN_API_KEY",
-        ] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .env("OPENAI_BASE_URL", self.fake.base_url())
-            .env("TERN_MODEL", "fake-model")
-            .current_dir(self.work())
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Starts the gateway and waits until it listens and has written its admin file.
-    fn gateway(&self) -> Running {
-        let admin = self.home().join("inbox-admin.json");
-        let _ = std::fs::remove_file(&admin);
-        let mut child = self
-            .tern()
-            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
-                }
-                lines.push(line);
-            }
-            let _ = tx.send(Err(lines.join("\n")));
-        });
-        let addr = match rx.recv_timeout(WAIT) {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
-            Err(_) => panic!("the gateway did not start"),
-        };
-        for _ in 0..600 {
-            if let Ok(text) = std::fs::read_to_string(&admin)
-                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Running {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    fn key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
     /// `tern inbox ARGS…`, which must succeed.
-    fn inbox(&self, args: &[&str]) -> Output {
-        let o = self.tern().arg("inbox").args(args).output().unwrap();
+    fn inbox_ok(&self, args: &[&str]) -> Output {
+        let o = self.inbox(args);
         assert_eq!(
             o.status.code(),
             Some(0),
@@ -146,7 +40,7 @@ impl Env {
 
     /// Waits until the fake model has received `n` requests in all.
     async fn model_requests(&self, n: usize) -> Vec<tern_fake_model::Recorded> {
-        self.fake
+        self.fake()
             .wait_requests(n, WAIT)
             .await
             .unwrap_or_else(|| panic!("the model did not get {n} requests"))
@@ -162,48 +56,11 @@ fn terminal(call: &str, cmd: &str) -> Reply {
     Reply::tool_call(call, "terminal", json!({ "command": cmd }).to_string())
 }
 
-struct Api {
-    url: String,
-    key: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    async fn session(&self) -> String {
-        let r = self
-            .http
-            .post(format!("{}/api/sessions", self.url))
-            .bearer_auth(&self.key)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        let v: Value = r.json().await.unwrap();
-        v["session"]["id"].as_str().unwrap().to_owned()
-    }
-
-    async fn chat(&self, id: &str, message: &str) -> Value {
-        let r = self
-            .http
-            .post(format!("{}/api/sessions/{id}/chat", self.url))
-            .bearer_auth(&self.key)
-            .json(&json!({ "message": message }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        r.json().await.unwrap()
-    }
-
     async fn status(&self, id: &str) -> String {
-        let r = self
-            .http
-            .get(format!("{}/api/sessions/{id}", self.url))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap();
-        let v: Value = r.json().await.unwrap();
+        let (_, v) = self
+            .send(self.http.get(format!("{}/api/sessions/{id}", self.url)))
+            .await;
         v["session"]["status"]
             .as_str()
             .unwrap_or_default()
@@ -213,13 +70,13 @@ impl Api {
     /// Waits (bounded) until the resumed turn has ended: the session is idle, or waiting
     /// when the turn asked again.
     async fn until_settled(&self, id: &str) {
-        for _ in 0..600 {
-            if matches!(self.status(id).await.as_str(), "idle" | "waiting") {
-                return;
+        wait_until(WAIT, Duration::from_millis(100), async || {
+            match self.status(id).await.as_str() {
+                "idle" | "waiting" => Ok(()),
+                _ => Err(format!("the turn of session {id} did not end")),
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the turn of session {id} did not end");
+        })
+        .await
     }
 }
 
@@ -245,9 +102,9 @@ fn request_id(result: &str) -> String {
 /// One turn: the model runs `cmd` (call `call`), is told it awaits approval, and ends the
 /// turn. Returns the request id and the session's status after the turn.
 async fn ask(e: &Env, api: &Api, session: &str, call: &str, cmd: &str) -> String {
-    let before = e.fake.requests().len();
-    e.fake.push(terminal(call, cmd));
-    e.fake.push(Reply::text("Waiting for the approval."));
+    let before = e.fake().requests().len();
+    e.fake().push(terminal(call, cmd));
+    e.fake().push(Reply::text("Waiting for the approval."));
     api.chat(session, "clean up").await;
     let reqs = e.model_requests(before + 2).await;
     let result = tool_result(&reqs[before + 1], call);
@@ -265,28 +122,24 @@ async fn ask(e: &Env, api: &Api, session: &str, call: &str, cmd: &str) -> String
 
 #[tokio::test]
 async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
-    let api = Api {
-        url: gw.url.clone(),
-        key: e.key(),
-        http: reqwest::Client::new(),
-    };
-    let session = api.session().await;
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
     let cmd = command("a");
     let id = ask(&e, &api, &session, "c1", &cmd).await;
     assert_eq!(e.runs("a"), 0, "not run while waiting");
-    let shown = e.inbox(&["show", &id, "--json"]);
+    let shown = e.inbox_ok(&["show", &id, "--json"]);
     let view: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(view["keyValueContext"]["action"], "command");
     assert_eq!(view["keyValueContext"]["command"], cmd.as_str());
 
     // The resumed turn runs the command again (a new call), then tries it a third time.
-    let before = e.fake.requests().len();
-    e.fake.push(terminal("c2", &cmd));
-    e.fake.push(terminal("c3", &cmd));
-    e.fake.push(Reply::text("Done."));
-    e.inbox(&["approve", &id]);
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("c2", &cmd));
+    e.fake().push(terminal("c3", &cmd));
+    e.fake().push(Reply::text("Done."));
+    e.inbox_ok(&["approve", &id]);
     let reqs = e.model_requests(before + 3).await;
     api.until_settled(&session).await;
     let decision = reqs[before].messages().last().unwrap()["content"]
@@ -308,12 +161,12 @@ async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
     assert_eq!(e.runs("a"), 1);
 
     // A rejection: the resumed agent is told not to retry, and the command never runs.
-    let session = api.session().await;
+    let session = api.create_session().await;
     let cmd = command("b");
     let id = ask(&e, &api, &session, "r1", &cmd).await;
-    let before = e.fake.requests().len();
-    e.fake.push(Reply::text("Understood, I will not run it."));
-    e.inbox(&["reject", &id, "--note", "not today"]);
+    let before = e.fake().requests().len();
+    e.fake().push(Reply::text("Understood, I will not run it."));
+    e.inbox_ok(&["reject", &id, "--note", "not today"]);
     let reqs = e.model_requests(before + 1).await;
     api.until_settled(&session).await;
     let decision = reqs[before].messages().last().unwrap()["content"]
@@ -332,25 +185,21 @@ async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
 
 #[tokio::test]
 async fn once_for_this_session_and_always() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     let gw = e.gateway();
-    let api = Api {
-        url: gw.url.clone(),
-        key: e.key(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(&gw, e.key());
 
     for (scope, second_runs) in [("once", false), ("session", true)] {
-        let session = api.session().await;
+        let session = api.create_session().await;
         let first = command(&format!("{scope}-1"));
         let second = command(&format!("{scope}-2"));
         let id = ask(&e, &api, &session, "c1", &first).await;
-        let before = e.fake.requests().len();
+        let before = e.fake().requests().len();
         // Resumed: the approved command, then another one of the same kind.
-        e.fake.push(terminal("c2", &first));
-        e.fake.push(terminal("c3", &second));
-        e.fake.push(Reply::text("Done."));
-        e.inbox(&["approve", &id, "--reason-code", scope]);
+        e.fake().push(terminal("c2", &first));
+        e.fake().push(terminal("c3", &second));
+        e.fake().push(Reply::text("Done."));
+        e.inbox_ok(&["approve", &id, "--reason-code", scope]);
         let reqs = e.model_requests(before + 3).await;
         api.until_settled(&session).await;
         assert_eq!(e.runs(&format!("{scope}-1")), 1, "{scope}");
@@ -368,7 +217,7 @@ async fn once_for_this_session_and_always() {
 
         // The session grant is the session's: a new session asks again.
         if scope == "session" {
-            let other = api.session().await;
+            let other = api.create_session().await;
             ask(&e, &api, &other, "c1", &command("elsewhere")).await;
             assert_eq!(e.runs("elsewhere"), 0);
         }
@@ -376,23 +225,23 @@ async fn once_for_this_session_and_always() {
 
     // Always: the exact command goes to the allowlist and runs in any session without
     // asking; another command of the same kind still asks.
-    let session = api.session().await;
+    let session = api.create_session().await;
     let cmd = command("always");
     let id = ask(&e, &api, &session, "c1", &cmd).await;
-    let before = e.fake.requests().len();
-    e.fake.push(terminal("c2", &cmd));
-    e.fake.push(Reply::text("Done."));
-    e.inbox(&["approve", &id, "--reason-code", "always"]);
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("c2", &cmd));
+    e.fake().push(Reply::text("Done."));
+    e.inbox_ok(&["approve", &id, "--reason-code", "always"]);
     e.model_requests(before + 2).await;
     api.until_settled(&session).await;
     assert_eq!(e.runs("always"), 1);
     let config = std::fs::read_to_string(e.home().join("config.toml")).unwrap();
     assert!(config.contains(&format!("{cmd:?}")), "{config}");
 
-    let other = api.session().await;
-    let before = e.fake.requests().len();
-    e.fake.push(terminal("c1", &cmd));
-    e.fake.push(Reply::text("Done."));
+    let other = api.create_session().await;
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("c1", &cmd));
+    e.fake().push(Reply::text("Done."));
     api.chat(&other, "again").await;
     let reqs = e.model_requests(before + 2).await;
     let result = tool_result(&reqs[before + 1], "c1");

@@ -16,148 +16,25 @@
 //! While waiting for a resume the tests read A's session with `tern sessions show` (the
 //! database), never over A's API: nothing but the gateway itself talks to A then.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use common::{Api, DECISION_TAG, Env, Running, assert_ok, content, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
-const DECISION_TAG: &str = "[inbox decision]";
+/// How long a test waits for what A does; it only turns a hang into a failure.
+const WAIT: Duration = Duration::from_secs(90);
 
-fn tern(home: &Path, work: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-    for k in [
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "TERN_MODEL",
-        "TERN_SERVER_KEY",
-        "TERN_LOG",
-        "TERN_INBOX_URL",
-        "TERN_INBOX_TOKEN",
-        "TERN_INBOX_KEY",
-        "TERN_API_KEY",
-    ] {
-        c.env_remove(k);
-    }
-    c.env("TERN_HOME", home)
-        .current_dir(work)
-        .stdin(Stdio::null());
-    c
-}
-
-struct Running {
-    child: Child,
-    url: String,
-    port: u16,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A home (`TERN_HOME`) with its working directory.
-struct Home {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    work: PathBuf,
-}
-
-impl Home {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let work = dir.path().join("work");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&work).unwrap();
-        Home {
-            _dir: dir,
-            home,
-            work,
-        }
-    }
-
-    fn tern(&self) -> Command {
-        tern(&self.home, &self.work)
-    }
-
-    fn config(&self, text: &str) {
-        std::fs::write(self.home.join("config.toml"), text).unwrap();
-    }
-
-    /// Starts `tern gateway ARGS…` and waits until it listens and wrote its admin file.
-    fn gateway(&self, extra: &[&str], model: Option<&FakeModel>) -> Running {
-        let admin = self.home.join("inbox-admin.json");
-        let _ = std::fs::remove_file(&admin);
-        let mut cmd = self.tern();
-        if let Some(fake) = model {
-            cmd.env("OPENAI_BASE_URL", fake.base_url())
-                .env("TERN_MODEL", "fake-model");
-        }
-        let mut child = cmd
-            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
-                }
-                lines.push(line);
-            }
-            let _ = tx.send(Err(lines.join("\n")));
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
-            Err(_) => panic!("the gateway did not start"),
-        };
-        for _ in 0..600 {
-            if let Ok(text) = std::fs::read_to_string(&admin)
-                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let port = addr.rsplit_once(':').unwrap().1.parse().unwrap();
-        Running {
-            child,
-            url: format!("http://{addr}"),
-            port,
-        }
-    }
-
-    fn key(&self) -> String {
-        std::fs::read_to_string(self.home.join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.tern().args(args).output().unwrap()
-    }
-
+impl Env {
     /// `tern sessions show ID --json`: read from the database, not over the gateway's API.
     fn session(&self, id: &str) -> Value {
         let o = self.run(&["sessions", "show", id, "--json"]);
@@ -165,61 +42,35 @@ impl Home {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
-    /// Waits until the session is idle with no open wait (resumed and answered); panics
-    /// after a generous bound, which only a hang reaches.
+    /// Waits until the session is idle with no open wait (resumed and answered).
     async fn until_resumed(&self, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let s = self.session(id);
-            if s["session"]["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty)
-            {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "never resumed: {s}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.until_session(id, |s| {
+            s["session"]["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty)
+        })
+        .await
     }
-}
 
-#[track_caller]
-fn assert_ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    /// Waits until the session (as `tern sessions show` reads it) is as `done` says.
+    async fn until_session(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        wait_until(WAIT, Duration::from_millis(100), async || {
+            let s = self.session(id);
+            if done(&s) {
+                Ok(s)
+            } else {
+                Err(format!("never resumed: {s}"))
+            }
+        })
+        .await
+    }
 }
 
 /// Creates a session on A and runs one chat turn; returns the session id. The HTTP client
 /// is dropped afterwards: from then on nobody connects to A.
 async fn chat(gw: &Running, key: &str, message: &str) -> String {
-    let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{}/api/sessions", gw.url))
-        .bearer_auth(key)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    let v: Value = r.json().await.unwrap();
-    let id = v["session"]["id"].as_str().unwrap().to_owned();
-    let r = http
-        .post(format!("{}/api/sessions/{id}/chat", gw.url))
-        .bearer_auth(key)
-        .json(&json!({"message": message}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(status, 200, "{v}");
+    let api = Api::new(gw, key.to_owned());
+    let id = api.create_session().await;
+    api.chat(&id, message).await;
     id
-}
-
-fn content(m: &Value) -> &str {
-    m["content"].as_str().unwrap_or_default()
 }
 
 /// The model: on a user's message it asks with `calls` (tool name, arguments) and ends its
@@ -280,17 +131,17 @@ fn decision_message(s: &Value) -> String {
 
 #[tokio::test]
 async fn a_decision_at_the_remote_tern_inbox_resumes_the_session() {
-    let b = Home::new();
-    let gw_b = b.gateway(&["--inbox-only"], None);
-    let a = Home::new();
+    let b = Env::new();
+    let gw_b = b.gateway_with(&["--inbox-only"], &[]);
+    let a = Env::with_model().await;
     a.config(&format!(
         "[inbox]\nurl = \"{}\"\nkey = \"{}\"\npoll_interval = \"2s\"\n",
         gw_b.url,
         b.key()
     ));
-    let fake = FakeModel::start().await.unwrap();
-    script_model(&fake, one_approval("Deploy v2 to prod?"));
-    let gw_a = a.gateway(&[], Some(&fake));
+    let fake = a.fake();
+    script_model(fake, one_approval("Deploy v2 to prod?"));
+    let gw_a = a.gateway();
 
     let id = chat(&gw_a, &a.key(), "deploy v2 please").await;
     let s = a.session(&id);
@@ -376,18 +227,14 @@ impl Log {
     }
 
     async fn until(&self, what: &str, pred: impl Fn(&[Seen]) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            if pred(&self.seen()) {
-                return;
+        wait_until(WAIT, Duration::from_millis(50), async || {
+            let seen = self.seen();
+            match pred(&seen) {
+                true => Ok(()),
+                false => Err(format!("never saw {what}: {seen:#?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "never saw {what}: {:#?}",
-                self.seen()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }
 
@@ -493,13 +340,13 @@ async fn without_a_decisions_feed_the_gateway_polls_the_result() {
         .with_state(fake_server.clone());
     let server_url = serve(app).await;
 
-    let a = Home::new();
+    let a = Env::with_model().await;
     a.config(&format!(
         "[inbox]\nurl = \"{server_url}\"\nkey = \"remote-key-0123456789\"\npoll_interval = \"1s\"\n"
     ));
-    let fake = FakeModel::start().await.unwrap();
-    script_model(&fake, one_approval("Rotate the keys?"));
-    let gw_a = a.gateway(&[], Some(&fake));
+    let fake = a.fake();
+    script_model(fake, one_approval("Rotate the keys?"));
+    let gw_a = a.gateway();
     let id = chat(&gw_a, &a.key(), "rotate them").await;
     assert_eq!(open_wait(&a.session(&id)), "req-1");
 
@@ -549,7 +396,7 @@ async fn without_a_decisions_feed_the_gateway_polls_the_result() {
         assert!(s.api_version.is_some(), "{s:?}");
         // Every exchange was a connection A opened: from an ephemeral port of its own,
         // never its listening port (the server has no way to call A, and did not).
-        assert_ne!(s.peer.port(), gw_a.port, "{s:?}");
+        assert_ne!(s.peer.port(), gw_a.port(), "{s:?}");
         assert!(s.peer.ip().is_loopback());
     }
     let create = seen
@@ -607,8 +454,8 @@ async fn counting_proxy(
 #[tokio::test]
 async fn many_open_waits_cost_one_long_poll_at_a_time() {
     const WAITS: usize = 12;
-    let b = Home::new();
-    let gw_b = b.gateway(&["--inbox-only"], None);
+    let b = Env::new();
+    let gw_b = b.gateway_with(&["--inbox-only"], &[]);
     let log = Arc::new(Log::default());
     let proxy = axum::Router::new().fallback(counting_proxy).with_state((
         log.clone(),
@@ -617,12 +464,12 @@ async fn many_open_waits_cost_one_long_poll_at_a_time() {
     ));
     let proxy_url = serve(proxy).await;
 
-    let a = Home::new();
+    let a = Env::with_model().await;
     a.config(&format!(
         "[inbox]\nurl = \"{proxy_url}\"\nkey = \"{}\"\npoll_interval = \"1s\"\n",
         b.key()
     ));
-    let fake = FakeModel::start().await.unwrap();
+    let fake = a.fake();
     let calls = (0..WAITS)
         .map(|i| {
             (
@@ -631,8 +478,8 @@ async fn many_open_waits_cost_one_long_poll_at_a_time() {
             )
         })
         .collect();
-    script_model(&fake, calls);
-    let gw_a = a.gateway(&[], Some(&fake));
+    script_model(fake, calls);
+    let gw_a = a.gateway();
     let id = chat(&gw_a, &a.key(), "do the twelve steps").await;
     let s = a.session(&id);
     let waits = s["waits"].as_array().unwrap();
@@ -669,21 +516,15 @@ async fn many_open_waits_cost_one_long_poll_at_a_time() {
     // And the feed carries decisions: one approved at B resumes A's session.
     let request = waits[0]["request_id"].as_str().unwrap();
     assert_ok(&b.run(&["inbox", "approve", request]));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let s = a.session(&id);
-        if s["waits"].as_array().unwrap().len() == WAITS - 1
+    a.until_session(&id, |s| {
+        s["waits"].as_array().unwrap().len() == WAITS - 1
             && s["messages"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .any(|m| content(m).starts_with("resumed with: "))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never resumed: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert!(
         log.seen()[start..]
             .iter()
@@ -740,8 +581,8 @@ fn resumed_turns(fake: &FakeModel, request: &str) -> usize {
 /// After A restarts, the session gets the second decision once, the first is not delivered
 /// again, and A's first feed request asks from the cursor it had stored.
 async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) {
-    let b = Home::new();
-    let gw_b = b.gateway(&["--inbox-only"], None);
+    let b = Env::new();
+    let gw_b = b.gateway_with(&["--inbox-only"], &[]);
     let log = Arc::new(Log::default());
     let proxy = axum::Router::new().fallback(counting_proxy).with_state((
         log.clone(),
@@ -749,14 +590,14 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
         reqwest::Client::new(),
     ));
     let proxy_url = serve(proxy).await;
-    let a = Home::new();
+    let a = Env::with_model().await;
     a.config(&format!(
         "[inbox]\nurl = \"{proxy_url}\"\nkey = \"{}\"\npoll_interval = \"2s\"\n",
         b.key()
     ));
-    let fake = FakeModel::start().await.unwrap();
+    let fake = a.fake();
     script_model(
-        &fake,
+        fake,
         vec![
             (
                 "request_approval".to_owned(),
@@ -768,7 +609,7 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
             ),
         ],
     );
-    let mut gw_a = a.gateway(&[], Some(&fake));
+    let mut gw_a = a.gateway();
     let id = chat(&gw_a, &a.key(), "two steps please").await;
     let s = a.session(&id);
     let waits = s["waits"].as_array().unwrap();
@@ -778,32 +619,26 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
 
     // The first decision, while A runs: delivered and answered.
     assert_ok(&b.run(&["inbox", "approve", &first]));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let s = a.session(&id);
+    a.until_session(&id, |s| {
         let answered = s["messages"]
             .as_array()
             .unwrap()
             .last()
             .is_some_and(|m| content(m).starts_with("resumed with: "));
-        if answered && s["waits"].as_array().unwrap().len() == 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never resumed: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        answered && s["waits"].as_array().unwrap().len() == 1
+    })
+    .await;
     // A feed request that began after that: A asks from past the first decision (a fetch
     // starts only once the cursor before it is stored).
     let mark = log.entered.lock().unwrap().len();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let cursor = loop {
+    let cursor = wait_until(WAIT, Duration::from_millis(50), async || {
         let entered = log.entered.lock().unwrap().clone();
-        if let Some(after) = feed_requests(&entered[mark..]).pop() {
-            break after.expect("past the first decision, A asks after a cursor");
+        match feed_requests(&entered[mark..]).pop() {
+            Some(after) => Ok(after.expect("past the first decision, A asks after a cursor")),
+            None => Err(format!("no feed request: {entered:#?}")),
         }
-        assert!(Instant::now() < deadline, "no feed request: {entered:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
 
     if sigkill {
         gw_a.child.kill().unwrap();
@@ -825,7 +660,7 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
 
     // The second decision, while A is down.
     assert_ok(&b.run(&["inbox", "approve", &second, "--note", "while you slept"]));
-    let gw_a = a.gateway(&[], Some(&fake));
+    let gw_a = a.gateway();
     let s = a.until_resumed(&id).await;
     assert_eq!(decisions_for(&s, &first), 1, "{s:#}");
     assert_eq!(decisions_for(&s, &second), 1, "{s:#}");
@@ -841,8 +676,8 @@ async fn the_feed_cursor_survives_a_restart_of_the_agent_gateway(sigkill: bool) 
         "the resumed turn answered the second decision: {s:#}"
     );
     // One turn on each decision: the restart re-ran nothing.
-    assert_eq!(resumed_turns(&fake, &first), 1);
-    assert_eq!(resumed_turns(&fake, &second), 1);
+    assert_eq!(resumed_turns(fake, &first), 1);
+    assert_eq!(resumed_turns(fake, &second), 1);
 
     // The restarted A asked the feed from the stored cursor, never from the beginning.
     let entered = log.entered.lock().unwrap().clone();

@@ -10,54 +10,17 @@
 //!   who decided, the outcome) after `tern inbox approve`, and `wait_resolved` (cancelled)
 //!   after a session is deleted — with exactly the fields `docs/hooks.md` documents.
 
-use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
-const DECISION_TAG: &str = "[inbox decision]";
-
-struct Env {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-}
-
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Self {
-            dir,
-            fake: FakeModel::start().await.unwrap(),
-        }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn config(&self, text: &str) {
-        std::fs::write(self.home().join("config.toml"), text).unwrap();
-    }
-
     /// Where the command hook of [`Env::hook_config`] appends the events it receives.
     fn events_file(&self) -> PathBuf {
         self.dir.path().join("events.jsonl")
@@ -72,83 +35,6 @@ impl Env {
         )
     }
 
-    fn tern(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-        for k in [
-            "OPENAI_API_KEY",
-            "TERN_SERVER_KEY",
-            "TERN_LOG",
-            "TERN_INBOX_URL",
-            "TERN_INBOX_TOKEN",
-            "TERN_INBOX_KEY",
-            "TERN_API_KEY",
-        ] {
-            c.env_remove(k);
-        }
-        c.env("TERN_HOME", self.home())
-            .env("OPENAI_BASE_URL", self.fake.base_url())
-            .env("TERN_MODEL", "fake-model")
-            .current_dir(self.dir.path().join("work"))
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Starts the gateway and waits until it listens and has written its admin file.
-    fn gateway(&self) -> Running {
-        let admin = self.home().join("inbox-admin.json");
-        let _ = std::fs::remove_file(&admin);
-        let mut child = self
-            .tern()
-            .args(["gateway", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["message"] == "tern gateway listening"
-                {
-                    let _ = tx.send(Ok(v["addr"].as_str().unwrap_or_default().to_owned()));
-                }
-                lines.push(line);
-            }
-            let _ = tx.send(Err(lines.join("\n")));
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(logs)) => panic!("the gateway exited:\n{logs}"),
-            Err(_) => panic!("the gateway did not start"),
-        };
-        for _ in 0..600 {
-            if let Ok(text) = std::fs::read_to_string(&admin)
-                && serde_json::from_str::<Value>(&text).is_ok_and(|v| v["token"].is_string())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Running {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    fn key(&self) -> String {
-        std::fs::read_to_string(self.home().join("gateway.key"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    /// `tern inbox ARGS…` to completion.
-    fn inbox(&self, args: &[&str]) -> Output {
-        self.tern().arg("inbox").args(args).output().unwrap()
-    }
-
     /// `tern inbox list --status STATUS --json`: the listed requests.
     fn listed(&self, status: &str) -> Vec<Value> {
         let o = self.inbox(&["list", "--status", status, "--json"]);
@@ -156,126 +42,6 @@ impl Env {
         let list: Value = serde_json::from_slice(&o.stdout).unwrap();
         list["items"].as_array().cloned().unwrap()
     }
-}
-
-#[track_caller]
-fn assert_ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// The gateway's session API.
-struct Api {
-    url: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    fn new(gw: &Running, key: String) -> Self {
-        Api {
-            url: gw.url.clone(),
-            key,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn send(&self, rb: reqwest::RequestBuilder) -> (u16, Value) {
-        let r = rb.bearer_auth(&self.key).send().await.unwrap();
-        let s = r.status().as_u16();
-        (s, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn create_session(&self) -> String {
-        let (s, v) = self
-            .send(
-                self.http
-                    .post(format!("{}/api/sessions", self.url))
-                    .json(&json!({})),
-            )
-            .await;
-        assert_eq!(s, 201, "{v}");
-        v["session"]["id"].as_str().unwrap().to_owned()
-    }
-
-    async fn chat(&self, id: &str, message: &str) -> Value {
-        let (s, v) = self
-            .send(
-                self.http
-                    .post(format!("{}/api/sessions/{id}/chat", self.url))
-                    .json(&json!({"message": message})),
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v
-    }
-
-    /// `POST /api/sessions/{id}/reset`; returns the new session's id.
-    async fn reset(&self, id: &str) -> String {
-        let (s, v) = self
-            .send(
-                self.http
-                    .post(format!("{}/api/sessions/{id}/reset", self.url)),
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
-        assert_eq!(v["session_id"], id, "{v}");
-        v["new_session_id"].as_str().unwrap().to_owned()
-    }
-
-    async fn delete(&self, id: &str) {
-        let (s, v) = self
-            .send(self.http.delete(format!("{}/api/sessions/{id}", self.url)))
-            .await;
-        assert_eq!(s, 200, "{v}");
-    }
-
-    async fn session(&self, id: &str) -> Value {
-        let (s, v) = self
-            .send(self.http.get(format!("{}/api/sessions/{id}", self.url)))
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v["session"].clone()
-    }
-
-    async fn messages(&self, id: &str) -> Vec<Value> {
-        let (s, v) = self
-            .send(
-                self.http
-                    .get(format!("{}/api/sessions/{id}/messages", self.url)),
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
-        v["data"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Waits until the session is idle with no open wait (the resume ran); panics after a
-    /// generous bound, which only a hang reaches.
-    async fn until_resumed(&self, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let s = self.session(id).await;
-            if s["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty) {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "never resumed: {s}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-fn content(m: &Value) -> &str {
-    m["content"].as_str().unwrap_or_default()
-}
-
-fn decisions(msgs: &[Value]) -> Vec<&Value> {
-    msgs.iter()
-        .filter(|m| m["role"] == "user" && content(m).starts_with(DECISION_TAG))
-        .collect()
 }
 
 /// The model: asks for approval with `summary` on a user's message and ends its turn; on a
@@ -336,18 +102,18 @@ fn hook_events(path: &Path) -> Vec<Value> {
 /// Waits until the hook received an event `pred` accepts and returns it; panics after a
 /// generous bound, which only a lost event reaches.
 async fn hook_event(path: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(ev) = hook_events(path).into_iter().find(&pred) {
-            return ev;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hook never received {what}: {:#?}",
-            hook_events(path)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            let events = hook_events(path);
+            match events.iter().find(|ev| pred(ev)) {
+                Some(ev) => Ok(ev.clone()),
+                None => Err(format!("the hook never received {what}: {events:#?}")),
+            }
+        },
+    )
+    .await
 }
 
 /// The event's field names.
@@ -395,9 +161,9 @@ fn assert_cancelled(ev: &Value, session: &str, wait: &Value) {
 
 #[tokio::test]
 async fn a_reset_cancels_the_wait_and_withdraws_the_request() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     e.config(&e.hook_config());
-    script_model(&e.fake, "Deploy v2 to prod?");
+    script_model(e.fake(), "Deploy v2 to prod?");
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
     let id = api.create_session().await;
@@ -448,17 +214,17 @@ async fn a_reset_cancels_the_wait_and_withdraws_the_request() {
     assert!(!e.inbox(&["approve", &request]).status.success());
     assert!(decisions(&api.messages(&id).await).is_empty());
     assert!(decisions(&api.messages(&new).await).is_empty());
-    assert!(resume_requests(&e.fake).is_empty());
+    assert!(resume_requests(e.fake()).is_empty());
 }
 
 #[tokio::test]
 async fn with_keep_waits_on_reset_the_decision_resumes_the_new_session() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     e.config(&format!(
         "[inbox]\nkeep_waits_on_reset = true\n\n{}",
         e.hook_config()
     ));
-    script_model(&e.fake, "Rotate the keys?");
+    script_model(e.fake(), "Rotate the keys?");
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
     let id = api.create_session().await;
@@ -493,7 +259,7 @@ async fn with_keep_waits_on_reset_the_decision_resumes_the_new_session() {
 
     // The model saw the decision in a request for the NEW session: one that ends with the
     // decision and carries none of the old conversation.
-    let resumes = resume_requests(&e.fake);
+    let resumes = resume_requests(e.fake());
     assert_eq!(resumes.len(), 1, "{resumes:#?}");
     let msgs = &resumes[0];
     let decision = content(msgs.last().unwrap());
@@ -529,9 +295,9 @@ async fn with_keep_waits_on_reset_the_decision_resumes_the_new_session() {
 
 #[tokio::test]
 async fn a_command_hook_receives_wait_created_and_wait_resolved() {
-    let e = Env::new().await;
+    let e = Env::with_model().await;
     e.config(&e.hook_config());
-    script_model(&e.fake, "Ship release 1.4.2?");
+    script_model(e.fake(), "Ship release 1.4.2?");
     let gw = e.gateway();
     let api = Api::new(&gw, e.key());
     let events = e.events_file();

@@ -7,7 +7,7 @@
 //! left pending by an earlier process included), deliver each (a batch at once), then sleep
 //! until the next row is due, the service wakes the loop for a new request, or a minute
 //! passes. Each attempt POSTs the stored body with tern's webhook headers — `X-Tern-Event:
-//! inbox.request.created`, `X-Tern-Timestamp`, `X-Tern-Signature` ([`webhook_signature`],
+//! inbox.request.created`, `X-Tern-Timestamp`, `X-Tern-Signature` ([`tern_hooks::webhook_signature`],
 //! so receivers verify both kinds the same way) and `X-Tern-Delivery` (the row id) — and
 //! records it: a 2xx is delivered; a connection error, a timeout, a 5xx or a 429 is retried
 //! after [`retry_delay`] until the target's `max_attempts`; another status gives up at once
@@ -24,10 +24,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
-use tern_hooks::{
-    DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, webhook_signature,
-};
+use tern_hooks::{error_chain, signed_post};
 use tern_inbox::Inbox;
 use tern_inbox::notify::{Delivery, EVENT, retry_delay};
 use tern_store::now_ms;
@@ -124,17 +121,8 @@ async fn attempt(client: &reqwest::Client, inbox: &Inbox, d: Delivery) {
         record(inbox.notification_failed(&d.id, why, None).await);
         return;
     };
-    let timestamp = now_ms();
-    let signature = webhook_signature(&target.secret, timestamp, d.body.as_bytes());
-    let sent = client
-        .post(&d.url)
+    let sent = signed_post(client, &d.url, &target.secret, EVENT, &d.id, d.body.clone())
         .timeout(target.timeout)
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(EVENT_HEADER, EVENT)
-        .header(TIMESTAMP_HEADER, timestamp.to_string())
-        .header(SIGNATURE_HEADER, signature)
-        .header(DELIVERY_HEADER, d.id.as_str())
-        .body(d.body.clone())
         .send()
         .await;
     let attempts = d.attempts.saturating_add(1);
@@ -171,16 +159,4 @@ fn record(result: tern_inbox::service::Result<()>) {
     if let Err(e) = result {
         tracing::error!(error = %e, "cannot record an inbox notification attempt");
     }
-}
-
-/// A reqwest error with its causes ("error sending request: connection refused").
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -1,16 +1,17 @@
 //! The gateway's HTTP API over real HTTP: every endpoint and error path, SSE order, stop,
 //! reset, client disconnect, the concurrency cap and the body limit.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tern_agent::{Agent, AgentSettings, HookBus};
 use tern_fake_model::{FakeModel, Reply};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_gateway::{GatewaySettings, auth};
 use tern_llm::{Client, ClientConfig};
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
+use tern_tools::{Registry, ToolLimits};
 
 struct Recorder(Mutex<Vec<Value>>);
 
@@ -50,9 +51,7 @@ struct Gw {
 
 async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    let (store, work) = common::open(dir.path()).await;
     let key = auth::create_key(&store, "test").await.unwrap();
     let fake = FakeModel::start().await.unwrap();
     let mut cfg = ClientConfig::new(fake.base_url());
@@ -62,7 +61,7 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
     hooks.subscribe(rec.clone());
     let agent = Arc::new(
         Agent::new(
-            store.clone(),
+            store,
             Ok(Client::new(cfg).unwrap()),
             Arc::new(Registry::builtin()),
             AgentSettings {
@@ -75,25 +74,17 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
         )
         .with_hooks(hooks),
     );
-    let gw = Gateway::new(
+    let gw = common::gateway(
         agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
         GatewaySettings {
             max_concurrent_turns: max_turns,
             max_body_bytes: body_limit,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work.clone(),
             toolsets: vec!["terminal".into(), "file".into()],
             model: "fake-model".into(),
+            ..common::settings(work)
         },
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (url, _) = common::serve(&gw).await;
     Gw {
         _dir: dir,
 
@@ -425,12 +416,7 @@ async fn chat_stream_sends_events_in_order() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
+    assert!(common::content_type_starts(&r, "text/event-stream"));
     let events = sse_events(&r.text().await.unwrap());
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     let mut dedup = names.clone();

@@ -2,15 +2,13 @@
 //! approval and elicitation requests with their results, the event log, ownership between
 //! keys, and the error shapes.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_gateway::{Gateway, auth};
 use tern_inbox::{InboxError, Outcome, OutcomeType};
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
 
 struct Gw {
     _dir: tempfile::TempDir,
@@ -23,43 +21,10 @@ struct Gw {
 
 async fn start() -> Gw {
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
-    let key = auth::create_key(&store, "agent-a").await.unwrap();
-    let other_key = auth::create_key(&store, "agent-b").await.unwrap();
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        Err("no model in these tests".into()),
-        Arc::new(Registry::builtin()),
-        AgentSettings {
-            model: "none".into(),
-            max_iterations: 1,
-            stream: false,
-            system_prompt: None,
-            limits: ToolLimits::default(),
-        },
-    ));
-    let gw = Gateway::new(
-        agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
-        GatewaySettings {
-            max_concurrent_turns: 2,
-            max_body_bytes: 1 << 20,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work,
-            toolsets: vec![],
-            model: "none".into(),
-        },
-    );
-    gw.inbox.ensure_default_project().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let gw = common::inbox_gateway(dir.path()).await;
+    let key = auth::create_key(&gw.store, "agent-a").await.unwrap();
+    let other_key = auth::create_key(&gw.store, "agent-b").await.unwrap();
+    let (url, _) = common::serve(&gw).await;
     Gw {
         _dir: dir,
         gw,
@@ -85,12 +50,7 @@ impl Gw {
 
     async fn get(&self, path: &str) -> (u16, Value) {
         let (status, text) = self.get_as(&self.key, path).await;
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap()
-        };
-        (status, body)
+        (status, common::json_or_null(&text))
     }
 
     async fn post(&self, path: &str, body: &Value, idem: Option<&str>) -> (u16, Value) {
@@ -104,7 +64,7 @@ impl Gw {
             req = req.header("Idempotency-Key", k);
         }
         let r = req.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        common::status_json(r).await
     }
 
     async fn task(&self, name: &str) -> String {
@@ -304,8 +264,7 @@ async fn requests_without_a_key_are_401() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
     // Pump Up's shape: `error` is a string the SDK can parse.
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
+    common::assert_json_error(r).await;
     // The Hermes routes keep their envelope.
     let r = gw
         .http
@@ -539,8 +498,7 @@ async fn unknown_paths_and_methods_answer_in_pump_up_shapes() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);
     assert!(r.headers().contains_key("allow"));
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
+    common::assert_json_error(r).await;
     let r = gw
         .http
         .put(format!("{}/inbox/api/me", gw.url))
@@ -548,8 +506,7 @@ async fn unknown_paths_and_methods_answer_in_pump_up_shapes() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
+    common::assert_json_error(r).await;
 
     // The Hermes API keeps its envelope.
     for path in ["/api/sessions/x/nope", "/v1/nope"] {

@@ -2,16 +2,15 @@
 //! scoping, resuming from a cursor — also after the gateway restarts on the same database —
 //! the long-poll answering when a decision lands, and bad parameters.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_gateway::{Gateway, auth};
 use tern_inbox::Outcome;
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
 
 struct Gw {
     gw: Arc<Gateway>,
@@ -21,41 +20,8 @@ struct Gw {
 }
 
 async fn start(dir: &Path) -> Gw {
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let store = Store::open(&dir.join("tern.db")).await.unwrap();
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        Err("no model in these tests".into()),
-        Arc::new(Registry::builtin()),
-        AgentSettings {
-            model: "none".into(),
-            max_iterations: 1,
-            stream: false,
-            system_prompt: None,
-            limits: ToolLimits::default(),
-        },
-    ));
-    let gw = Gateway::new(
-        agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
-        GatewaySettings {
-            max_concurrent_turns: 2,
-            max_body_bytes: 1 << 20,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work,
-            toolsets: vec![],
-            model: "none".into(),
-        },
-    );
-    gw.inbox.ensure_default_project().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let gw = common::inbox_gateway(dir).await;
+    let (url, server) = common::serve(&gw).await;
     Gw {
         gw,
         url,
@@ -73,8 +39,7 @@ impl Gw {
             .send()
             .await
             .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap())
+        common::status_json(r).await
     }
 
     async fn post(&self, key: &str, path: &str, body: Value) -> Value {
@@ -192,7 +157,7 @@ async fn the_long_poll_answers_when_a_decision_lands() {
     let poll_key = key.clone();
     let mut poll = tokio::spawn(async move {
         let r = http.get(url).bearer_auth(poll_key).send().await.unwrap();
-        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        common::status_json(r).await
     });
     // The poll has not answered: nothing was settled. (It waits up to 60 s; only its
     // answering *before* the decision would be wrong, which this checks for a moment.)
@@ -245,6 +210,5 @@ async fn bad_parameters_and_no_key_answer_in_pump_up_shapes() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
+    common::assert_json_error(r).await;
 }

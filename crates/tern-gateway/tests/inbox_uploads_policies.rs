@@ -3,17 +3,16 @@
 //! only, signed notifications to a real loopback receiver (also after a restart), and the
 //! `[inbox.policy]` rules (auto-approve, always-review, rate limits, expiry).
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, InboxSettings, auth};
+use tern_gateway::{Gateway, GatewaySettings, InboxSettings, auth};
 use tern_inbox::notify::{Notifications, NotifyTarget};
 use tern_inbox::policy::Policy;
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
 use tokio_util::sync::CancellationToken;
 
 struct Gw {
@@ -47,9 +46,7 @@ impl Default for Setup {
 
 /// A gateway on `dir`'s database (a second call on the same `dir` is a restart).
 async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let store = Store::open(&dir.join("tern.db")).await.unwrap();
+    let (store, work) = common::open(dir).await;
     let key = match store.list_keys().await.unwrap().is_empty() {
         true => {
             let a = auth::create_key(&store, "agent-a").await.unwrap();
@@ -63,37 +60,19 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
             (a.to_owned(), b.to_owned())
         }
     };
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        Err("no model in these tests".into()),
-        Arc::new(Registry::builtin()),
-        AgentSettings {
-            model: "none".into(),
-            max_iterations: 1,
-            stream: false,
-            system_prompt: None,
-            limits: ToolLimits::default(),
-        },
-    ));
+    let agent = common::agent_without_model(&store);
     let uploads = dir.join("uploads");
     let inbox = tern_inbox::Inbox::new(store.clone())
         .with_policy(setup.policy)
         .with_notifications(Notifications::new(setup.notify, "https://inbox.example"));
-    let gw = Gateway::with_inbox(
+    let settings = GatewaySettings {
+        // Much smaller than the uploads: the JSON limit must not apply to them.
+        max_body_bytes: 16 * 1024,
+        ..common::settings(work)
+    };
+    let gw = common::gateway_with_inbox(
         agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
-        GatewaySettings {
-            max_concurrent_turns: 2,
-            // Much smaller than the uploads: the JSON limit must not apply to them.
-            max_body_bytes: 16 * 1024,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work,
-            toolsets: vec![],
-            model: "none".into(),
-        },
+        settings,
         inbox,
         InboxSettings {
             uploads_dir: Some(uploads.clone()),
@@ -102,10 +81,7 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
         },
     );
     gw.inbox.ensure_default_project().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (url, _) = common::serve(&gw).await;
     if setup.upkeep {
         gw.spawn_upkeep(CancellationToken::new());
     }
@@ -163,7 +139,7 @@ impl Gw {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        common::status_json(r).await
     }
 
     async fn upload(&self, file_name: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
@@ -180,6 +156,12 @@ impl Gw {
             .unwrap()
     }
 
+    /// What the agent reads for its `kind` request `id`.
+    async fn result_of(&self, kind: &str, id: &str) -> reqwest::Response {
+        self.get_as(&self.key, &format!("/api/{kind}-requests/{id}/result"))
+            .await
+    }
+
     async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
         self.http
             .post(format!("{}{path}", self.url))
@@ -192,7 +174,7 @@ impl Gw {
 
     async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
         let r = self.post(path, body).await;
-        (r.status().as_u16(), r.json().await.unwrap())
+        common::status_json(r).await
     }
 
     async fn task(&self, project: &str, name: &str) -> String {
@@ -304,7 +286,7 @@ impl Gw {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        common::status_json(r).await
     }
 }
 
@@ -335,7 +317,7 @@ async fn an_upload_repeated_with_its_idempotency_key_is_recorded_once() {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        common::status_json(r).await
     };
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], "idempotency_key_reused");
@@ -727,8 +709,12 @@ async fn a_failing_receiver_is_retried_up_to_max_attempts_and_the_error_is_kept(
 
 // ---- policies -------------------------------------------------------------------------------
 
-fn policy(toml_like: tern_config::InboxPolicyConfig) -> Policy {
-    Policy::from_config(&toml_like).unwrap()
+/// The default setup with the policy `config` describes.
+fn with_policy(config: tern_config::InboxPolicyConfig) -> Setup {
+    Setup {
+        policy: Policy::from_config(&config).unwrap(),
+        ..Setup::default()
+    }
 }
 
 fn auto_approve(action: Option<&str>, summary: Option<&str>) -> tern_config::AutoApproveConfig {
@@ -742,21 +728,16 @@ fn auto_approve(action: Option<&str>, summary: Option<&str>) -> tern_config::Aut
 
 #[tokio::test]
 async fn auto_approve_decides_at_once_as_the_platform() {
-    let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
-            auto_approve: vec![auto_approve(Some("read_logs"), None)],
-            ..Default::default()
-        }),
-        ..Setup::default()
-    })
+    let (_d, gw) = start(with_policy(tern_config::InboxPolicyConfig {
+        auto_approve: vec![auto_approve(Some("read_logs"), None)],
+        ..Default::default()
+    }))
     .await;
     let task = gw.task("default", "auto").await;
     let (status, created) = gw.approval(&task, "Read the logs", Some("read_logs")).await;
     assert_eq!(status, 201, "{created}");
     let id = created["eventId"].as_str().unwrap();
-    let r = gw
-        .get_as(&gw.key, &format!("/api/approval-requests/{id}/result"))
-        .await;
+    let r = gw.result_of("approval", id).await;
     assert_eq!(r.status(), 200);
     let result: Value = r.json().await.unwrap();
     assert_eq!(result["outcome"]["type"], "APPROVE");
@@ -788,13 +769,7 @@ async fn auto_approve_decides_at_once_as_the_platform() {
         .approval(&task, "Write the logs", Some("write_logs"))
         .await;
     let r = gw
-        .get_as(
-            &gw.key,
-            &format!(
-                "/api/approval-requests/{}/result",
-                other["eventId"].as_str().unwrap()
-            ),
-        )
+        .result_of("approval", other["eventId"].as_str().unwrap())
         .await;
     assert_eq!(r.status(), 204);
     let (status, form) = gw
@@ -807,13 +782,7 @@ async fn auto_approve_decides_at_once_as_the_platform() {
         .await;
     assert_eq!(status, 201, "{form}");
     let r = gw
-        .get_as(
-            &gw.key,
-            &format!(
-                "/api/elicitation-requests/{}/result",
-                form["eventId"].as_str().unwrap()
-            ),
-        )
+        .result_of("elicitation", form["eventId"].as_str().unwrap())
         .await;
     assert_eq!(r.status(), 204);
 }
@@ -822,13 +791,10 @@ async fn auto_approve_decides_at_once_as_the_platform() {
 async fn a_rule_limited_to_a_task_names_its_external_id_or_its_id() {
     let mut by_session = auto_approve(Some("read_logs"), None);
     by_session.task = Some("session-42".into());
-    let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
-            auto_approve: vec![by_session],
-            ..Default::default()
-        }),
-        ..Setup::default()
-    })
+    let (_d, gw) = start(with_policy(tern_config::InboxPolicyConfig {
+        auto_approve: vec![by_session],
+        ..Default::default()
+    }))
     .await;
     let task_with = |external: &'static str| {
         let gw = &gw;
@@ -847,10 +813,7 @@ async fn a_rule_limited_to_a_task_names_its_external_id_or_its_id() {
         let gw = &gw;
         async move {
             let id = id.as_str().unwrap().to_owned();
-            gw.get_as(&gw.key, &format!("/api/approval-requests/{id}/result"))
-                .await
-                .status()
-                .as_u16()
+            gw.result_of("approval", &id).await.status().as_u16()
         }
     };
     // The session's task: approved at once, the rule named with its task.
@@ -895,13 +858,10 @@ async fn a_rule_limited_to_a_task_names_its_external_id_or_its_id() {
     by_id.task = Some(named.clone());
     let after = start_in(
         dir.path(),
-        Setup {
-            policy: policy(tern_config::InboxPolicyConfig {
-                auto_approve: vec![by_id],
-                ..Default::default()
-            }),
-            ..Setup::default()
-        },
+        with_policy(tern_config::InboxPolicyConfig {
+            auto_approve: vec![by_id],
+            ..Default::default()
+        }),
     )
     .await;
     for (task, expected) in [(&named, 200), (&unnamed, 204)] {
@@ -910,32 +870,25 @@ async fn a_rule_limited_to_a_task_names_its_external_id_or_its_id() {
             .await;
         assert_eq!(status, 201, "{created}");
         let id = created["eventId"].as_str().unwrap();
-        let r = after
-            .get_as(&after.key, &format!("/api/approval-requests/{id}/result"))
-            .await;
+        let r = after.result_of("approval", id).await;
         assert_eq!(r.status().as_u16(), expected, "task {task}");
     }
 }
 
 #[tokio::test]
 async fn always_review_beats_auto_approve() {
-    let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
-            always_review: vec!["deploy_prod".into()],
-            auto_approve: vec![auto_approve(None, Some("(?i)^deploy"))],
-            ..Default::default()
-        }),
-        ..Setup::default()
-    })
+    let (_d, gw) = start(with_policy(tern_config::InboxPolicyConfig {
+        always_review: vec!["deploy_prod".into()],
+        auto_approve: vec![auto_approve(None, Some("(?i)^deploy"))],
+        ..Default::default()
+    }))
     .await;
     let task = gw.task("default", "deploys").await;
     let (_, prod) = gw
         .approval(&task, "Deploy v2 to prod", Some("deploy_prod"))
         .await;
     let prod_id = prod["eventId"].as_str().unwrap();
-    let r = gw
-        .get_as(&gw.key, &format!("/api/approval-requests/{prod_id}/result"))
-        .await;
+    let r = gw.result_of("approval", prod_id).await;
     assert_eq!(r.status(), 204, "always_review must leave it to a human");
     let events = gw.events(&task).await;
     let note = events
@@ -954,13 +907,7 @@ async fn always_review_beats_auto_approve() {
         .approval(&task, "Deploy v2 to staging", Some("deploy_staging"))
         .await;
     let r = gw
-        .get_as(
-            &gw.key,
-            &format!(
-                "/api/approval-requests/{}/result",
-                staging["eventId"].as_str().unwrap()
-            ),
-        )
+        .result_of("approval", staging["eventId"].as_str().unwrap())
         .await;
     assert_eq!(r.status(), 200);
 
@@ -980,17 +927,14 @@ async fn always_review_beats_auto_approve() {
 
 #[tokio::test]
 async fn rate_limits_answer_429_with_retry_after_and_store_nothing() {
-    let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
-            rate_limit: vec![tern_config::RateLimitConfig {
-                action: "send_email".into(),
-                max: 2,
-                window: "1h".into(),
-            }],
-            ..Default::default()
-        }),
-        ..Setup::default()
-    })
+    let (_d, gw) = start(with_policy(tern_config::InboxPolicyConfig {
+        rate_limit: vec![tern_config::RateLimitConfig {
+            action: "send_email".into(),
+            max: 2,
+            window: "1h".into(),
+        }],
+        ..Default::default()
+    }))
     .await;
     let task = gw.task("default", "mailer").await;
     for i in 0..2 {
@@ -1034,13 +978,10 @@ async fn rate_limits_answer_429_with_retry_after_and_store_nothing() {
 
 #[tokio::test]
 async fn expiry_settles_overdue_requests_with_a_timeout_and_the_default_outcome() {
-    let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
-            expires_after: Some("1h".into()),
-            ..Default::default()
-        }),
-        ..Setup::default()
-    })
+    let (_d, gw) = start(with_policy(tern_config::InboxPolicyConfig {
+        expires_after: Some("1h".into()),
+        ..Default::default()
+    }))
     .await;
     let task = gw.task("default", "slow humans").await;
     let (_, approval) = gw.approval(&task, "Approve in time?", None).await;
@@ -1062,24 +1003,14 @@ async fn expiry_settles_overdue_requests_with_a_timeout_and_the_default_outcome(
     assert_eq!(gw.gw.inbox.expire_overdue(later).await.unwrap(), 2);
     assert_eq!(gw.gw.inbox.expire_overdue(later).await.unwrap(), 0);
 
-    let r = gw
-        .get_as(
-            &gw.key,
-            &format!("/api/approval-requests/{approval_id}/result"),
-        )
-        .await;
+    let r = gw.result_of("approval", &approval_id).await;
     assert_eq!(r.status(), 200);
     let result: Value = r.json().await.unwrap();
     assert_eq!(result["outcome"]["type"], "REJECT");
     assert_eq!(result["outcome"]["reasonCode"], "expired");
     assert_eq!(result["decidedBy"], "PLATFORM");
 
-    let r = gw
-        .get_as(
-            &gw.key,
-            &format!("/api/elicitation-requests/{form_id}/result"),
-        )
-        .await;
+    let r = gw.result_of("elicitation", &form_id).await;
     assert_eq!(r.status(), 200);
     let result: Value = r.json().await.unwrap();
     assert_eq!(result["answeredBy"], "PLATFORM");
@@ -1128,18 +1059,14 @@ async fn expiry_settles_overdue_requests_with_a_timeout_and_the_default_outcome(
 async fn the_sweeper_runs_at_start() {
     // A request created by an earlier gateway, overdue when the next one starts.
     let dir = tempfile::tempdir().unwrap();
-    let first = start_in(
-        dir.path(),
-        Setup {
-            policy: policy(tern_config::InboxPolicyConfig {
-                expires_after: Some("1s".into()),
-                expiry_outcome: "ESCALATE".into(),
-                ..Default::default()
-            }),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let expiring = || {
+        with_policy(tern_config::InboxPolicyConfig {
+            expires_after: Some("1s".into()),
+            expiry_outcome: "ESCALATE".into(),
+            ..Default::default()
+        })
+    };
+    let first = start_in(dir.path(), expiring()).await;
     let task = first.task("default", "restart").await;
     let (_, created) = first.approval(&task, "Decide soon", None).await;
     let id = created["eventId"].as_str().unwrap().to_owned();
@@ -1150,22 +1077,15 @@ async fn the_sweeper_runs_at_start() {
     let second = start_in(
         dir.path(),
         Setup {
-            policy: policy(tern_config::InboxPolicyConfig {
-                expires_after: Some("1s".into()),
-                expiry_outcome: "ESCALATE".into(),
-                ..Default::default()
-            }),
             upkeep: true,
-            ..Setup::default()
+            ..expiring()
         },
     )
     .await;
     // Watched through the reviewers' view, which never expires anything itself (the agent's
     // result read would).
     assert!(second.expired_by_the_sweeper(&id).await);
-    let r = second
-        .get_as(&second.key, &format!("/api/approval-requests/{id}/result"))
-        .await;
+    let r = second.result_of("approval", &id).await;
     assert_eq!(r.status(), 200);
     let result: Value = r.json().await.unwrap();
     assert_eq!(result["outcome"]["type"], "ESCALATE", "{result}");
@@ -1189,12 +1109,11 @@ impl Gw {
 #[tokio::test]
 async fn a_new_request_with_an_expiry_wakes_the_sleeping_sweeper() {
     let (_d, gw) = start(Setup {
-        policy: policy(tern_config::InboxPolicyConfig {
+        upkeep: true,
+        ..with_policy(tern_config::InboxPolicyConfig {
             expires_after: Some("1s".into()),
             ..Default::default()
-        }),
-        upkeep: true,
-        ..Setup::default()
+        })
     })
     .await;
     // The sweeper has run at start and found nothing due: it sleeps its longest.

@@ -2,15 +2,13 @@
 //! on cookie-authenticated changes, reviewer bearer tokens, agent keys refused on every
 //! reviewer route (an agent can never decide), and the JSON reviewer API.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use reqwest::header::{ACCEPT, COOKIE, SET_COOKIE};
 use serde_json::{Value, json};
-use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
+use tern_gateway::{Gateway, auth};
 
 struct Gw {
     _dir: tempfile::TempDir,
@@ -22,51 +20,15 @@ struct Gw {
 
 async fn start() -> Gw {
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
-    let agent_key = auth::create_key(&store, "agent-a").await.unwrap();
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        Err("no model in these tests".into()),
-        Arc::new(Registry::builtin()),
-        AgentSettings {
-            model: "none".into(),
-            max_iterations: 1,
-            stream: false,
-            system_prompt: None,
-            limits: ToolLimits::default(),
-        },
-    ));
-    let gw = Gateway::new(
-        agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
-        GatewaySettings {
-            max_concurrent_turns: 2,
-            max_body_bytes: 1 << 20,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work,
-            toolsets: vec![],
-            model: "none".into(),
-        },
-    );
-    gw.inbox.ensure_default_project().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let gw = common::inbox_gateway(dir.path()).await;
+    let agent_key = auth::create_key(&gw.store, "agent-a").await.unwrap();
+    let (url, _) = common::serve(&gw).await;
     Gw {
         _dir: dir,
         gw,
         url,
         agent_key,
-        http: reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap(),
+        http: common::no_redirects(),
     }
 }
 
@@ -118,6 +80,41 @@ impl Gw {
 
     async fn get_bearer(&self, token: &str, path: &str) -> (u16, Value) {
         self.send("GET", path, As::Bearer(token), None).await
+    }
+
+    async fn post_bearer(&self, token: &str, path: &str, body: &Value) -> (u16, Value) {
+        self.send("POST", path, As::Bearer(token), Some(body)).await
+    }
+
+    /// The status of `/inbox/api/me` for `who`.
+    async fn me_status(&self, who: As<'_>) -> u16 {
+        self.send("GET", "/inbox/api/me", who, None).await.0
+    }
+
+    /// Adds the reviewer `name` and returns a bearer token of theirs.
+    async fn bearer_reviewer(&self, name: &str) -> String {
+        let reviewers = self.gw.inbox.reviewers();
+        reviewers.add(name, false).await.unwrap();
+        reviewers.bearer_token(name, "cli").await.unwrap()
+    }
+
+    /// `url` as a browser opens it.
+    async fn get_html(&self, url: &str) -> reqwest::Response {
+        self.http
+            .get(url)
+            .header(ACCEPT, "text/html")
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The logout form, posted with the session cookie and `body`.
+    fn logout_form(&self, cookie: &str, body: String) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}/inbox/logout", self.url))
+            .header(COOKIE, format!("tern_inbox={cookie}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
     }
 
     /// An agent's task and approval request; returns the request id.
@@ -194,8 +191,10 @@ impl Gw {
             .unwrap()
     }
 
-    /// Logs `name` in with a fresh link; returns (session cookie value, CSRF token).
+    /// Adds the reviewer `name` and logs them in with a fresh link; returns (session cookie
+    /// value, CSRF token).
     async fn login(&self, name: &str) -> (String, String) {
+        self.gw.inbox.reviewers().add(name, false).await.unwrap();
         let link = self.gw.inbox.reviewers().login_token(name).await.unwrap();
         let r = self
             .http
@@ -237,13 +236,7 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
     // Opening the link (a person, or a chat client's link preview) shows a "Sign in" button
     // and uses nothing up: twice, and still no session.
     for _ in 0..2 {
-        let r = gw
-            .http
-            .get(&url)
-            .header(ACCEPT, "text/html")
-            .send()
-            .await
-            .unwrap();
+        let r = gw.get_html(&url).await;
         assert_eq!(r.status(), 200);
         assert!(r.headers().get(SET_COOKIE).is_none());
         assert_eq!(r.headers()["cache-control"], "no-store");
@@ -300,21 +293,10 @@ async fn a_login_link_works_once_and_sets_a_strict_secure_cookie() {
 
     // The same link a second time: refused on the page and on the POST, no cookie, a page
     // that says what to do.
-    let r = gw
-        .http
-        .get(&url)
-        .header(ACCEPT, "text/html")
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get_html(&url).await;
     assert_eq!(r.status(), 401);
     assert!(r.headers().get(SET_COOKIE).is_none());
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")
-    );
+    assert!(common::content_type_starts(&r, "text/html"));
     let page = r.text().await.unwrap();
     assert!(page.contains("already been used"), "{page}");
     assert!(page.contains("tern inbox reviewers link"), "{page}");
@@ -367,7 +349,6 @@ async fn a_cross_site_login_post_is_refused_and_leaves_the_link_usable() {
 #[tokio::test]
 async fn logout_needs_the_csrf_token_and_ends_the_session() {
     let gw = start().await;
-    gw.gw.inbox.reviewers().add("alice", false).await.unwrap();
     let (cookie, csrf) = gw.login("alice").await;
 
     let (status, body) = gw
@@ -383,48 +364,27 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
         )
         .await;
     assert_eq!(status, 403);
-    assert_eq!(
-        gw.send("GET", "/inbox/api/me", As::Cookie(&cookie, None), None)
-            .await
-            .0,
-        200
-    );
+    assert_eq!(gw.me_status(As::Cookie(&cookie, None)).await, 200);
 
     // A form over the gateway's body limit (1 MiB here; axum's default is 2 MiB): 413, and
     // the session lives on.
     let r = gw
-        .http
-        .post(format!("{}/inbox/logout", gw.url))
-        .header(COOKIE, format!("tern_inbox={cookie}"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf_token={csrf}&pad={}", "x".repeat(1_500_000)))
+        .logout_form(
+            &cookie,
+            format!("csrf_token={csrf}&pad={}", "x".repeat(1_500_000)),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/json")
-    );
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
-    assert_eq!(
-        gw.send("GET", "/inbox/api/me", As::Cookie(&cookie, None), None)
-            .await
-            .0,
-        200
-    );
+    assert!(common::content_type_starts(&r, "application/json"));
+    common::assert_json_error(r).await;
+    assert_eq!(gw.me_status(As::Cookie(&cookie, None)).await, 200);
 
     // The form field works as well as the header.
     let r = gw
-        .http
-        .post(format!("{}/inbox/logout", gw.url))
-        .header(COOKIE, format!("tern_inbox={cookie}"))
-        .header("content-type", "application/x-www-form-urlencoded")
+        .logout_form(&cookie, format!("csrf_token={csrf}"))
         .header(ACCEPT, "text/html")
-        .body(format!("csrf_token={csrf}"))
         .send()
         .await
         .unwrap();
@@ -434,12 +394,7 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
         cleared.starts_with("tern_inbox=;") && cleared.contains("Max-Age=0"),
         "{cleared}"
     );
-    assert_eq!(
-        gw.send("GET", "/inbox/api/me", As::Cookie(&cookie, None), None)
-            .await
-            .0,
-        401
-    );
+    assert_eq!(gw.me_status(As::Cookie(&cookie, None)).await, 401);
 }
 
 #[tokio::test]
@@ -478,12 +433,7 @@ async fn no_or_unknown_credentials_get_401() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")
-    );
+    assert!(common::content_type_starts(&r, "text/html"));
     let page = r.text().await.unwrap();
     assert!(
         page.contains("login link") && page.contains("tern inbox reviewers"),
@@ -496,7 +446,6 @@ async fn an_agent_key_can_never_act_as_a_reviewer() {
     let gw = start().await;
     let approval = gw.approval().await;
     let elicitation = gw.elicitation().await;
-    gw.gw.inbox.reviewers().add("alice", false).await.unwrap();
     // Even with a live reviewer session beside it, the agent key is refused.
     let (cookie, _) = gw.login("alice").await;
     let routes = [
@@ -535,9 +484,7 @@ async fn an_agent_key_can_never_act_as_a_reviewer() {
     );
     // And the reviewer routes never accepted the agent key through `require_key` either:
     // the agent's own API still works with it.
-    let (status, _) = gw
-        .send("GET", "/api/projects", As::Bearer(&gw.agent_key), None)
-        .await;
+    let (status, _) = gw.get_bearer(&gw.agent_key, "/api/projects").await;
     assert_eq!(status, 200);
 }
 
@@ -546,7 +493,6 @@ async fn cookie_posts_need_the_csrf_token() {
     let gw = start().await;
     let approval = gw.approval().await;
     let elicitation = gw.elicitation().await;
-    gw.gw.inbox.reviewers().add("alice", false).await.unwrap();
     let (cookie, csrf) = gw.login("alice").await;
     let decide = format!("/inbox/api/requests/{approval}/decide");
     let answer = format!("/inbox/api/requests/{elicitation}/answer");
@@ -616,38 +562,22 @@ async fn cookie_posts_need_the_csrf_token() {
 async fn a_bearer_reviewer_decides_once() {
     let gw = start().await;
     let id = gw.approval().await;
-    gw.gw.inbox.reviewers().add("bob", false).await.unwrap();
-    let token = gw
-        .gw
-        .inbox
-        .reviewers()
-        .bearer_token("bob", "cli")
-        .await
-        .unwrap();
+    let token = gw.bearer_reviewer("bob").await;
     let path = format!("/inbox/api/requests/{id}/decide");
 
-    let (status, me) = gw
-        .send("GET", "/inbox/api/me", As::Bearer(&token), None)
-        .await;
+    let (status, me) = gw.get_bearer(&token, "/inbox/api/me").await;
     assert_eq!((status, me), (200, json!({"name": "bob"})));
 
     // A bad outcome is a 400 in the agent API's shape and decides nothing.
     let (status, v) = gw
-        .send(
-            "POST",
-            &path,
-            As::Bearer(&token),
-            Some(&json!({"outcome": {"type": "MAYBE"}})),
-        )
+        .post_bearer(&token, &path, &json!({"outcome": {"type": "MAYBE"}}))
         .await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["code"], "invalid_json");
     assert_eq!(gw.agent_result_status("approval", &id).await, 204);
 
     let body = json!({"outcome": {"type": "REJECT", "note": "not today", "reasonCode": "timing"}});
-    let (status, v) = gw
-        .send("POST", &path, As::Bearer(&token), Some(&body))
-        .await;
+    let (status, v) = gw.post_bearer(&token, &path, &body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["decidedBy"], "bob");
     assert_eq!(
@@ -657,11 +587,9 @@ async fn a_bearer_reviewer_decides_once() {
 
     // The agent now reads the decision, by bob.
     let (status, result) = gw
-        .send(
-            "GET",
+        .get_bearer(
+            &gw.agent_key,
             &format!("/api/approval-requests/{id}/result"),
-            As::Bearer(&gw.agent_key),
-            None,
         )
         .await;
     assert_eq!(status, 200);
@@ -670,42 +598,29 @@ async fn a_bearer_reviewer_decides_once() {
 
     // A second decision: 409, and the first stands.
     let (status, v) = gw
-        .send(
-            "POST",
-            &path,
-            As::Bearer(&token),
-            Some(&json!({"outcome": {"type": "APPROVE"}})),
-        )
+        .post_bearer(&token, &path, &json!({"outcome": {"type": "APPROVE"}}))
         .await;
     assert_eq!(status, 409, "{v}");
     assert!(v["error"].is_string(), "{v}");
     let (_, again) = gw
-        .send(
-            "GET",
+        .get_bearer(
+            &gw.agent_key,
             &format!("/api/approval-requests/{id}/result"),
-            As::Bearer(&gw.agent_key),
-            None,
         )
         .await;
     assert_eq!(again, result);
 
     // Unknown ids and the wrong kind are 404.
     let (status, v) = gw
-        .send(
-            "POST",
-            "/inbox/api/requests/nope/decide",
-            As::Bearer(&token),
-            Some(&body),
-        )
+        .post_bearer(&token, "/inbox/api/requests/nope/decide", &body)
         .await;
     assert_eq!(status, 404, "{v}");
     let elicitation = gw.elicitation().await;
     let (status, _) = gw
-        .send(
-            "POST",
+        .post_bearer(
+            &token,
             &format!("/inbox/api/requests/{elicitation}/decide"),
-            As::Bearer(&token),
-            Some(&body),
+            &body,
         )
         .await;
     assert_eq!(status, 404);
@@ -716,30 +631,18 @@ async fn a_bearer_reviewer_decides_once() {
 
     // A revoked token stops working.
     gw.gw.inbox.reviewers().remove("bob").await.unwrap();
-    assert_eq!(
-        gw.send("GET", "/inbox/api/me", As::Bearer(&token), None)
-            .await
-            .0,
-        401
-    );
+    assert_eq!(gw.me_status(As::Bearer(&token)).await, 401);
 }
 
 #[tokio::test]
 async fn invalid_answers_get_an_error_per_field_and_store_nothing() {
     let gw = start().await;
     let id = gw.elicitation().await;
-    gw.gw.inbox.reviewers().add("carol", false).await.unwrap();
-    let token = gw
-        .gw
-        .inbox
-        .reviewers()
-        .bearer_token("carol", "cli")
-        .await
-        .unwrap();
+    let token = gw.bearer_reviewer("carol").await;
     let path = format!("/inbox/api/requests/{id}/answer");
 
     let bad = json!({"fields": {"street": "", "count": 11, "extra": 1}});
-    let (status, v) = gw.send("POST", &path, As::Bearer(&token), Some(&bad)).await;
+    let (status, v) = gw.post_bearer(&token, &path, &bad).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["code"], "invalid_answers");
     assert!(v["message"].is_string());
@@ -758,35 +661,19 @@ async fn invalid_answers_get_an_error_per_field_and_store_nothing() {
     );
     assert_eq!(gw.agent_result_status("elicitation", &id).await, 204);
     let (_, view) = gw
-        .send(
-            "GET",
-            &format!("/inbox/api/requests/{id}"),
-            As::Bearer(&token),
-            None,
-        )
+        .get_bearer(&token, &format!("/inbox/api/requests/{id}"))
         .await;
     assert_eq!(view["status"], "pending");
 
-    let (status, _) = gw
-        .send(
-            "POST",
-            &path,
-            As::Bearer(&token),
-            Some(&json!({"nofields": 1})),
-        )
-        .await;
+    let (status, _) = gw.post_bearer(&token, &path, &json!({"nofields": 1})).await;
     assert_eq!(status, 400);
 
     let good = json!({"fields": {"street": "Main St 1", "count": 3}});
-    let (status, v) = gw
-        .send("POST", &path, As::Bearer(&token), Some(&good))
-        .await;
+    let (status, v) = gw.post_bearer(&token, &path, &good).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["answeredBy"], "carol");
     assert_eq!(v["fields"]["count"], 3);
-    let (status, _) = gw
-        .send("POST", &path, As::Bearer(&token), Some(&good))
-        .await;
+    let (status, _) = gw.post_bearer(&token, &path, &good).await;
     assert_eq!(status, 409);
 }
 
@@ -795,14 +682,7 @@ async fn the_reviewer_api_lists_and_shows_requests() {
     let gw = start().await;
     let first = gw.approval().await;
     let second = gw.elicitation().await;
-    gw.gw.inbox.reviewers().add("dave", false).await.unwrap();
-    let token = gw
-        .gw
-        .inbox
-        .reviewers()
-        .bearer_token("dave", "cli")
-        .await
-        .unwrap();
+    let token = gw.bearer_reviewer("dave").await;
 
     let (status, list) = gw.get_bearer(&token, "/inbox/api/requests").await;
     assert_eq!(status, 200, "{list}");
@@ -841,11 +721,10 @@ async fn the_reviewer_api_lists_and_shows_requests() {
 
     let body = json!({"outcome": {"type": "APPROVE"}});
     let (status, _) = gw
-        .send(
-            "POST",
+        .post_bearer(
+            &token,
             &format!("/inbox/api/requests/{first}/decide"),
-            As::Bearer(&token),
-            Some(&body),
+            &body,
         )
         .await;
     assert_eq!(status, 200);

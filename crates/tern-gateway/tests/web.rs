@@ -2,16 +2,15 @@
 //! list and a request page, decides and answers through the HTML forms (CSRF-checked), and
 //! follows the live change feed. Agents create the requests through the agent API.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, auth};
+use tern_gateway::{Gateway, auth};
 use tern_inbox::model::{Actor, Step, Steps};
-use tern_store::Store;
-use tern_tools::{DenyAll, Registry, ToolLimits};
 
 struct Gw {
     _dir: tempfile::TempDir,
@@ -25,38 +24,8 @@ struct Gw {
 
 async fn start() -> Gw {
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let store = Store::open(&dir.path().join("tern.db")).await.unwrap();
-    let key = auth::create_key(&store, "agent-a").await.unwrap();
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        Err("no model in these tests".into()),
-        Arc::new(Registry::builtin()),
-        AgentSettings {
-            model: "none".into(),
-            max_iterations: 1,
-            stream: false,
-            system_prompt: None,
-            limits: ToolLimits::default(),
-        },
-    ));
-    let gw = Gateway::new(
-        agent,
-        Authenticator::new(store, None).unwrap(),
-        Arc::new(DenyAll {
-            reason: "test".into(),
-        }),
-        GatewaySettings {
-            max_concurrent_turns: 2,
-            max_body_bytes: 1 << 20,
-            drain_timeout: Duration::from_secs(5),
-            workdir: work,
-            toolsets: vec![],
-            model: "none".into(),
-        },
-    );
-    gw.inbox.ensure_default_project().await.unwrap();
+    let gw = common::inbox_gateway(dir.path()).await;
+    let key = auth::create_key(&gw.store, "agent-a").await.unwrap();
     gw.inbox
         .add_project(
             "ops",
@@ -72,14 +41,8 @@ async fn start() -> Gw {
         )
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = gw.router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let (url, _) = common::serve(&gw).await;
+    let http = common::no_redirects();
 
     // Log in as a browser does: open the one-time link, press its "Sign in" button (which
     // posts the token), keep the cookie that sets.
@@ -152,6 +115,22 @@ impl Gw {
         r["eventId"].as_str().unwrap().to_owned()
     }
 
+    /// The plain approval request "Ship it?" in the default project.
+    async fn ship_it(&self, task: &str) -> String {
+        self.approval(task, "default", json!({"summary": "Ship it?"}))
+            .await
+    }
+
+    /// An elicitation request with one required text field, `acct`.
+    async fn which_account(&self, task: &str) -> String {
+        self.elicitation(
+            task,
+            json!({"summary": "Which account?", "fields": [
+                {"type": "Text", "id": "acct", "label": "Account", "required": true}]}),
+        )
+        .await
+    }
+
     async fn elicitation(&self, task: &str, body: Value) -> String {
         let mut b = body;
         b["taskId"] = json!(task);
@@ -163,13 +142,8 @@ impl Gw {
     /// A page as the logged-in reviewer's browser gets it.
     async fn page(&self, path: &str) -> (u16, String) {
         let r = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .header("cookie", &self.cookie)
-            .header("accept", "text/html")
-            .send()
-            .await
-            .unwrap();
+            .get(path, &[("cookie", &self.cookie), ("accept", "text/html")])
+            .await;
         let status = r.status().as_u16();
         if status == 200 {
             assert_eq!(
@@ -211,6 +185,21 @@ impl Gw {
         let token = page[start..end].to_owned();
         assert!(!token.is_empty());
         token
+    }
+
+    /// A GET with only the given headers.
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut req = self.http.get(format!("{}{path}", self.url));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// The request's result (it has one).
+    async fn result_of(&self, request_id: &str) -> Value {
+        let view = self.gw.inbox.request_view(request_id).await.unwrap();
+        view.result.unwrap()
     }
 
     async fn status_of(&self, request_id: &str) -> String {
@@ -281,13 +270,7 @@ async fn list_is_newest_first_with_count_and_filters() {
     let b = gw
         .approval(&t2, "ops", json!({"summary": "Deploy v2"}))
         .await;
-    let c = gw
-        .elicitation(
-            &t1,
-            json!({"summary": "Which account?", "fields": [
-                {"type": "Text", "id": "acct", "label": "Account", "required": true}]}),
-        )
-        .await;
+    let c = gw.which_account(&t1).await;
 
     let (status, page) = gw.page("/inbox").await;
     assert_eq!(status, 200);
@@ -383,9 +366,7 @@ async fn request_page_shows_context_recommendation_and_timeline() {
 async fn a_form_without_its_csrf_token_is_refused_and_decides_nothing() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
-    let id = gw
-        .approval(&task, "default", json!({"summary": "Ship it?"}))
-        .await;
+    let id = gw.ship_it(&task).await;
     let path = format!("/inbox/requests/{id}/decide");
 
     let (status, _, body) = gw.submit(&path, &[("outcome", "APPROVE")]).await;
@@ -416,7 +397,7 @@ async fn a_form_without_its_csrf_token_is_refused_and_decides_nothing() {
         Some(format!("/inbox/requests/{id}?done=1").as_str())
     );
     assert_eq!(gw.status_of(&id).await, "decided");
-    let result = gw.gw.inbox.request_view(&id).await.unwrap().result.unwrap();
+    let result = gw.result_of(&id).await;
     assert_eq!(result["outcome"]["type"], "EDIT_AND_APPROVE");
     assert_eq!(result["outcome"]["note"], "ship on Monday");
     assert!(result["outcome"].get("reasonCode").is_none(), "{result}");
@@ -433,7 +414,7 @@ async fn a_form_without_its_csrf_token_is_refused_and_decides_nothing() {
     assert_eq!(status, 409);
     assert!(page.contains("already decided"), "{page}");
     assert!(page.contains("alice"));
-    let result = gw.gw.inbox.request_view(&id).await.unwrap().result.unwrap();
+    let result = gw.result_of(&id).await;
     assert_eq!(result["outcome"]["type"], "EDIT_AND_APPROVE");
 
     // No outcome chosen: the form again with a message.
@@ -456,9 +437,7 @@ async fn a_form_without_its_csrf_token_is_refused_and_decides_nothing() {
 async fn agents_and_strangers_cannot_use_the_pages() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
-    let id = gw
-        .approval(&task, "default", json!({"summary": "Ship it?"}))
-        .await;
+    let id = gw.ship_it(&task).await;
     // An agent key is refused, even with a well-formed decision.
     let r = gw
         .http
@@ -472,13 +451,7 @@ async fn agents_and_strangers_cannot_use_the_pages() {
     assert_eq!(r.status().as_u16(), 403);
     assert_eq!(gw.status_of(&id).await, "pending");
     // A browser without a session gets a page that says how to log in.
-    let r = gw
-        .http
-        .get(format!("{}/inbox", gw.url))
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get("/inbox", &[("accept", "text/html")]).await;
     assert_eq!(r.status().as_u16(), 401);
     assert!(r.text().await.unwrap().contains("login link"));
 }
@@ -593,7 +566,7 @@ async fn elicitation_answers_are_checked_per_field_and_kept_when_wrong() {
         .await;
     assert_eq!(status, 303);
     assert!(location.unwrap().ends_with("?done=1"));
-    let result = gw.gw.inbox.request_view(&id).await.unwrap().result.unwrap();
+    let result = gw.result_of(&id).await;
     assert_eq!(result["answeredBy"], "alice");
     assert_eq!(
         result["fields"],
@@ -648,20 +621,9 @@ async fn agent_text_is_escaped() {
 async fn the_event_stream_reports_created_and_decided_requests() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
-    let r = gw
-        .http
-        .get(format!("{}/inbox/events", gw.url))
-        .header("cookie", &gw.cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get("/inbox/events", &[("cookie", &gw.cookie)]).await;
     assert_eq!(r.status().as_u16(), 200);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
+    assert!(common::content_type_starts(&r, "text/event-stream"));
     let mut body = r.bytes_stream();
     let id = gw
         .approval(&task, "default", json!({"summary": "Live?"}))
@@ -703,12 +665,7 @@ async fn the_event_stream_reports_created_and_decided_requests() {
         .expect("the stream ends once the gateway drains");
 
     // Without a session: 401.
-    let r = gw
-        .http
-        .get(format!("{}/inbox/events", gw.url))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get("/inbox/events", &[]).await;
     assert_eq!(r.status().as_u16(), 401);
 }
 
@@ -716,16 +673,8 @@ async fn the_event_stream_reports_created_and_decided_requests() {
 async fn a_form_over_the_body_limit_gets_413_and_records_nothing() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
-    let id = gw
-        .approval(&task, "default", json!({"summary": "Ship it?"}))
-        .await;
-    let question = gw
-        .elicitation(
-            &task,
-            json!({"summary": "Which account?", "fields": [
-                {"type": "Text", "id": "acct", "label": "Account", "required": true}]}),
-        )
-        .await;
+    let id = gw.ship_it(&task).await;
+    let question = gw.which_account(&task).await;
     let csrf = gw.csrf(&id).await;
     // Over the gateway's limit (1 MiB here) and under axum's default (2 MiB).
     let big = "x".repeat(1_500_000);
@@ -769,14 +718,8 @@ async fn a_form_over_the_body_limit_gets_413_and_records_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 413);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/json")
-    );
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
+    assert!(common::content_type_starts(&r, "application/json"));
+    common::assert_json_error(r).await;
     assert_eq!(gw.status_of(&id).await, "pending");
 }
 
@@ -792,24 +735,13 @@ async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_sty
     );
     assert!(!page.contains("rel=\"stylesheet\""), "{page}");
     for path in ["/inbox/assets/inbox.css", "/inbox/"] {
-        let r = gw
-            .http
-            .get(format!("{}{path}", gw.url))
-            .send()
-            .await
-            .unwrap();
+        let r = gw.get(path, &[]).await;
         let status = r.status().as_u16();
         assert!(status == 401 || status == 404, "{path}: {status}");
         assert!(!r.text().await.unwrap().contains("--accent"), "{path}");
     }
     // The 401 page for a browser is styled as well.
-    let r = gw
-        .http
-        .get(format!("{}/inbox", gw.url))
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get("/inbox", &[("accept", "text/html")]).await;
     assert_eq!(r.status().as_u16(), 401);
     let page = r.text().await.unwrap();
     assert!(
@@ -817,13 +749,7 @@ async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_sty
         "{page}"
     );
     // `/inbox/` still leads a reviewer to the inbox.
-    let r = gw
-        .http
-        .get(format!("{}/inbox/", gw.url))
-        .header("cookie", &gw.cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get("/inbox/", &[("cookie", &gw.cookie)]).await;
     assert!(r.status().is_redirection(), "{}", r.status());
     assert_eq!(r.headers()["location"], "/inbox");
 }
@@ -839,9 +765,7 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
             json!({"summary": "Run rm -r build?", "keyValueContext": {"action": "command", "command": "rm -r build"}}),
         )
         .await;
-    let plain = gw
-        .approval(&task, "default", json!({"summary": "Ship it?"}))
-        .await;
+    let plain = gw.ship_it(&task).await;
 
     let (_, page) = gw.page(&format!("/inbox/requests/{plain}")).await;
     assert!(!page.contains("<select id=\"reason_code\""), "{page}");
@@ -872,14 +796,7 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
         )
         .await;
     assert_eq!(status, 303, "{body}");
-    let result = gw
-        .gw
-        .inbox
-        .request_view(&command)
-        .await
-        .unwrap()
-        .result
-        .unwrap();
+    let result = gw.result_of(&command).await;
     assert_eq!(result["outcome"]["type"], "APPROVE");
     assert_eq!(result["outcome"]["reasonCode"], "session");
 }

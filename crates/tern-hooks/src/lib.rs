@@ -21,7 +21,8 @@ mod webhook;
 
 pub use events::*;
 pub use webhook::{
-    DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, webhook_signature,
+    DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, error_chain, signed_post,
+    webhook_signature,
 };
 
 use std::sync::atomic::{AtomicUsize, Ordering};

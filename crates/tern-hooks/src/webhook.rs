@@ -47,6 +47,30 @@ pub fn webhook_signature(secret: &str, timestamp_ms: i64, body: &[u8]) -> String
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// A POST of `body` to `url` with tern's webhook headers: JSON, `X-Tern-Event: event`, the
+/// time of now, its signature under `secret` ([`webhook_signature`]) and `X-Tern-Delivery:
+/// delivery`. The caller sets the timeout and sends it.
+pub fn signed_post(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    secret: &str,
+    event: &str,
+    delivery: &str,
+    body: impl Into<Bytes>,
+) -> reqwest::RequestBuilder {
+    let body: Bytes = body.into();
+    let timestamp = now_ms();
+    let signature = webhook_signature(secret, timestamp, &body);
+    client
+        .post(url)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(EVENT_HEADER, event)
+        .header(TIMESTAMP_HEADER, timestamp.to_string())
+        .header(SIGNATURE_HEADER, signature)
+        .header(DELIVERY_HEADER, delivery)
+        .body(body)
+}
+
 /// The client shared by every webhook.
 pub(crate) fn client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
@@ -118,19 +142,17 @@ impl Webhook {
     pub(crate) async fn deliver(&self, client: &reqwest::Client, event: &'static str, body: Bytes) {
         let delivery = delivery_id();
         for attempt in 1..=self.max_attempts {
-            let timestamp = now_ms();
-            let signature = webhook_signature(&self.secret, timestamp, &body);
-            let sent = client
-                .post(self.url.clone())
-                .timeout(self.timeout)
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .header(EVENT_HEADER, event)
-                .header(TIMESTAMP_HEADER, timestamp.to_string())
-                .header(SIGNATURE_HEADER, signature)
-                .header(DELIVERY_HEADER, delivery.as_str())
-                .body(body.clone())
-                .send()
-                .await;
+            let sent = signed_post(
+                client,
+                self.url.clone(),
+                &self.secret,
+                event,
+                &delivery,
+                body.clone(),
+            )
+            .timeout(self.timeout)
+            .send()
+            .await;
             let (reason, retry_after) = match sent {
                 Ok(resp) if resp.status().is_success() => {
                     tracing::debug!(webhook = %self.name, event, attempt, "webhook delivered");
@@ -199,7 +221,7 @@ fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
 }
 
 /// A reqwest error with its causes ("error sending request: connection refused").
-fn error_chain(e: &reqwest::Error) -> String {
+pub fn error_chain(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

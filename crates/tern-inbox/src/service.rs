@@ -174,6 +174,31 @@ struct AgentEvent<'a> {
     event: NewEvent<'a>,
 }
 
+impl<'a> AgentEvent<'a> {
+    /// The agent's `event_type` event on a task, traced as `trace_id`, that moves, patches
+    /// and attaches nothing; a create that does more sets those fields.
+    fn new(
+        method_path: &'static str,
+        project_name: &'a str,
+        task_id: &'a str,
+        trace_id: Option<&'a str>,
+        event_type: EventType,
+        payload: Payload,
+    ) -> Self {
+        let mut event = NewEvent::new(event_type, Actor::Agent, payload);
+        event.external_trace_id = trace_id;
+        AgentEvent {
+            method_path,
+            project_name,
+            task_id,
+            transitions_to: None,
+            metadata_patch: None,
+            add_attachments: None,
+            event,
+        }
+    }
+}
+
 impl Inbox {
     pub fn new(store: Store) -> Self {
         let (changes, _) = tokio::sync::broadcast::channel(CHANGE_FEED_CAPACITY);
@@ -733,22 +758,20 @@ impl Inbox {
             metadata_patch: patch,
             add_attachments: body.add_attachments.clone(),
         };
-        let mut event = NewEvent::new(EventType::Action, Actor::Agent, payload);
-        event.external_trace_id = body.external_trace_id.as_deref();
-        self.agent_event(
-            owner,
-            idem,
-            AgentEvent {
-                method_path: POST_ACTIONS,
-                project_name: &body.project_name,
-                task_id: &body.task_id,
-                transitions_to: body.transitions_to.as_deref(),
-                metadata_patch: body.metadata_patch.as_ref(),
-                add_attachments: body.add_attachments.as_deref(),
-                event,
-            },
-        )
-        .await
+        let new = AgentEvent {
+            transitions_to: body.transitions_to.as_deref(),
+            metadata_patch: body.metadata_patch.as_ref(),
+            add_attachments: body.add_attachments.as_deref(),
+            ..AgentEvent::new(
+                POST_ACTIONS,
+                &body.project_name,
+                &body.task_id,
+                body.external_trace_id.as_deref(),
+                EventType::Action,
+                payload,
+            )
+        };
+        self.agent_event(owner, idem, new).await
     }
 
     /// Logs something that went wrong; may move the task to another step.
@@ -763,22 +786,18 @@ impl Inbox {
             message: body.message.clone(),
             detail: body.detail.clone(),
         };
-        let mut event = NewEvent::new(EventType::Exception, Actor::Agent, payload);
-        event.external_trace_id = body.external_trace_id.as_deref();
-        self.agent_event(
-            owner,
-            idem,
-            AgentEvent {
-                method_path: POST_EXCEPTIONS,
-                project_name: &body.project_name,
-                task_id: &body.task_id,
-                transitions_to: body.transitions_to.as_deref(),
-                metadata_patch: None,
-                add_attachments: None,
-                event,
-            },
-        )
-        .await
+        let new = AgentEvent {
+            transitions_to: body.transitions_to.as_deref(),
+            ..AgentEvent::new(
+                POST_EXCEPTIONS,
+                &body.project_name,
+                &body.task_id,
+                body.external_trace_id.as_deref(),
+                EventType::Exception,
+                payload,
+            )
+        };
+        self.agent_event(owner, idem, new).await
     }
 
     /// Logs a note on the task.
@@ -792,22 +811,15 @@ impl Inbox {
         let payload = Payload::Note {
             message: body.message.clone(),
         };
-        let mut event = NewEvent::new(EventType::Note, Actor::Agent, payload);
-        event.external_trace_id = body.external_trace_id.as_deref();
-        self.agent_event(
-            owner,
-            idem,
-            AgentEvent {
-                method_path: POST_NOTES,
-                project_name: &body.project_name,
-                task_id: &body.task_id,
-                transitions_to: None,
-                metadata_patch: None,
-                add_attachments: None,
-                event,
-            },
-        )
-        .await
+        let new = AgentEvent::new(
+            POST_NOTES,
+            &body.project_name,
+            &body.task_id,
+            body.external_trace_id.as_deref(),
+            EventType::Note,
+            payload,
+        );
+        self.agent_event(owner, idem, new).await
     }
 
     async fn agent_event(

@@ -34,28 +34,11 @@ pub enum GrantScope {
     Always,
 }
 
-impl GrantScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GrantScope::Once => "once",
-            GrantScope::Session => "session",
-            GrantScope::Always => "always",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "once" => GrantScope::Once,
-            "session" => GrantScope::Session,
-            "always" => GrantScope::Always,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "unknown command grant scope {other:?}"
-                )));
-            }
-        })
-    }
-}
+crate::stored_as_text!(GrantScope, "command grant scope", {
+    Once => "once",
+    Session => "session",
+    Always => "always",
+});
 
 /// A reviewer's approval of a dangerous command. Times are milliseconds since the epoch.
 #[derive(Debug, Clone, PartialEq, Serialize)]

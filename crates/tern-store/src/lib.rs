@@ -45,6 +45,31 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// `as_str` and `parse` of an enum stored as text, from one table of variants and texts so
+/// the two cannot disagree; `parse` calls any other text corrupt, naming it as `$what`.
+macro_rules! stored_as_text {
+    ($ty:ident, $what:literal, { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $text,)+
+                }
+            }
+
+            fn parse(s: &str) -> $crate::Result<Self> {
+                match s {
+                    $($text => Ok($ty::$variant),)+
+                    other => Err($crate::StoreError::Corrupt(format!(
+                        concat!("unknown ", $what, " {:?}"),
+                        other
+                    ))),
+                }
+            }
+        }
+    };
+}
+pub(crate) use stored_as_text;
+
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -55,30 +80,12 @@ pub enum SessionStatus {
     Ended,
 }
 
-impl SessionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionStatus::Idle => "idle",
-            SessionStatus::Running => "running",
-            SessionStatus::Waiting => "waiting",
-            SessionStatus::Ended => "ended",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "idle" => SessionStatus::Idle,
-            "running" => SessionStatus::Running,
-            "waiting" => SessionStatus::Waiting,
-            "ended" => SessionStatus::Ended,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "unknown session status {other:?}"
-                )));
-            }
-        })
-    }
-}
+stored_as_text!(SessionStatus, "session status", {
+    Idle => "idle",
+    Running => "running",
+    Waiting => "waiting",
+    Ended => "ended",
+});
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Session {

@@ -61,24 +61,11 @@ pub enum WaitKind {
     Command,
 }
 
-impl WaitKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitKind::Approval => "approval",
-            WaitKind::Elicitation => "elicitation",
-            WaitKind::Command => "command",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "approval" => WaitKind::Approval,
-            "elicitation" => WaitKind::Elicitation,
-            "command" => WaitKind::Command,
-            other => return Err(StoreError::Corrupt(format!("unknown wait kind {other:?}"))),
-        })
-    }
-}
+crate::stored_as_text!(WaitKind, "wait kind", {
+    Approval => "approval",
+    Elicitation => "elicitation",
+    Command => "command",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,30 +76,12 @@ pub enum WaitStatus {
     Cancelled,
 }
 
-impl WaitStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitStatus::Pending => "pending",
-            WaitStatus::Ready => "ready",
-            WaitStatus::Delivered => "delivered",
-            WaitStatus::Cancelled => "cancelled",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "pending" => WaitStatus::Pending,
-            "ready" => WaitStatus::Ready,
-            "delivered" => WaitStatus::Delivered,
-            "cancelled" => WaitStatus::Cancelled,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "unknown wait status {other:?}"
-                )));
-            }
-        })
-    }
-}
+crate::stored_as_text!(WaitStatus, "wait status", {
+    Pending => "pending",
+    Ready => "ready",
+    Delivered => "delivered",
+    Cancelled => "cancelled",
+});
 
 /// One durable wait. Times are milliseconds since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -563,22 +563,16 @@ fn check_approval(args: Value) -> Result<Ask, ToolError> {
     require_text("summary", &a.summary)?;
     let mut body = Map::new();
     body.insert("summary".into(), json!(a.summary));
-    if let Some(kv) = a.key_value_context {
-        body.insert("keyValueContext".into(), json!(kv));
+    insert_some(&mut body, "keyValueContext", a.key_value_context)?;
+    if let Some(c) = a.recommendation.as_ref().and_then(|r| r.confidence)
+        && !(0.0..=1.0).contains(&c)
+    {
+        return Err(ToolError::new(
+            "`recommendation.confidence` must be between 0 and 1",
+        ));
     }
-    if let Some(r) = a.recommendation {
-        if let Some(c) = r.confidence
-            && !(0.0..=1.0).contains(&c)
-        {
-            return Err(ToolError::new(
-                "`recommendation.confidence` must be between 0 and 1",
-            ));
-        }
-        body.insert("recommendation".into(), to_value(&r)?);
-    }
-    if let Some(t) = a.external_trace_id {
-        body.insert("externalTraceId".into(), json!(t));
-    }
+    insert_some(&mut body, "recommendation", a.recommendation)?;
+    insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
     Ok(Ask {
         body,
         files: a.attachments.unwrap_or_default(),
@@ -608,19 +602,25 @@ fn check_elicitation(args: Value) -> Result<Ask, ToolError> {
     let mut body = Map::new();
     body.insert("summary".into(), json!(a.summary));
     body.insert("fields".into(), to_value(&a.fields)?);
-    if let Some(kv) = a.key_value_context {
-        body.insert("keyValueContext".into(), json!(kv));
-    }
-    if let Some(r) = a.recommendation {
-        body.insert("recommendation".into(), to_value(&r)?);
-    }
-    if let Some(t) = a.external_trace_id {
-        body.insert("externalTraceId".into(), json!(t));
-    }
+    insert_some(&mut body, "keyValueContext", a.key_value_context)?;
+    insert_some(&mut body, "recommendation", a.recommendation)?;
+    insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
     Ok(Ask {
         body,
         files: a.attachments.unwrap_or_default(),
     })
+}
+
+/// Sets `key` in `body` when there is a value.
+fn insert_some<T: serde::Serialize>(
+    body: &mut Map<String, Value>,
+    key: &str,
+    value: Option<T>,
+) -> Result<(), ToolError> {
+    if let Some(v) = value {
+        body.insert(key.into(), to_value(&v)?);
+    }
+    Ok(())
 }
 
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
@@ -812,18 +812,10 @@ async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -
             require_text("description", &a.description)?;
             let mut body = Map::new();
             body.insert("description".into(), json!(a.description));
-            if let Some(d) = a.detail {
-                body.insert("detail".into(), Value::Object(d));
-            }
-            if let Some(t) = a.transitions_to {
-                body.insert("transitionsTo".into(), json!(t));
-            }
-            if let Some(p) = a.metadata_patch {
-                body.insert("metadataPatch".into(), to_value(&p)?);
-            }
-            if let Some(t) = a.external_trace_id {
-                body.insert("externalTraceId".into(), json!(t));
-            }
+            insert_some(&mut body, "detail", a.detail)?;
+            insert_some(&mut body, "transitionsTo", a.transitions_to)?;
+            insert_some(&mut body, "metadataPatch", a.metadata_patch)?;
+            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
             (body, a.attachments.unwrap_or_default())
         }
         LogKind::Exception => {
@@ -831,15 +823,9 @@ async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -
             require_text("message", &a.message)?;
             let mut body = Map::new();
             body.insert("message".into(), json!(a.message));
-            if let Some(d) = a.detail {
-                body.insert("detail".into(), Value::Object(d));
-            }
-            if let Some(t) = a.transitions_to {
-                body.insert("transitionsTo".into(), json!(t));
-            }
-            if let Some(t) = a.external_trace_id {
-                body.insert("externalTraceId".into(), json!(t));
-            }
+            insert_some(&mut body, "detail", a.detail)?;
+            insert_some(&mut body, "transitionsTo", a.transitions_to)?;
+            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
             (body, Vec::new())
         }
         LogKind::Note => {
@@ -847,9 +833,7 @@ async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -
             require_text("message", &a.message)?;
             let mut body = Map::new();
             body.insert("message".into(), json!(a.message));
-            if let Some(t) = a.external_trace_id {
-                body.insert("externalTraceId".into(), json!(t));
-            }
+            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
             (body, Vec::new())
         }
     };

@@ -254,17 +254,8 @@ async fn decide(
     if let Err(refused) = reviewer.check_csrf(form.csrf_token.as_deref()) {
         return refused.html_response();
     }
-    let view = match gw.inbox.request_view(&id).await {
-        Ok(v) => v,
-        Err(e) => return inbox_error_page(&e, &reviewer.name),
-    };
-    if view.summary.kind != RequestKind::Approval {
-        return message_page(
-            StatusCode::NOT_FOUND,
-            Some(&reviewer.name),
-            "Not found",
-            &format!("There is no approval request {id}."),
-        );
+    if let Err(page) = view_of_kind(&gw, &reviewer, &id, RequestKind::Approval).await {
+        return page;
     }
     let kind = form.outcome.as_deref().and_then(forms::parse_outcome);
     let draft = ApprovalDraft {
@@ -288,15 +279,41 @@ async fn decide(
     };
     match gw.inbox.decide_approval(&id, outcome, &reviewer.name).await {
         Ok(_) => done(&id),
-        Err(InboxError::AlreadyDecided) => {
-            let state = FormState {
-                notice: Some(Notice::Conflict),
-                ..FormState::default()
-            };
-            render_request(&gw, &reviewer, &id, state, StatusCode::CONFLICT).await
-        }
+        Err(InboxError::AlreadyDecided) => already_decided(&gw, &reviewer, &id).await,
         Err(e) => inbox_error_page(&e, &reviewer.name),
     }
+}
+
+/// The view of request `id` when it is a `kind` request; else the page to answer with.
+async fn view_of_kind(
+    gw: &AppState,
+    reviewer: &Reviewer,
+    id: &str,
+    kind: RequestKind,
+) -> Result<RequestView, Response> {
+    let view = gw
+        .inbox
+        .request_view(id)
+        .await
+        .map_err(|e| inbox_error_page(&e, &reviewer.name))?;
+    if view.summary.kind != kind {
+        return Err(message_page(
+            StatusCode::NOT_FOUND,
+            Some(&reviewer.name),
+            "Not found",
+            &format!("There is no {} request {id}.", kind.as_str()),
+        ));
+    }
+    Ok(view)
+}
+
+/// The request page again, with the notice that someone decided first.
+async fn already_decided(gw: &AppState, reviewer: &Reviewer, id: &str) -> Response {
+    let state = FormState {
+        notice: Some(Notice::Conflict),
+        ..FormState::default()
+    };
+    render_request(gw, reviewer, id, state, StatusCode::CONFLICT).await
 }
 
 /// 303 to the request page, which shows the result.
@@ -317,18 +334,10 @@ async fn answer(
     if let Err(refused) = reviewer.check_csrf(csrf) {
         return refused.html_response();
     }
-    let view = match gw.inbox.request_view(&id).await {
+    let view = match view_of_kind(&gw, &reviewer, &id, RequestKind::Elicitation).await {
         Ok(v) => v,
-        Err(e) => return inbox_error_page(&e, &reviewer.name),
+        Err(page) => return page,
     };
-    if view.summary.kind != RequestKind::Elicitation {
-        return message_page(
-            StatusCode::NOT_FOUND,
-            Some(&reviewer.name),
-            "Not found",
-            &format!("There is no elicitation request {id}."),
-        );
-    }
     let answers = forms::answers_from_form(&view.fields, &pairs);
     match gw
         .inbox
@@ -353,13 +362,7 @@ async fn answer(
             };
             render_request(&gw, &reviewer, &id, state, StatusCode::BAD_REQUEST).await
         }
-        Err(InboxError::AlreadyDecided) => {
-            let state = FormState {
-                notice: Some(Notice::Conflict),
-                ..FormState::default()
-            };
-            render_request(&gw, &reviewer, &id, state, StatusCode::CONFLICT).await
-        }
+        Err(InboxError::AlreadyDecided) => already_decided(&gw, &reviewer, &id).await,
         Err(e) => inbox_error_page(&e, &reviewer.name),
     }
 }
