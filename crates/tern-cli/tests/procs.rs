@@ -26,6 +26,7 @@ async fn tern_supervise_runs_a_background_process() {
             workdir: d.path().to_path_buf(),
             pty: false,
             session_id: None,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -48,6 +48,14 @@ pub struct Spec {
     pub log_max_bytes: u64,
     /// Time between TERM and KILL when the process is killed.
     pub kill_grace_ms: u64,
+    /// Resume the session with a summary when the process exits (the gateway's durable
+    /// waits act on it; the supervisor ignores it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notify_on_complete: bool,
+    /// Regular expressions on the output that should resume the session (validated at
+    /// spawn; acted on by the gateway, ignored by the supervisor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watch_patterns: Vec<String>,
 }
 
 /// A running (or finished) process as its supervisor recorded it at start.

@@ -12,6 +12,7 @@
 //! → child + `log/` + `sock` + `meta.json` → readiness line → the manager answers with the
 //! id. `poll`/`log` read `log/` by offset; `write`/`submit`/`close`/`kill`/`wait` go over
 //! `sock`; the status is `exit.json`, else the supervisor's lock (held = running).
+//! [`tools`] puts this before the model: `terminal` with `background: true` and `process`.
 
 pub mod layout;
 pub mod log;
@@ -19,13 +20,14 @@ pub mod manager;
 pub mod output;
 pub mod protocol;
 pub mod supervisor;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 
 pub use layout::{ExitRecord, Meta, Spec};
 pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcInfo, ProcStatus, ProcessManager, SpawnRequest,
-    SupervisorCommand, WaitOutcome,
+    SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
 pub use supervisor::supervise;
 

@@ -98,13 +98,42 @@ impl ManagerConfig {
 }
 
 /// What to start.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SpawnRequest {
     pub command: String,
     /// Must exist; made absolute.
     pub workdir: PathBuf,
     pub pty: bool,
     pub session_id: Option<String>,
+    /// Recorded in the process's spec for the gateway's notifications.
+    pub notify_on_complete: bool,
+    /// Regular expressions on the output; each must compile. Recorded in the spec.
+    pub watch_patterns: Vec<String>,
+}
+
+/// Most watch patterns one process may have, and the longest one (bytes).
+pub const MAX_WATCH_PATTERNS: usize = 16;
+const MAX_WATCH_PATTERN_LEN: usize = 1024;
+
+/// Checks that every watch pattern is a valid regular expression of sensible size.
+pub fn validate_watch_patterns(patterns: &[String]) -> Result<(), ProcError> {
+    if patterns.len() > MAX_WATCH_PATTERNS {
+        return Err(ProcError::Invalid(format!(
+            "at most {MAX_WATCH_PATTERNS} watch patterns"
+        )));
+    }
+    for p in patterns {
+        if p.is_empty() || p.len() > MAX_WATCH_PATTERN_LEN {
+            return Err(ProcError::Invalid(format!(
+                "a watch pattern is 1 to {MAX_WATCH_PATTERN_LEN} bytes"
+            )));
+        }
+        regex::RegexBuilder::new(p)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| ProcError::Invalid(format!("watch pattern {p:?} is not valid: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Where a process is.
@@ -143,6 +172,10 @@ pub struct ProcInfo {
     pub workdir: PathBuf,
     pub pty: bool,
     pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub notify_on_complete: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub watch_patterns: Vec<String>,
     pub pid: i32,
     pub supervisor_pid: i32,
     pub started_at_ms: i64,
@@ -312,6 +345,7 @@ impl ProcessManager {
         if req.command.trim().is_empty() {
             return Err(ProcError::Invalid("the command is empty".into()));
         }
+        validate_watch_patterns(&req.watch_patterns)?;
         let workdir =
             std::path::absolute(&req.workdir).map_err(|e| ProcError::io(&req.workdir, e))?;
         if !tokio::fs::metadata(&workdir)
@@ -345,6 +379,8 @@ impl ProcessManager {
             rows: self.cfg.pty_size.1,
             log_max_bytes: self.cfg.log_max_bytes,
             kill_grace_ms: u64::try_from(self.cfg.kill_grace.as_millis()).unwrap_or(u64::MAX),
+            notify_on_complete: req.notify_on_complete,
+            watch_patterns: req.watch_patterns,
         };
         match self.start_supervisor(&pd, spec).await {
             Ok(meta) => {
@@ -603,6 +639,8 @@ fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
         workdir: meta.spec.workdir.clone(),
         pty: meta.spec.pty,
         session_id: meta.spec.session_id.clone(),
+        notify_on_complete: meta.spec.notify_on_complete,
+        watch_patterns: meta.spec.watch_patterns.clone(),
         pid: meta.child_pid,
         supervisor_pid: meta.supervisor_pid,
         started_at_ms: meta.started_at_ms,

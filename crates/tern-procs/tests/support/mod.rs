@@ -33,6 +33,7 @@ pub fn req(command: &str, workdir: &Path, pty: bool) -> SpawnRequest {
         workdir: workdir.to_path_buf(),
         pty,
         session_id: Some("sess-1".into()),
+        ..Default::default()
     }
 }
 
