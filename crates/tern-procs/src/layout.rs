@@ -9,6 +9,7 @@
 //!   log/<offset>    the output log in segments, each named by its first byte's offset
 //!   exit.json       the exit status (written by the supervisor, once, after the output)
 //!   polled          how far `poll` has read (written by the manager)
+//!   reported        the manager reported the exit as an event (written by the manager)
 //!   supervisor.log  the supervisor's own diagnostics (its stderr)
 //! ```
 //!
@@ -123,6 +124,10 @@ impl ProcDir {
     }
     pub fn supervisor_log(&self) -> PathBuf {
         self.dir.join("supervisor.log")
+    }
+    /// Present once the manager reported the exit (so a restart does not report it again).
+    pub fn reported(&self) -> PathBuf {
+        self.dir.join("reported")
     }
 
     /// Whether a supervisor holds this directory's lock. Takes the lock for an instant when

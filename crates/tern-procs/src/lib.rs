@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 
 pub use layout::{ExitRecord, Meta, Spec};
 pub use manager::{
-    KillOutcome, LogChunk, ManagerConfig, Poll, ProcInfo, ProcStatus, ProcessManager, SpawnRequest,
-    SupervisorCommand, WaitOutcome, validate_watch_patterns,
+    KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,
+    SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
 pub use supervisor::supervise;
 

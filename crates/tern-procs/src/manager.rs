@@ -17,6 +17,13 @@
 //!   supervisor's socket ([`crate::protocol`]). `wait` is answered by the supervisor when the
 //!   child has exited; a closed connection means the supervisor is gone.
 //!
+//! - **events** (opt-in, [`ProcessManager::events`]): `Started` after a spawn; `Exited`
+//!   from a watcher task per process that waits on its socket and, once the status is no
+//!   longer running, sends the event and writes `reported`, so a restarted gateway reports
+//!   an exit that happened while it was down exactly then, and never again.
+//! - **prune**: directories of processes that ended longer ago than the retention are
+//!   removed; **kill_session** kills every running process a session started.
+//!
 //! Blocking file work (small JSON files, locks, log reads) runs on tokio's blocking pool.
 
 use std::collections::HashMap;
@@ -234,10 +241,65 @@ struct Entry {
     polled: tokio::sync::Mutex<u64>,
 }
 
+/// What happened to a process: for hooks and notifications.
+#[derive(Clone, Debug)]
+pub enum ProcEvent {
+    /// Spawned by this manager.
+    Started(ProcInfo),
+    /// Exited (or lost its supervisor); reported once per process, across restarts.
+    Exited(ProcInfo),
+}
+
 /// The gateway's registry of background processes. Cheap to share behind an `Arc`.
 pub struct ProcessManager {
     cfg: ManagerConfig,
     procs: Mutex<HashMap<String, Arc<Entry>>>,
+    /// Where events go, once someone asked for them.
+    events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProcEvent>>>,
+    /// Ends the watchers when the manager is dropped.
+    shutdown: CancellationToken,
+}
+
+impl Drop for ProcessManager {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Follows one process until it is no longer running, then reports its exit once.
+async fn follow(entry: Arc<Entry>, tx: tokio::sync::mpsc::UnboundedSender<ProcEvent>) {
+    let id = entry.meta.spec.id.clone();
+    loop {
+        let pd = entry.pd.clone();
+        let state = blocking(move || {
+            if pd.reported().exists() {
+                return Ok(None);
+            }
+            status_of(&pd).map(Some)
+        })
+        .await;
+        match state {
+            Ok(None) => return,
+            Ok(Some(status)) if !status.is_running() => {
+                let _ = tx.send(ProcEvent::Exited(info(&entry.meta, status)));
+                let path = entry.pd.reported();
+                if let Err(e) = blocking(move || write_atomic(&path, b"")).await {
+                    tracing::warn!(%id, "cannot record that the exit was reported: {e}");
+                }
+                return;
+            }
+            Ok(Some(_)) => {}
+            Err(e) => tracing::warn!(%id, "cannot read the process's status: {e}"),
+        }
+        match call(&entry.pd.socket(), &Request::Wait).await {
+            // Answered at the exit, or the supervisor is gone: look at the status again.
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%id, "cannot wait for the process: {e}"),
+        }
+        // Between the supervisor's answer and its lock's release, the status may still
+        // read running for an instant; do not spin meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -294,7 +356,97 @@ impl ProcessManager {
         Ok(Self {
             cfg,
             procs: Mutex::new(procs),
+            events: Mutex::new(None),
+            shutdown: CancellationToken::new(),
         })
+    }
+
+    /// Starts reporting events: from now on every spawn sends `Started`, and a watcher per
+    /// process (every adopted one included) sends `Exited` once it ends — at once for one
+    /// that ended unreported while no manager ran. Call it once; a second call moves the
+    /// events to the new receiver for processes spawned later.
+    pub fn events(&self) -> tokio::sync::mpsc::UnboundedReceiver<ProcEvent> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self.events.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        for e in self.entries() {
+            self.watch(e);
+        }
+        rx
+    }
+
+    fn watch(&self, entry: Arc<Entry>) {
+        let Some(tx) = self
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = follow(entry, tx) => {}
+            }
+        });
+    }
+
+    /// Removes processes that exited more than `keep` ago (their directories and logs);
+    /// returns their ids. Running and lost processes are kept.
+    pub async fn prune(&self, keep: Duration) -> Result<Vec<String>, ProcError> {
+        let cutoff = crate::layout::now_ms()
+            .saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
+        let mut removed = Vec::new();
+        for e in self.entries() {
+            let pd = e.pd.clone();
+            let status = blocking(move || status_of(&pd)).await?;
+            let ProcStatus::Exited { ended_at_ms, .. } = status else {
+                continue;
+            };
+            if ended_at_ms > cutoff {
+                continue;
+            }
+            let id = e.meta.spec.id.clone();
+            self.procs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            let dir = e.pd.dir.clone();
+            blocking(move || std::fs::remove_dir_all(&dir).map_err(|err| ProcError::io(&dir, err)))
+                .await?;
+            tracing::info!(%id, "finished process removed after its retention");
+            removed.push(id);
+        }
+        Ok(removed)
+    }
+
+    /// Kills every running process that `session_id` started (concurrently); returns their
+    /// ids.
+    pub async fn kill_session(self: &Arc<Self>, session_id: &str) -> Vec<String> {
+        let mut set = tokio::task::JoinSet::new();
+        for p in self.list().await.unwrap_or_default() {
+            if p.status.is_running() && p.session_id.as_deref() == Some(session_id) {
+                let me = Arc::clone(self);
+                set.spawn(async move {
+                    match me.kill(&p.id).await {
+                        Ok(_) => Some(p.id),
+                        Err(e) => {
+                            tracing::warn!(id = %p.id, "cannot kill: {e}");
+                            None
+                        }
+                    }
+                });
+            }
+        }
+        let mut killed = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok(Some(id)) = r {
+                killed.push(id);
+            }
+        }
+        killed.sort();
+        killed
     }
 
     pub fn config(&self) -> &ManagerConfig {
@@ -394,7 +546,12 @@ impl ProcessManager {
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id.clone(), Arc::clone(&entry));
                 tracing::info!(%id, pid = entry.meta.child_pid, "background process started");
-                Self::info_of(&entry).await
+                let started = Self::info_of(&entry).await?;
+                if let Some(tx) = &*self.events.lock().unwrap_or_else(|p| p.into_inner()) {
+                    let _ = tx.send(ProcEvent::Started(started.clone()));
+                }
+                self.watch(entry);
+                Ok(started)
             }
             Err(e) => {
                 let dir = pd.dir.clone();
