@@ -396,6 +396,8 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "agent_loop_stopped",
     "wait_created",
     "wait_resolved",
+    "process_started",
+    "process_exited",
 ];
 
 /// One `[[hooks]]` entry: a shell command run with the event's JSON on stdin.

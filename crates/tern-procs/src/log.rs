@@ -54,14 +54,22 @@ impl LogWriter {
         self.offset
     }
 
-    /// Appends `bytes`, starting a new segment first when the current one is full.
-    pub fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let current = self.segments.back().copied().unwrap_or(0);
-        if self.offset - current >= self.segment_max {
-            self.rotate()?;
+    /// Appends `bytes`, split at segment boundaries: no segment grows past its size, however
+    /// large one read of the output was, so the segments kept always fit in the cap.
+    pub fn write(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let current = self.segments.back().copied().unwrap_or(0);
+            let used = self.offset - current;
+            if used >= self.segment_max {
+                self.rotate()?;
+                continue;
+            }
+            let room = usize::try_from(self.segment_max - used).unwrap_or(usize::MAX);
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            self.file.write_all(now)?;
+            self.offset += now.len() as u64;
+            bytes = rest;
         }
-        self.file.write_all(bytes)?;
-        self.offset += bytes.len() as u64;
         Ok(())
     }
 
@@ -231,6 +239,31 @@ mod tests {
         let s = read_range(&dir, 200_000, 10).unwrap();
         assert_eq!((s.start, s.data.len(), s.end()), (100_000, 0, 100_000));
         assert_eq!(total(&dir).unwrap(), 100_000);
+    }
+
+    /// One read of the output can be larger than a segment (a busy pipe fills 64 KiB):
+    /// it is split, so the cap holds and every byte stays readable in order.
+    #[test]
+    fn writes_larger_than_a_segment_are_split_and_the_cap_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("log");
+        let mut w = LogWriter::create(&dir, 64 * 1024).unwrap();
+        let all: Vec<u8> = (0..600_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for chunk in all.chunks(65_536 + 17) {
+            w.write(chunk).unwrap();
+        }
+        let segs = segments(&dir).unwrap();
+        for (_, p) in &segs {
+            assert!(std::fs::metadata(p).unwrap().len() <= 16 * 1024);
+        }
+        let on_disk: u64 = segs
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert!(on_disk <= 64 * 1024, "{on_disk}");
+        let s = read_range(&dir, 0, 1 << 20).unwrap();
+        assert_eq!(s.total, 600_000);
+        assert_eq!(s.data, &all[s.start as usize..]);
     }
 
     #[test]

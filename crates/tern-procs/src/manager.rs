@@ -19,7 +19,7 @@
 //!
 //! - **events** (opt-in, [`ProcessManager::events`]): `Started` after a spawn; `Exited`
 //!   from a watcher task per process that waits on its socket and, once the status is no
-//!   longer running, sends the event and writes `reported`, so a restarted gateway reports
+//!   longer running, writes `reported` and sends the event, so a restarted gateway reports
 //!   an exit that happened while it was down exactly then, and never again.
 //! - **prune**: directories of processes that ended longer ago than the retention are
 //!   removed; **kill_session** kills every running process a session started.
@@ -266,42 +266,6 @@ impl Drop for ProcessManager {
     }
 }
 
-/// Follows one process until it is no longer running, then reports its exit once.
-async fn follow(entry: Arc<Entry>, tx: tokio::sync::mpsc::UnboundedSender<ProcEvent>) {
-    let id = entry.meta.spec.id.clone();
-    loop {
-        let pd = entry.pd.clone();
-        let state = blocking(move || {
-            if pd.reported().exists() {
-                return Ok(None);
-            }
-            status_of(&pd).map(Some)
-        })
-        .await;
-        match state {
-            Ok(None) => return,
-            Ok(Some(status)) if !status.is_running() => {
-                let _ = tx.send(ProcEvent::Exited(info(&entry.meta, status)));
-                let path = entry.pd.reported();
-                if let Err(e) = blocking(move || write_atomic(&path, b"")).await {
-                    tracing::warn!(%id, "cannot record that the exit was reported: {e}");
-                }
-                return;
-            }
-            Ok(Some(_)) => {}
-            Err(e) => tracing::warn!(%id, "cannot read the process's status: {e}"),
-        }
-        match call(&entry.pd.socket(), &Request::Wait).await {
-            // Answered at the exit, or the supervisor is gone: look at the status again.
-            Ok(_) => {}
-            Err(e) => tracing::warn!(%id, "cannot wait for the process: {e}"),
-        }
-        // Between the supervisor's answer and its lock's release, the status may still
-        // read running for an instant; do not spin meanwhile.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
 ) -> Result<T, ProcError> {
@@ -329,6 +293,50 @@ fn read_polled(pd: &ProcDir) -> u64 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Follows one process until it is no longer running; `None` when its exit was reported
+/// already.
+async fn until_ended(entry: &Entry) -> Option<ProcStatus> {
+    let id = &entry.meta.spec.id;
+    loop {
+        let pd = entry.pd.clone();
+        let state = blocking(move || {
+            if pd.reported().exists() {
+                return Ok(None);
+            }
+            status_of(&pd).map(Some)
+        })
+        .await;
+        match state {
+            Ok(None) => return None,
+            Ok(Some(status)) if !status.is_running() => return Some(status),
+            Ok(Some(_)) => {}
+            Err(e) => tracing::warn!(%id, "cannot read the process's status: {e}"),
+        }
+        match call(&entry.pd.socket(), &Request::Wait).await {
+            // Answered at the exit, or the supervisor is gone: look at the status again.
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%id, "cannot wait for the process: {e}"),
+        }
+        // Between the supervisor's answer and its lock's release, the status may still
+        // read running for an instant; do not spin meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Records that the exit is reported, then sends it: at most once per process, across
+/// managers (a crash between the two loses the event rather than repeating it).
+async fn report_exit(
+    entry: &Entry,
+    status: ProcStatus,
+    tx: &tokio::sync::mpsc::UnboundedSender<ProcEvent>,
+) {
+    let path = entry.pd.reported();
+    if let Err(e) = blocking(move || write_atomic(&path, b"")).await {
+        tracing::warn!(id = %entry.meta.spec.id, "cannot record that the exit was reported: {e}");
+    }
+    let _ = tx.send(ProcEvent::Exited(info(&entry.meta, status)));
 }
 
 impl ProcessManager {
@@ -385,9 +393,13 @@ impl ProcessManager {
         };
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = follow(entry, tx) => {}
+            let ended = tokio::select! {
+                () = shutdown.cancelled() => return,
+                s = until_ended(&entry) => s,
+            };
+            // Not cancelled half-way: the record and the event go together.
+            if let Some(status) = ended {
+                report_exit(&entry, status, &tx).await;
             }
         });
     }
