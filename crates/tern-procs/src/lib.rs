@@ -17,6 +17,7 @@
 pub mod layout;
 pub mod log;
 pub mod manager;
+pub mod notify;
 pub mod output;
 pub mod protocol;
 pub mod supervisor;
@@ -29,6 +30,7 @@ pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,
     SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
+pub use notify::{ExitSummary, ProcessNotifier};
 pub use supervisor::supervise;
 
 /// What can go wrong with background processes.

@@ -27,7 +27,7 @@ use tern_tools::terminal;
 use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
 
 use crate::manager::{MAX_WATCH_PATTERNS, validate_watch_patterns};
-use crate::{ProcError, ProcInfo, ProcessManager, SpawnRequest};
+use crate::{ProcError, ProcInfo, ProcessManager, ProcessNotifier, SpawnRequest};
 
 /// `wait`'s timeout when the model gives none, in seconds.
 const DEFAULT_WAIT_SECS: u64 = 60;
@@ -41,12 +41,23 @@ pub const SYSTEM_PROMPT_LINE: &str = "Long-running commands (servers, watchers, 
     processes keep running after your turn ends.";
 
 /// Registers the background-capable `terminal` (replacing the foreground-only one) and the
-/// `process` tool, both on `mgr`.
+/// `process` tool, both on `mgr`, without completion notifications.
 pub fn register(registry: &mut Registry, mgr: Arc<ProcessManager>) {
+    register_with(registry, mgr, None);
+}
+
+/// [`register`] with a notifier: a process started with `notify_on_complete` is armed
+/// through it before the tool answers (see [`crate::notify`]).
+pub fn register_with(
+    registry: &mut Registry,
+    mgr: Arc<ProcessManager>,
+    notifier: Option<Arc<dyn ProcessNotifier>>,
+) {
     registry.set_prompt_line("terminal", SYSTEM_PROMPT_LINE);
     registry.register(Arc::new(Terminal {
         spec: terminal_spec(),
         mgr: Arc::clone(&mgr),
+        notifier,
     }));
     registry.register(Arc::new(Process {
         spec: process_spec(),
@@ -129,6 +140,8 @@ fn proc_json(info: &ProcInfo) -> Value {
 struct Terminal {
     spec: ToolSpec,
     mgr: Arc<ProcessManager>,
+    /// Arms `notify_on_complete` (the gateway's durable waits); `None`: nobody is notified.
+    notifier: Option<Arc<dyn ProcessNotifier>>,
 }
 
 impl Tool for Terminal {
@@ -187,6 +200,13 @@ impl Terminal {
             .await
             .map_err(tool_error)?;
         tracing::info!(session = %ctx.session_id, id = %info.id, pid = info.pid, "background process started by the model");
+        if info.notify_on_complete
+            && let Some(n) = &self.notifier
+            && let Err(e) = n.armed(&ctx.call_id, &info).await
+        {
+            // The process runs; its exit arms the notification again (idempotent per id).
+            tracing::warn!(id = %info.id, error = %e, "cannot arm the completion notification now; its exit will");
+        }
         let mut note =
             String::from("running in the background; use the `process` tool with this session_id");
         if args.get("timeout").is_some() {
