@@ -244,7 +244,9 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             .await
             .with_context(|| format!("opening {}", home.root.join("procs").display()))?;
         let manager = Arc::new(manager);
-        tern_procs::tools::register(&mut registry, manager.clone());
+        // `notify_on_complete`: armed as a durable wait before the tool answers.
+        let notifier = Arc::new(tern_waits::process::ProcessWaits::new(store.clone()));
+        tern_procs::tools::register_with(&mut registry, manager.clone(), Some(notifier));
         Some(manager)
     };
     let agent = Arc::new(

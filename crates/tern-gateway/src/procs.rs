@@ -6,12 +6,17 @@
 //! `process_started` and `process_exited` (each exit once, also one that happened while the
 //! gateway was down) and removes finished processes after `[processes] keep_finished`. A
 //! reset or delete of a session kills its running processes ([`Gateway::kill_session_procs`]).
+//!
+//! `notify_on_complete` (see `tern_waits::process`): an exit makes the process's wait ready
+//! and wakes the resumer, which resumes the session once; at start, a sweep does the same
+//! for pending process waits whose process ended while no exit event could be acted on.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tern_hooks::{HookEvent, ProcessExited, ProcessStarted};
 use tern_procs::{ProcEvent, ProcInfo, ProcStatus, ProcessManager};
+use tern_waits::process::ProcessWaits;
 use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
@@ -70,7 +75,15 @@ impl Gateway {
         let mut events = p.manager.events();
         let gw = Arc::downgrade(self);
         let stop2 = stop.clone();
+        let sweep_mgr = Arc::clone(&p.manager);
+        let waits = ProcessWaits::new(self.store.clone());
         tokio::spawn(async move {
+            if let Some(gw) = gw.upgrade() {
+                let resumer = gw.resumer();
+                if let Err(e) = waits.sweep(&sweep_mgr, resumer.as_deref()).await {
+                    tracing::error!(error = %e, "cannot look for processes that ended unnotified");
+                }
+            }
             loop {
                 let event = tokio::select! {
                     () = stop2.cancelled() => return,
@@ -109,6 +122,18 @@ impl Gateway {
             Ok(Some(s)) => s.source,
             _ => String::new(),
         };
+        if let (ProcEvent::Exited(i), Some(mgr)) = (&event, self.procs())
+            && i.notify_on_complete
+        {
+            let resumer = self.resumer();
+            if let Err(e) = ProcessWaits::new(self.store.clone())
+                .exited(mgr, i, resumer.as_deref())
+                .await
+            {
+                // The start-up sweep makes it ready next time.
+                tracing::error!(process = %i.id, error = %e, "cannot record a process exit for its notification");
+            }
+        }
         let hook = match &event {
             ProcEvent::Started(i) => HookEvent::ProcessStarted(ProcessStarted {
                 session_id,
