@@ -50,6 +50,12 @@ pub enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Supervise one background process (started by the gateway, not by hand)
+    #[command(hide = true)]
+    Supervise {
+        /// The process's directory under $TERN_HOME/procs
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,7 +5,9 @@
 //! `$TERN_HOME/gateway.key` mode 0600, print the path) → bind and serve → on SIGTERM or
 //! SIGINT stop accepting work, drain running turns within the drain timeout, interrupt the
 //! rest, and exit once they have recorded their interruption. `--inbox-only` serves the
-//! human inbox alone (no model needed).
+//! human inbox alone (no model needed). Background processes are opened on
+//! `$TERN_HOME/procs` before serving (live supervisors re-adopted); they are not stopped
+//! with the gateway.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -226,6 +228,27 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     };
     let mut registry = tern_tools::Registry::builtin();
     tern_waits::tools::register(&mut registry, inbox_tools.clone());
+    // Background processes (`terminal` with `background: true`, `process`): supervised by
+    // `tern supervise`, so they outlive this process; every live one is adopted here.
+    let procs = if args.inbox_only {
+        None
+    } else {
+        let p = &eff.config.processes;
+        let mut cfg = tern_procs::ManagerConfig::new(
+            home.root.join("procs"),
+            tern_procs::SupervisorCommand::current_exe()?,
+        );
+        cfg.max_running = p.max_running;
+        cfg.log_max_bytes = p.log_max_bytes;
+        let manager = tern_procs::ProcessManager::open(cfg)
+            .await
+            .with_context(|| format!("opening {}", home.root.join("procs").display()))?;
+        let manager = Arc::new(manager);
+        // `notify_on_complete`: armed as a durable wait before the tool answers.
+        let notifier = Arc::new(tern_waits::process::ProcessWaits::new(store.clone()));
+        tern_procs::tools::register_with(&mut registry, manager.clone(), Some(notifier));
+        Some(manager)
+    };
     let agent = Arc::new(
         context::build_agent_with(&eff, store.clone(), registry)?.with_hooks(hooks.clone()),
     );
@@ -257,6 +280,9 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             .clone()
             .map(tern_waits::command::resume_hook),
     });
+    if let Some(manager) = procs {
+        gw.set_procs(manager, eff.config.processes.keep_finished());
+    }
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();

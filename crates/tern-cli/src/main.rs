@@ -70,6 +70,20 @@ fn error_chain(e: &anyhow::Error) -> String {
     out
 }
 
+/// `tern supervise DIR` (hidden): the supervisor of one background process, started detached
+/// by the gateway's process manager; its stderr is the directory's `supervisor.log`.
+async fn supervise(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    tern_procs::supervise(dir).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let home = cli.home.clone();
     match cli.command {
@@ -99,5 +113,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inbox(args) => inbox::run(home, args).await,
         Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
+        Command::Supervise { dir } => supervise(&dir).await,
     }
 }

@@ -229,6 +229,38 @@ pub struct Config {
     pub webhooks: Vec<WebhookConfig>,
     /// `[inbox]`: the human inbox (see [`InboxConfig`]).
     pub inbox: InboxConfig,
+    /// `[processes]`: background processes the gateway runs for agents.
+    pub processes: ProcessesConfig,
+}
+
+/// `[processes]`: the gateway's background processes (`terminal` with `background: true`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessesConfig {
+    /// Processes running at once across the gateway; further starts are refused.
+    pub max_running: usize,
+    /// How long a finished process (its status and log) is kept: a duration such as
+    /// `"30m"` or `"2h"`.
+    pub keep_finished: String,
+    /// Bytes of output kept on disk per process; older output is rotated out.
+    pub log_max_bytes: u64,
+}
+
+impl Default for ProcessesConfig {
+    fn default() -> Self {
+        ProcessesConfig {
+            max_running: 64,
+            keep_finished: "30m".to_owned(),
+            log_max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl ProcessesConfig {
+    /// `keep_finished` as a duration (checked when the file is loaded).
+    pub fn keep_finished(&self) -> std::time::Duration {
+        parse_duration(&self.keep_finished).unwrap_or(std::time::Duration::from_secs(30 * 60))
+    }
 }
 
 /// `[model]`: which OpenAI-compatible endpoint and model to talk to.
@@ -364,6 +396,8 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "agent_loop_stopped",
     "wait_created",
     "wait_resolved",
+    "process_started",
+    "process_exited",
 ];
 
 /// One `[[hooks]]` entry: a shell command run with the event's JSON on stdin.
@@ -964,6 +998,19 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             "{} must be at least 1024 (got {})",
             origin(eff, "gateway.max_body_bytes"),
             c.gateway.max_body_bytes
+        )));
+    }
+    let p = &c.processes;
+    if p.max_running < 1 || p.log_max_bytes < 4096 {
+        return Err(ConfigError::Invalid(format!(
+            "in [processes] of {}: max_running must be at least 1 and log_max_bytes at least 4096",
+            eff.config_path.display()
+        )));
+    }
+    if let Err(e) = parse_duration(&p.keep_finished) {
+        return Err(ConfigError::Invalid(format!(
+            "processes.keep_finished in {}: {e}",
+            eff.config_path.display()
         )));
     }
     validate_hooks(eff)?;
@@ -2466,5 +2513,29 @@ retry_base_ms = 10
         // Inside a multi-byte character: points at that character.
         assert_eq!(line_column("é\né", 4), (2, 1));
         assert_eq!(line_column("ab", 99), (1, 3));
+    }
+
+    #[test]
+    fn processes_have_defaults_and_are_checked() {
+        let (_d, home) = temp_home();
+        let c = load(&home, &no_env).unwrap().config.processes;
+        assert_eq!(c.max_running, 64);
+        assert_eq!(c.keep_finished(), std::time::Duration::from_secs(1800));
+        write_config(
+            &home,
+            "[processes]\nmax_running = 3\nkeep_finished = \"2h\"\n",
+        );
+        let c = load(&home, &no_env).unwrap().config.processes;
+        assert_eq!(c.max_running, 3);
+        assert_eq!(c.keep_finished(), std::time::Duration::from_secs(7200));
+        for bad in [
+            "max_running = 0",
+            "keep_finished = \"soon\"",
+            "log_max_bytes = 1",
+        ] {
+            write_config(&home, &format!("[processes]\n{bad}\n"));
+            let e = load(&home, &no_env).unwrap_err().to_string();
+            assert!(e.contains("processes"), "{bad}: {e}");
+        }
     }
 }

@@ -200,6 +200,8 @@ pub(crate) async fn delete_session(
     // Its waits end with it: cancelled, their requests withdrawn on the inbox's timeline.
     gw.end_waits(&id, &s.source, None, "session deleted")
         .await?;
+    // And its background processes.
+    gw.kill_session_procs(&id).await;
     gw.store.delete_session(&id).await?;
     gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
         session_id: s.id.clone(),
@@ -531,6 +533,8 @@ pub(crate) async fn reset(
     // `[inbox] keep_waits_on_reset = true`.
     gw.end_waits(&old.id, &old.source, Some(&new.id), "session reset")
         .await?;
+    // Its background processes end with it.
+    gw.kill_session_procs(&old.id).await;
     // Only now: a resume queued for the old session must not deliver into it meanwhile.
     drop(closing);
     gw.hooks.emit(HookEvent::SessionReset(SessionReset {

@@ -25,6 +25,7 @@ mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
 mod openai;
+mod procs;
 mod reviewer_api;
 mod reviewer_auth;
 pub mod turns;
@@ -87,6 +88,8 @@ pub struct Gateway {
     pub(crate) closing: tokio_util::sync::CancellationToken,
     /// Durable waits: which inbox they use, and the resumer once upkeep started it.
     pub(crate) waits: waits::GatewayWaits,
+    /// Background processes, when the binary gave the gateway a manager.
+    pub(crate) procs: std::sync::OnceLock<procs::GatewayProcs>,
 }
 
 /// What a gateway serves.
@@ -137,6 +140,7 @@ impl Gateway {
         Arc::new(Self {
             store: agent.store().clone(),
             waits: waits::GatewayWaits::new(&inbox),
+            procs: std::sync::OnceLock::new(),
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -156,6 +160,8 @@ impl Gateway {
         // Durable waits: the resumer (recovering decisions a crash left unanswered first)
         // and the follower of decisions.
         self.spawn_waits(&stop);
+        // Background processes: hook events and the retention of finished ones.
+        self.spawn_procs_upkeep(&stop);
         tokio::spawn(self.turns.clone().trim_when_idle(stop));
     }
 

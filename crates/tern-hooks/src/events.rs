@@ -202,7 +202,40 @@ pub struct WaitResolved {
     pub outcome: Option<String>,
 }
 
-/// Every event. Later issues add the process events here.
+/// A background process was started (`terminal` with `background: true`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessStarted {
+    /// The session that started it.
+    pub session_id: String,
+    /// Who created that session; empty when it no longer exists.
+    pub source: String,
+    /// The process's id (`proc_…`).
+    pub process_id: String,
+    pub pid: i32,
+    pub command: String,
+    pub workdir: String,
+    pub pty: bool,
+}
+
+/// A background process ended, or its supervisor was lost. Emitted once per process, also
+/// for one that ended while the gateway was down (at the next start).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessExited {
+    pub session_id: String,
+    /// Who created that session; empty when it no longer exists.
+    pub source: String,
+    pub process_id: String,
+    pub pid: i32,
+    pub command: String,
+    /// `exited`, or `lost` (its supervisor was killed; the exit status is unknown).
+    pub state: String,
+    /// The exit code, or 128 + the signal that ended it (`exited` only).
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+}
+
+/// Every event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum HookEvent {
@@ -218,6 +251,8 @@ pub enum HookEvent {
     AgentLoopStopped(AgentLoopStopped),
     WaitCreated(WaitCreated),
     WaitResolved(WaitResolved),
+    ProcessStarted(ProcessStarted),
+    ProcessExited(ProcessExited),
 }
 
 impl HookEvent {
@@ -236,6 +271,8 @@ impl HookEvent {
             HookEvent::AgentLoopStopped(_) => "agent_loop_stopped",
             HookEvent::WaitCreated(_) => "wait_created",
             HookEvent::WaitResolved(_) => "wait_resolved",
+            HookEvent::ProcessStarted(_) => "process_started",
+            HookEvent::ProcessExited(_) => "process_exited",
         }
     }
 
@@ -253,6 +290,8 @@ impl HookEvent {
             HookEvent::AgentLoopStopped(e) => &e.session_id,
             HookEvent::WaitCreated(e) => &e.session_id,
             HookEvent::WaitResolved(e) => &e.session_id,
+            HookEvent::ProcessStarted(e) => &e.session_id,
+            HookEvent::ProcessExited(e) => &e.session_id,
         }
     }
 }

@@ -454,6 +454,25 @@ mod tests {
                 decided_by: None,
                 outcome: None,
             }),
+            HookEvent::ProcessStarted(ProcessStarted {
+                session_id: s(),
+                source: s(),
+                process_id: s(),
+                pid: 42,
+                command: s(),
+                workdir: s(),
+                pty: false,
+            }),
+            HookEvent::ProcessExited(ProcessExited {
+                session_id: s(),
+                source: s(),
+                process_id: s(),
+                pid: 42,
+                command: s(),
+                state: "exited".to_owned(),
+                exit_code: Some(0),
+                signal: None,
+            }),
         ]
     }
 

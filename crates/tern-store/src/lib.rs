@@ -442,7 +442,7 @@ impl Store {
             waits::status_from_waits!(),
             " WHERE status = 'running' OR (status = 'waiting' AND NOT EXISTS \
              (SELECT 1 FROM waits w WHERE w.session_id = sessions.id \
-             AND w.status IN ('pending', 'ready')))"
+             AND w.status IN ('pending', 'ready') AND w.kind <> 'process'))"
         ))
         .execute(&self.pool)
         .await?;

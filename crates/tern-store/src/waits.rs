@@ -21,6 +21,11 @@
 //!    deleted or reset session); the session's status follows ([`Store::refresh_waiting`]):
 //!    `waiting` while a wait is open, `idle` once none is.
 //!
+//! Waits of kind `process` (migration 0011) have no inbox request: tern-procs arms one when a
+//! process started with `notify_on_complete` starts and marks it ready with the exit status
+//! when it exits; the same delivery path resumes the session exactly once. They do not make
+//! the session `waiting`.
+//!
 //! A wait keeps the session that asked in its `idem_key` (`tern-wait:<session>:<call>`)
 //! even when a reset moves it to the successor ([`Store::move_open_waits`]):
 //! [`Wait::origin_session`] is what the inbox's idempotency keys are derived from.
@@ -43,10 +48,14 @@ const INTERRUPTED_RESULT: &str =
 
 /// The session's status computed from its open waits: `waiting` while one is pending or
 /// ready, else `idle`. For `UPDATE sessions` statements (refers to `sessions.id`).
+///
+/// Waits of kind `process` do not count: the session is not waiting for a human (the user
+/// may chat on while a background process runs); their notification resumes it all the same.
 macro_rules! status_from_waits {
     () => {
         "CASE WHEN EXISTS (SELECT 1 FROM waits w WHERE w.session_id = sessions.id \
-         AND w.status IN ('pending', 'ready')) THEN 'waiting' ELSE 'idle' END"
+         AND w.status IN ('pending', 'ready') AND w.kind <> 'process') \
+         THEN 'waiting' ELSE 'idle' END"
     };
 }
 pub(crate) use status_from_waits;
@@ -59,12 +68,16 @@ pub enum WaitKind {
     Elicitation,
     /// A dangerous `terminal` command waiting for approval.
     Command,
+    /// A background process started with `notify_on_complete` (tern-procs): ready when it
+    /// exits. Does not make its session `waiting` (see `status_from_waits`).
+    Process,
 }
 
 crate::stored_as_text!(WaitKind, "wait kind", {
     Approval => "approval",
     Elicitation => "elicitation",
     Command => "command",
+    Process => "process",
 });
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -215,6 +228,19 @@ impl Store {
         row.as_ref().map(wait_from_row).transpose()
     }
 
+    /// The wait recorded under `idem_key` (e.g. a process's `tern-proc:<id>:exit`).
+    pub async fn wait_by_key(&self, idem_key: &str) -> Result<Option<Wait>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            wait_cols!(),
+            " FROM waits WHERE idem_key = ?"
+        ))
+        .bind(idem_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(wait_from_row).transpose()
+    }
+
     pub async fn wait_by_request(&self, request_id: &str) -> Result<Option<Wait>> {
         let row = sqlx::query(concat!(
             "SELECT ",
@@ -358,10 +384,12 @@ impl Store {
         rows.iter().map(wait_from_row).collect()
     }
 
-    /// Whether the session has a pending or ready wait (it is `waiting` between turns).
+    /// Whether the session has a pending or ready wait that makes it `waiting` between
+    /// turns: any kind but `process` (a background process is not a human to wait for).
     pub async fn has_open_waits(&self, session_id: &str) -> Result<bool> {
         let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM waits WHERE session_id = ? AND status IN ('pending', 'ready')",
+            "SELECT COUNT(*) FROM waits WHERE session_id = ? AND status IN ('pending', 'ready') \
+             AND kind <> 'process'",
         )
         .bind(session_id)
         .fetch_one(&self.pool)
@@ -532,6 +560,9 @@ fn decided_result(kind: WaitKind, request_id: Option<&str>) -> String {
         }
         WaitKind::Approval | WaitKind::Elicitation => {
             "The request was created and has been decided since; the decision follows."
+        }
+        WaitKind::Process => {
+            "The background process was started; it has exited since and its summary follows."
         }
     };
     serde_json::json!({"requestId": request_id, "status": "decided", "note": note}).to_string()

@@ -53,7 +53,27 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
         .as_u64()
         .unwrap_or(ctx.limits.terminal_timeout_secs)
         .clamp(1, ctx.limits.terminal_max_timeout_secs.max(1));
-    let workdir = match args["workdir"].as_str() {
+    let workdir = authorize(&command, args["workdir"].as_str(), &ctx).await?;
+    execute(
+        &command,
+        &workdir,
+        Duration::from_secs(timeout),
+        ctx.limits.output_limit_chars,
+        &ctx,
+    )
+    .await
+}
+
+/// What every command goes through before it runs, in the foreground or the background:
+/// the working directory (`workdir` relative to the session's) must exist, hard-line
+/// commands are refused, dangerous ones need the [`Approver`](crate::Approver) (or a
+/// `pre_tool_call` hook's approval). Returns the resolved working directory.
+pub async fn authorize(
+    command: &str,
+    workdir: Option<&str>,
+    ctx: &ToolContext,
+) -> Result<std::path::PathBuf, ToolError> {
+    let workdir = match workdir {
         Some(w) => ctx.resolve(w),
         None => ctx.workdir.clone(),
     };
@@ -67,7 +87,7 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
         )));
     }
 
-    match check_command(&command) {
+    match check_command(command) {
         Verdict::Safe => {}
         Verdict::Forbidden { description, .. } => {
             return Err(ToolError::new(format!(
@@ -81,7 +101,7 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
                 d = ctx.approver.approve(ApprovalRequest {
                     session_id: ctx.session_id.clone(),
                     call_id: ctx.call_id.clone(),
-                    command: command.clone(),
+                    command: command.to_owned(),
                     workdir: workdir.clone(),
                     pattern_key: key,
                     description,
@@ -104,14 +124,7 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
             }
         }
     }
-    execute(
-        &command,
-        &workdir,
-        Duration::from_secs(timeout),
-        ctx.limits.output_limit_chars,
-        &ctx,
-    )
-    .await
+    Ok(workdir)
 }
 
 /// Kills the process group when dropped, unless disarmed after the leader was reaped.

@@ -54,7 +54,8 @@ pub enum Settled {
 pub fn request_kind(kind: WaitKind) -> RequestKind {
     match kind {
         WaitKind::Elicitation => RequestKind::Elicitation,
-        WaitKind::Approval | WaitKind::Command => RequestKind::Approval,
+        // A process wait has no inbox request: nothing asks the inbox about it.
+        WaitKind::Approval | WaitKind::Command | WaitKind::Process => RequestKind::Approval,
     }
 }
 

@@ -10,12 +10,14 @@
 //!   decisions feed or polling — and marking waits ready;
 //! - [`resume`]: delivering a ready wait's decision into its session exactly once and running
 //!   the turn that answers it (at least once, also after a crash);
-//! - [`command`]: dangerous `terminal` commands approved through the inbox.
+//! - [`command`]: dangerous `terminal` commands approved through the inbox;
+//! - [`process`]: `notify_on_complete` — a background process's exit resumes its session.
 
 pub mod client;
 pub mod command;
 pub mod follow;
 pub mod guide;
+pub mod process;
 pub mod remote;
 pub mod resume;
 pub mod tools;

@@ -406,6 +406,13 @@ fn outcome_word(w: &Wait, result: &Value) -> Option<String> {
     if let Some(t) = result.pointer("/outcome/type").and_then(Value::as_str) {
         return Some(t.to_owned());
     }
+    if w.kind == WaitKind::Process {
+        // EXITED or LOST (the supervisor died without recording an exit).
+        return result
+            .get("state")
+            .and_then(Value::as_str)
+            .map(str::to_uppercase);
+    }
     match w.kind {
         WaitKind::Elicitation if result.get("fields").is_some() => Some("SUBMITTED".to_owned()),
         WaitKind::Elicitation if !result.is_null() => Some("EXPIRED".to_owned()),
@@ -453,6 +460,9 @@ pub async fn emit_resolved(
 /// The decision message: one user-role message saying what was asked, what was decided,
 /// by whom, and the full result JSON. Deterministic, so recovery renders the same text.
 pub fn render_decision(w: &Wait) -> String {
+    if w.kind == WaitKind::Process {
+        return crate::process::render_exit(w);
+    }
     let request = parse_json(Some(&w.request));
     let result = parse_json(w.result.as_deref());
     let summary = request
@@ -477,6 +487,7 @@ pub fn render_decision(w: &Wait) -> String {
         WaitKind::Approval => "approval request",
         WaitKind::Elicitation => "question (elicitation request)",
         WaitKind::Command => "request to run a dangerous command",
+        WaitKind::Process => "background process",
     };
     out.push_str(&format!(
         "[inbox decision] Your {what} {request_id} (kind {}) has an answer.\n",
@@ -487,7 +498,7 @@ pub fn render_decision(w: &Wait) -> String {
         out.push_str(&format!("Command: {cmd}\n"));
     }
     match w.kind {
-        WaitKind::Approval | WaitKind::Command => {
+        WaitKind::Approval | WaitKind::Command | WaitKind::Process => {
             let outcome = outcome_word(w, &result).unwrap_or_else(|| "(unknown)".into());
             if expired {
                 out.push_str(&format!(

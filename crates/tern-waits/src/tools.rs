@@ -215,7 +215,8 @@ impl InboxTools {
     pub async fn send_unsent(&self) -> Result<usize, StoreError> {
         let mut sent = 0;
         for wait in self.store.waits_in(WaitStatus::Pending).await? {
-            if wait.request_id.is_some() {
+            // A process wait is no inbox request: its process's exit makes it ready.
+            if wait.request_id.is_some() || wait.kind == WaitKind::Process {
                 continue;
             }
             match self.send_request(&wait.id).await {
@@ -289,7 +290,8 @@ fn is_transient(e: &SendError) -> bool {
 
 fn request_kind(kind: WaitKind) -> RequestKind {
     match kind {
-        WaitKind::Approval | WaitKind::Command => RequestKind::Approval,
+        // A process wait is never sent (see `send_unsent`).
+        WaitKind::Approval | WaitKind::Command | WaitKind::Process => RequestKind::Approval,
         WaitKind::Elicitation => RequestKind::Elicitation,
     }
 }

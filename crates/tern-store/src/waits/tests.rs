@@ -211,3 +211,152 @@ async fn a_moved_wait_keeps_its_origin_session_and_the_successor_waits() {
     };
     assert_eq!(other.origin_session(), next);
 }
+
+#[tokio::test]
+async fn process_waits_do_not_make_the_session_waiting_but_are_delivered_once() {
+    let (_d, s) = store().await;
+    let sess = session(&s).await;
+    let (w, new) = s
+        .create_wait(&NewWait {
+            session_id: &sess,
+            idem_key: "tern-proc:proc_1:exit",
+            tool_call_id: Some("call_1"),
+            kind: WaitKind::Process,
+            request: r#"{"process_id":"proc_1","command":"true"}"#,
+        })
+        .await
+        .unwrap();
+    assert!(new);
+    assert_eq!(w.kind, WaitKind::Process);
+    assert!(!s.has_open_waits(&sess).await.unwrap());
+    s.refresh_waiting(&sess).await.unwrap();
+    assert_eq!(status(&s, &sess).await, SessionStatus::Idle);
+    assert_eq!(
+        s.wait_by_key("tern-proc:proc_1:exit")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        w.id
+    );
+    s.wait_ready(&w.id, r#"{"exit_code":0}"#, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status(&s, &sess).await, SessionStatus::Idle);
+    let msg = NewMessage::new(Role::User, "[process exited]");
+    assert!(s.deliver_wait(&w.id, &msg).await.unwrap().is_some());
+    assert!(s.deliver_wait(&w.id, &msg).await.unwrap().is_none());
+    assert_eq!(s.messages(&sess).await.unwrap().len(), 1);
+}
+
+/// Migration 0011 rebuilds `waits` (to allow kind `process`): a database migrated up to 0010
+/// keeps its waits of every kind and every status, and the indexes come back.
+#[tokio::test]
+async fn the_process_kind_migration_keeps_existing_waits() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+    use std::borrow::Cow;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(&path)
+                    .create_if_missing(true),
+            )
+            .await
+            .unwrap();
+        let old = sqlx::migrate::Migrator {
+            migrations: Cow::Owned(
+                crate::MIGRATOR
+                    .iter()
+                    .filter(|m| m.version <= 10)
+                    .cloned()
+                    .collect(),
+            ),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        old.run(&pool).await.unwrap();
+        for (i, (kind, status)) in [
+            ("approval", "pending"),
+            ("elicitation", "ready"),
+            ("command", "delivered"),
+            ("approval", "cancelled"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            sqlx::query(
+                "INSERT INTO waits (id, session_id, idem_key, tool_call_id, kind, request_id, \
+                 request, status, result, attempts, created_at) \
+                 VALUES (?, 's1', ?, 'c', ?, ?, '{}', ?, '{\"x\":1}', 2, ?)",
+            )
+            .bind(format!("w{i}"))
+            .bind(format!("k{i}"))
+            .bind(kind)
+            .bind(format!("req{i}"))
+            .bind(status)
+            .bind(i as i64)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let refused = sqlx::query(
+            "INSERT INTO waits (id, session_id, idem_key, kind, request, status, created_at) \
+             VALUES ('p', 's1', 'kp', 'process', '{}', 'pending', 9)",
+        )
+        .execute(&pool)
+        .await;
+        assert!(refused.is_err(), "0008 refuses kind process");
+        pool.close().await;
+    }
+    let s = Store::open(&path).await.unwrap();
+    let all = s.session_waits("s1", false).await.unwrap();
+    let got: Vec<_> = all
+        .iter()
+        .map(|w| (w.id.as_str(), w.kind, w.status, w.attempts))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("w0", WaitKind::Approval, WaitStatus::Pending, 2),
+            ("w1", WaitKind::Elicitation, WaitStatus::Ready, 2),
+            ("w2", WaitKind::Command, WaitStatus::Delivered, 2),
+            ("w3", WaitKind::Approval, WaitStatus::Cancelled, 2),
+        ]
+    );
+    assert_eq!(s.wait_by_request("req2").await.unwrap().unwrap().id, "w2");
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'waits' \
+         AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        indexes,
+        ["waits_by_request", "waits_by_session", "waits_by_status"]
+    );
+    // The partial unique index on request_id holds again.
+    let dup = sqlx::query(
+        "INSERT INTO waits (id, session_id, idem_key, kind, request_id, request, status, \
+         created_at) VALUES ('d', 's1', 'kd', 'approval', 'req0', '{}', 'pending', 9)",
+    )
+    .execute(&s.pool)
+    .await;
+    assert!(dup.is_err());
+    let (w, _) = s
+        .create_wait(&NewWait {
+            session_id: "s1",
+            idem_key: "tern-proc:proc_x:exit",
+            tool_call_id: None,
+            kind: WaitKind::Process,
+            request: "{}",
+        })
+        .await
+        .unwrap();
+    assert_eq!(w.kind, WaitKind::Process);
+}

@@ -1,0 +1,162 @@
+//! Background processes through a real `tern gateway`, only the model faked: the model
+//! starts a process with `terminal` and `background: true`; the gateway is killed with
+//! SIGKILL and started again; the process is still running, listed by the `process` tool,
+//! takes stdin, and ends when its session is deleted. The hook events `process_started` and
+//! `process_exited` are seen by a command hook, once each.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Api, Env, wait_until};
+use serde_json::{Value, json};
+use tern_fake_model::{FakeModel, Reply};
+
+/// The model: `start` runs the background command, `call TOOL ARGS` calls any tool; after
+/// a tool result it answers with that result, so the test reads it from the reply.
+fn script_model(fake: &FakeModel) {
+    fake.set_responder(move |body| {
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match last["role"].as_str() {
+            Some("user") if text == "start" => Reply::tool_call(
+                "call_start",
+                "terminal",
+                json!({
+                    "command": "echo started; while read -r l; do echo \"got:$l\"; done",
+                    "background": true,
+                })
+                .to_string(),
+            ),
+            Some("user") => {
+                let (tool, args) = text
+                    .strip_prefix("call ")
+                    .and_then(|r| r.split_once(' '))
+                    .unwrap_or(("none", "{}"));
+                Reply::tool_call("call_x", tool, args.to_owned())
+            }
+            Some("tool") => Reply::text(text),
+            _ => Reply::text("?"),
+        }
+    });
+}
+
+/// One turn; the tool result the model echoed, as JSON.
+async fn turn(api: &Api, session: &str, message: &str) -> Value {
+    let v = api.chat(session, message).await;
+    let text = v["message"]["content"].as_str().unwrap_or_default();
+    serde_json::from_str(text).unwrap_or_else(|_| panic!("not a tool result: {v}"))
+}
+
+async fn process(api: &Api, session: &str, args: Value) -> Value {
+    turn(api, session, &format!("call process {args}")).await
+}
+
+fn hook_events(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_background_process_survives_a_killed_gateway() {
+    let e = Env::with_model().await;
+    script_model(e.fake());
+    let events = e.dir.path().join("events.jsonl");
+    e.config(&format!(
+        "[processes]\nmax_running = 4\nkeep_finished = \"1h\"\n\n[[hooks]]\nevents = [\"process_started\", \"process_exited\"]\ncommand = \"cat >> {}; echo >> {}\"\n",
+        events.display(),
+        events.display()
+    ));
+    let mut gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+
+    let started = turn(&api, &session, "start").await;
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("proc_"), "{started}");
+    let pid = started["pid"].as_i64().unwrap();
+    let first = process(&api, &session, json!({"action": "poll", "session_id": id})).await;
+    assert_eq!(first["state"], "running", "{first}");
+
+    // kill -9 the gateway; the process does not notice.
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    drop(gw);
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the process died with the gateway"
+    );
+
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let list = process(&api, &session, json!({"action": "list"})).await;
+    let procs = list["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{list}");
+    assert_eq!(procs[0]["session_id"], id.as_str());
+    assert_eq!(procs[0]["state"], "running");
+    assert_eq!(procs[0]["pid"], pid);
+
+    // stdin still works, and the output goes on where it was.
+    let ok = process(
+        &api,
+        &session,
+        json!({"action": "submit", "session_id": id, "data": "after restart"}),
+    )
+    .await;
+    assert_eq!(ok["ok"], true, "{ok}");
+    let log = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let l = process(
+                &api,
+                &session,
+                json!({"action": "log", "session_id": id, "offset": 0}),
+            )
+            .await;
+            let out = l["output"].as_str().unwrap_or_default().to_owned();
+            if out.contains("got:after restart") {
+                Ok(out)
+            } else {
+                Err(format!("{l}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(log, "started\ngot:after restart\n");
+
+    // Deleting the session kills its process; the exit is reported once.
+    api.delete(&session).await;
+    let evs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let evs = hook_events(&events);
+            if evs.iter().any(|v| v["event"] == "process_exited") {
+                Ok(evs)
+            } else {
+                Err(format!("{evs:?}"))
+            }
+        },
+    )
+    .await;
+    let names: Vec<&str> = evs.iter().map(|v| v["event"].as_str().unwrap()).collect();
+    assert_eq!(names, ["process_started", "process_exited"], "{evs:?}");
+    assert_eq!(evs[0]["process_id"], id.as_str());
+    assert_eq!(evs[0]["session_id"], session.as_str());
+    assert_eq!(evs[0]["source"], "api");
+    assert_eq!(evs[1]["process_id"], id.as_str());
+    assert_eq!(evs[1]["state"], "exited");
+    assert_eq!(evs[1]["signal"], 15);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}/stat")).exists() || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        }
+    );
+}

@@ -1,0 +1,171 @@
+//! The gateway's background processes ([`tern_procs::ProcessManager`]).
+//!
+//! The binary opens the manager on `$TERN_HOME/procs` (adopting every live supervisor),
+//! registers the `terminal`/`process` tools on it and hands it over with
+//! [`Gateway::set_procs`]. Upkeep then turns the manager's events into the hook events
+//! `process_started` and `process_exited` (each exit once, also one that happened while the
+//! gateway was down) and removes finished processes after `[processes] keep_finished`. A
+//! reset or delete of a session kills its running processes ([`Gateway::kill_session_procs`]).
+//!
+//! `notify_on_complete` (see `tern_waits::process`): an exit makes the process's wait ready
+//! and wakes the resumer, which resumes the session once; at start, a sweep does the same
+//! for pending process waits whose process ended while no exit event could be acted on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tern_hooks::{HookEvent, ProcessExited, ProcessStarted};
+use tern_procs::{ProcEvent, ProcInfo, ProcStatus, ProcessManager};
+use tern_waits::process::ProcessWaits;
+use tokio_util::sync::CancellationToken;
+
+use crate::Gateway;
+
+/// How often finished processes are looked at for removal.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// The manager and how long finished processes are kept.
+pub(crate) struct GatewayProcs {
+    pub(crate) manager: Arc<ProcessManager>,
+    pub(crate) keep_finished: Duration,
+}
+
+impl Gateway {
+    /// Gives the gateway its process manager (before [`Gateway::spawn_upkeep`]); finished
+    /// processes are removed `keep_finished` after they ended.
+    pub fn set_procs(&self, manager: Arc<ProcessManager>, keep_finished: Duration) {
+        if self
+            .procs
+            .set(GatewayProcs {
+                manager,
+                keep_finished,
+            })
+            .is_err()
+        {
+            tracing::warn!("the process manager was set already; the second one is ignored");
+        }
+    }
+
+    /// The process manager, if this gateway runs background processes.
+    pub fn procs(&self) -> Option<&Arc<ProcessManager>> {
+        self.procs.get().map(|p| &p.manager)
+    }
+
+    /// Kills every running process `session_id` started; returns how many.
+    pub(crate) async fn kill_session_procs(&self, session_id: &str) -> usize {
+        let Some(mgr) = self.procs() else {
+            return 0;
+        };
+        let killed = mgr.kill_session(session_id).await;
+        if !killed.is_empty() {
+            tracing::info!(
+                session = session_id,
+                processes = ?killed,
+                "the session's background processes were killed"
+            );
+        }
+        killed.len()
+    }
+
+    /// Hook events from the manager's events, and the retention sweep; both end with `stop`.
+    pub(crate) fn spawn_procs_upkeep(self: &Arc<Self>, stop: &CancellationToken) {
+        let Some(p) = self.procs.get() else {
+            return;
+        };
+        let mut events = p.manager.events();
+        let gw = Arc::downgrade(self);
+        let stop2 = stop.clone();
+        let sweep_mgr = Arc::clone(&p.manager);
+        let waits = ProcessWaits::new(self.store.clone());
+        tokio::spawn(async move {
+            if let Some(gw) = gw.upgrade() {
+                let resumer = gw.resumer();
+                if let Err(e) = waits.sweep(&sweep_mgr, resumer.as_deref()).await {
+                    tracing::error!(error = %e, "cannot look for processes that ended unnotified");
+                }
+            }
+            loop {
+                let event = tokio::select! {
+                    () = stop2.cancelled() => return,
+                    e = events.recv() => match e {
+                        Some(e) => e,
+                        None => return,
+                    },
+                };
+                let Some(gw) = gw.upgrade() else { return };
+                gw.emit_proc_event(event).await;
+            }
+        });
+        let manager = Arc::clone(&p.manager);
+        let keep = p.keep_finished;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = manager.prune(keep).await {
+                    tracing::warn!(error = %e, "cannot remove finished processes");
+                }
+            }
+        });
+    }
+
+    async fn emit_proc_event(&self, event: ProcEvent) {
+        let info = match &event {
+            ProcEvent::Started(i) | ProcEvent::Exited(i) => i,
+        };
+        let session_id = info.session_id.clone().unwrap_or_default();
+        let source = match self.store.get_session(&session_id).await {
+            Ok(Some(s)) => s.source,
+            _ => String::new(),
+        };
+        if let (ProcEvent::Exited(i), Some(mgr)) = (&event, self.procs())
+            && i.notify_on_complete
+        {
+            let resumer = self.resumer();
+            if let Err(e) = ProcessWaits::new(self.store.clone())
+                .exited(mgr, i, resumer.as_deref())
+                .await
+            {
+                // The start-up sweep makes it ready next time.
+                tracing::error!(process = %i.id, error = %e, "cannot record a process exit for its notification");
+            }
+        }
+        let hook = match &event {
+            ProcEvent::Started(i) => HookEvent::ProcessStarted(ProcessStarted {
+                session_id,
+                source,
+                process_id: i.id.clone(),
+                pid: i.pid,
+                command: i.command.clone(),
+                workdir: i.workdir.display().to_string(),
+                pty: i.pty,
+            }),
+            ProcEvent::Exited(i) => exited(i, session_id, source),
+        };
+        self.hooks.emit(hook);
+    }
+}
+
+fn exited(i: &ProcInfo, session_id: String, source: String) -> HookEvent {
+    let (state, exit_code, signal) = match &i.status {
+        ProcStatus::Exited {
+            exit_code, signal, ..
+        } => ("exited", *exit_code, *signal),
+        ProcStatus::Lost => ("lost", None, None),
+        ProcStatus::Running => ("running", None, None),
+    };
+    HookEvent::ProcessExited(ProcessExited {
+        session_id,
+        source,
+        process_id: i.id.clone(),
+        pid: i.pid,
+        command: i.command.clone(),
+        state: state.to_owned(),
+        exit_code,
+        signal,
+    })
+}

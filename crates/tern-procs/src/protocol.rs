@@ -1,0 +1,120 @@
+//! The supervisor's socket protocol: one JSON object per line each way.
+//!
+//! Flow: the client connects to `<dir>/sock`, writes a [`Request`] line and reads one
+//! [`Response`] line; a connection may carry several requests in turn. `wait` is answered
+//! when the child has exited and its status is recorded; a closed connection without an
+//! answer means the supervisor is gone.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+use crate::ProcError;
+use crate::layout::ExitRecord;
+
+/// Longest request line the supervisor reads (stdin data travels in it).
+pub const MAX_LINE: usize = 4 * 1024 * 1024;
+
+/// A request to the supervisor.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Is it there? Answers with the child's pid.
+    Ping,
+    /// Bytes to the child's stdin (UTF-8 text).
+    Write { data: String },
+    /// A line to the child's stdin: the data and Enter (`\n` on a pipe, `\r` on a PTY, as a
+    /// keyboard sends it).
+    Submit { data: String },
+    /// End the child's stdin (on a PTY: Ctrl-D, the terminal's end of input).
+    Close,
+    /// TERM to the child's process group, KILL after `grace_ms` (default: the spec's).
+    Kill { grace_ms: Option<u64> },
+    /// Answered when the child has exited.
+    Wait,
+}
+
+/// The supervisor's answer.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_pid: Option<i32>,
+    /// Set once the child has exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitRecord>,
+}
+
+impl Response {
+    pub fn ok() -> Self {
+        Self {
+            ok: true,
+            ..Self::default()
+        }
+    }
+    pub fn err(msg: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            error: Some(msg.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Sends one request and reads its answer. `Ok(None)`: the supervisor is not there or
+/// closed the connection without answering (it is gone or going).
+pub async fn call(socket: &Path, req: &Request) -> Result<Option<Response>, ProcError> {
+    let stream = match UnixStream::connect(socket).await {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(ProcError::io(socket, e)),
+    };
+    let (rd, mut wr) = stream.into_split();
+    let mut line = serde_json::to_vec(req)
+        .map_err(|e| ProcError::Protocol(format!("cannot encode a request: {e}")))?;
+    line.push(b'\n');
+    if let Err(e) = wr.write_all(&line).await {
+        return if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Ok(None)
+        } else {
+            Err(ProcError::io(socket, e))
+        };
+    }
+    let mut answer = String::new();
+    match BufReader::new(rd).read_line(&mut answer).await {
+        Ok(0) => Ok(None),
+        Ok(_) => serde_json::from_str(&answer).map(Some).map_err(|e| {
+            ProcError::Protocol(format!("the supervisor answered nonsense: {e}: {answer}"))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+        Err(e) => Err(ProcError::io(socket, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_a_stable_shape() {
+        let r = serde_json::to_string(&Request::Submit { data: "x".into() }).unwrap();
+        assert_eq!(r, r#"{"op":"submit","data":"x"}"#);
+        let k: Request = serde_json::from_str(r#"{"op":"kill"}"#).unwrap();
+        assert_eq!(k, Request::Kill { grace_ms: None });
+        assert_eq!(
+            serde_json::to_string(&Response::ok()).unwrap(),
+            r#"{"ok":true}"#
+        );
+    }
+}

@@ -1,0 +1,574 @@
+//! The supervisor: one small process per background process, `tern supervise DIR`.
+//!
+//! The manager starts it detached (its own session and process group, stdin closed, stderr
+//! into `supervisor.log`), so it outlives the gateway: a stop, crash or kill -9 of the gateway
+//! leaves it and its child running, and the next gateway adopts the directory.
+//!
+//! Flow: read `spec.json` → take the directory's lock (held until exit: its release is how
+//! the gateway knows the supervisor is gone) → start the log → bind `sock` → spawn the child,
+//! `bash -c COMMAND`, as the leader of its own process group: stdout and stderr into one
+//! pipe, or a fresh PTY (portable-pty) whose session it leads → write `meta.json` → print one
+//! readiness line ([`Response`]) on stdout for the manager, then point stdout at /dev/null.
+//! Then three things run side by side:
+//!
+//! - the **pump** thread reads the pipe or the PTY and appends to the log ([`LogWriter`]);
+//! - the **reaper** thread waits for the child (`waitid` with `WNOWAIT`, then marks it reaped
+//!   under the lock that signalling takes, then reaps it, so a signal never reaches a reused
+//!   process group id);
+//! - the socket server answers `write`, `submit`, `close`, `kill` (TERM to the group, KILL
+//!   after the grace period) and `wait` ([`crate::protocol`]); SIGTERM or SIGINT to the
+//!   supervisor kills the child the same way; SIGHUP is ignored.
+//!
+//! When the child has exited: wait for the pump to reach the end of the output (bounded, as a
+//! background descendant may hold the pipe open) → write `exit.json` atomically → answer the
+//! waiters → remove the socket → exit.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::ProcError;
+use crate::layout::{ExitRecord, Meta, ProcDir, Spec, now_ms, read_json, write_json_atomic};
+use crate::log::LogWriter;
+use crate::protocol::{MAX_LINE, Request, Response};
+
+/// How long the output may go on after the child exited before the status is recorded
+/// anyway (a background descendant can hold the pipe open for ever).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long connected clients get for their last answers before the supervisor exits.
+const GOODBYE_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs the supervisor for the process directory `dir` until its child has exited and the
+/// exit status is recorded. Prints the readiness line on stdout.
+pub async fn supervise(dir: &Path) -> Result<(), ProcError> {
+    let pd = ProcDir::new(dir);
+    let started = match start(&pd).await {
+        Ok(s) => s,
+        Err(e) => {
+            ready(&Response::err(e.to_string()));
+            return Err(e);
+        }
+    };
+    let mut ok = Response::ok();
+    ok.child_pid = Some(started.meta.child_pid);
+    ready(&ok);
+    tracing::info!(id = %started.meta.spec.id, child_pid = started.meta.child_pid, "supervising");
+    run(pd, started).await
+}
+
+/// Prints the readiness line, then points stdout at /dev/null so later writes go nowhere
+/// (the manager stops reading after this line).
+fn ready(resp: &Response) {
+    let mut line = serde_json::to_string(resp)
+        .unwrap_or_else(|_| r#"{"ok":false,"error":"unencodable readiness"}"#.into());
+    line.push('\n');
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+        tracing::warn!("cannot report readiness: {e}");
+    }
+    drop(out);
+    match File::options().write(true).open("/dev/null") {
+        Ok(null) => {
+            if let Err(e) = nix::unistd::dup2_stdout(&null) {
+                tracing::warn!("cannot detach stdout: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot open /dev/null: {e}"),
+    }
+}
+
+/// What a started supervisor holds.
+struct Started {
+    meta: Meta,
+    _lock: nix::fcntl::Flock<File>,
+    listener: UnixListener,
+    log: LogWriter,
+    output: Box<dyn Read + Send>,
+    stdin: Box<dyn Write + Send>,
+    /// Kept open for the child's life (dropping the master hangs up the terminal).
+    _master: Option<Box<dyn portable_pty::MasterPty + Send>>,
+}
+
+async fn start(pd: &ProcDir) -> Result<Started, ProcError> {
+    let spec: Spec = read_json(&pd.spec())?
+        .ok_or_else(|| ProcError::Protocol(format!("{} is missing", pd.spec().display())))?;
+    let lock = pd.take_lock()?;
+    let log = LogWriter::create(&pd.log_dir(), spec.log_max_bytes)?;
+    let sock = pd.socket();
+    match std::fs::remove_file(&sock) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(ProcError::io(&sock, e)),
+    }
+    let listener = UnixListener::bind(&sock).map_err(|e| ProcError::io(&sock, e))?;
+    let child = if spec.pty {
+        spawn_pty(&spec)?
+    } else {
+        spawn_pipe(&spec)?
+    };
+    let meta = Meta {
+        spec,
+        supervisor_pid: std::process::id() as i32,
+        child_pid: child.pid,
+        started_at_ms: now_ms(),
+    };
+    write_json_atomic(&pd.meta(), &meta)?;
+    Ok(Started {
+        meta,
+        _lock: lock,
+        listener,
+        log,
+        output: child.output,
+        stdin: child.stdin,
+        _master: child.master,
+    })
+}
+
+struct Child {
+    pid: i32,
+    output: Box<dyn Read + Send>,
+    stdin: Box<dyn Write + Send>,
+    master: Option<Box<dyn portable_pty::MasterPty + Send>>,
+}
+
+fn shell() -> &'static str {
+    if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    }
+}
+
+fn spawn_pipe(spec: &Spec) -> Result<Child, ProcError> {
+    use std::os::unix::process::CommandExt;
+    let spawn_err = |e: std::io::Error| ProcError::Spawn(e.to_string());
+    let (read_end, write_end) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| spawn_err(e.into()))?;
+    let write_err = write_end.try_clone().map_err(spawn_err)?;
+    let mut cmd = std::process::Command::new(shell());
+    cmd.arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.workdir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write_err))
+        .env("PAGER", "cat")
+        .env("GIT_PAGER", "cat")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    // Our copies of the pipe's write end go with `cmd`, so EOF comes when the child and its
+    // descendants have closed theirs.
+    drop(cmd);
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| ProcError::Spawn("the child has no stdin".into()))?;
+    Ok(Child {
+        pid: child.id() as i32,
+        output: Box::new(File::from(read_end)),
+        stdin: Box::new(stdin),
+        master: None,
+    })
+}
+
+fn spawn_pty(spec: &Spec) -> Result<Child, ProcError> {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    // portable-pty reports errors as `anyhow::Error`; only their text is kept.
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: spec.rows,
+            cols: spec.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .map_err(|e| ProcError::Spawn(format!("cannot open a PTY: {e}")))?;
+    let mut cmd = CommandBuilder::new(shell());
+    cmd.arg("-c");
+    cmd.arg(&spec.command);
+    cmd.cwd(&spec.workdir);
+    cmd.env("TERM", "xterm-256color");
+    cmd.env("PAGER", "cat");
+    cmd.env("GIT_PAGER", "cat");
+    let child = pair
+        .slave
+        .spawn_command(cmd)
+        .map_err(|e| ProcError::Spawn(e.to_string()))?;
+    let pid = child
+        .process_id()
+        .ok_or_else(|| ProcError::Spawn("the child has no pid".into()))? as i32;
+    // The child has its own slave descriptors; ours would keep the terminal open after it.
+    drop(pair.slave);
+    let output = pair
+        .master
+        .try_clone_reader()
+        .map_err(|e| ProcError::Spawn(format!("cannot read the PTY: {e}")))?;
+    let stdin = pair
+        .master
+        .take_writer()
+        .map_err(|e| ProcError::Spawn(format!("cannot write to the PTY: {e}")))?;
+    Ok(Child {
+        pid,
+        output,
+        stdin,
+        master: Some(pair.master),
+    })
+}
+
+/// What the socket handlers share.
+struct State {
+    pty: bool,
+    pgid: Pid,
+    child_pid: i32,
+    kill_grace: Duration,
+    /// Set (under this lock) just before the child is reaped; signals are sent under it.
+    reaped: Mutex<bool>,
+    stdin: Arc<Mutex<Option<Box<dyn Write + Send>>>>,
+    exit: watch::Receiver<Option<ExitRecord>>,
+}
+
+impl State {
+    /// Sends `sig` to the child's process group unless the child was reaped (its group id
+    /// could then belong to someone else). False when nothing was sent.
+    fn signal_group(&self, sig: Signal) -> bool {
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if *reaped {
+            return false;
+        }
+        match killpg(self.pgid, sig) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("killpg {sig}: {e}");
+                false
+            }
+        }
+    }
+
+    /// TERM now, KILL after the grace period if the child is still there.
+    fn kill(self: &Arc<Self>, grace: Duration) -> bool {
+        if !self.signal_group(Signal::SIGTERM) {
+            return false;
+        }
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "sent TERM to the child's group"
+        );
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if me.signal_group(Signal::SIGKILL) {
+                tracing::info!("sent KILL to the child's group after the grace period");
+            }
+        });
+        true
+    }
+
+    fn exited(&self) -> Option<ExitRecord> {
+        self.exit.borrow().clone()
+    }
+
+    async fn handle(self: &Arc<Self>, req: Request) -> Response {
+        match req {
+            Request::Ping => {
+                let mut r = Response::ok();
+                r.child_pid = Some(self.child_pid);
+                r.exit = self.exited();
+                r
+            }
+            Request::Write { data } => self.write(data.into_bytes()).await,
+            Request::Submit { mut data } => {
+                data.push(if self.pty { '\r' } else { '\n' });
+                self.write(data.into_bytes()).await
+            }
+            Request::Close => {
+                if self.exited().is_some() {
+                    return Response::err("the process has exited");
+                }
+                let stdin = Arc::clone(&self.stdin);
+                // Dropping the writer closes the pipe; portable-pty's PTY writer sends the
+                // terminal's end-of-file (a newline and Ctrl-D) when dropped.
+                let closed = tokio::task::spawn_blocking(move || {
+                    stdin
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take()
+                        .is_some()
+                })
+                .await;
+                match closed {
+                    Ok(true) => Response::ok(),
+                    Ok(false) => Response::err("stdin is already closed"),
+                    Err(e) => Response::err(format!("cannot close stdin: {e}")),
+                }
+            }
+            Request::Kill { grace_ms } => {
+                let grace = grace_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(self.kill_grace);
+                if self.kill(grace) {
+                    Response::ok()
+                } else {
+                    let mut r = Response::err("the process has already exited");
+                    r.exit = self.exited();
+                    r
+                }
+            }
+            Request::Wait => {
+                let mut rx = self.exit.clone();
+                match rx.wait_for(Option::is_some).await {
+                    Ok(rec) => {
+                        let mut r = Response::ok();
+                        r.exit = rec.clone();
+                        r
+                    }
+                    Err(_) => Response::err("the supervisor is stopping"),
+                }
+            }
+        }
+    }
+
+    async fn write(&self, bytes: Vec<u8>) -> Response {
+        if self.exited().is_some() {
+            return Response::err("the process has exited");
+        }
+        let stdin = Arc::clone(&self.stdin);
+        let res = tokio::task::spawn_blocking(move || {
+            let mut guard = stdin.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_mut() {
+                None => Err("stdin is closed".to_owned()),
+                Some(w) => {
+                    w.write_all(&bytes)
+                        .and_then(|()| w.flush())
+                        .map_err(|e| match e.kind() {
+                            std::io::ErrorKind::BrokenPipe => {
+                                "the process does not read its input any more".to_owned()
+                            }
+                            _ => format!("cannot write to the process: {e}"),
+                        })
+                }
+            }
+        })
+        .await;
+        match res {
+            Ok(Ok(())) => Response::ok(),
+            Ok(Err(e)) => Response::err(e),
+            Err(e) => Response::err(format!("cannot write to the process: {e}")),
+        }
+    }
+}
+
+async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
+    let Started {
+        meta,
+        _lock,
+        listener,
+        mut log,
+        mut output,
+        stdin,
+        _master,
+    } = started;
+    let (exit_tx, exit_rx) = watch::channel(None);
+    let state = Arc::new(State {
+        pty: meta.spec.pty,
+        pgid: Pid::from_raw(meta.child_pid),
+        child_pid: meta.child_pid,
+        kill_grace: Duration::from_millis(meta.spec.kill_grace_ms),
+        reaped: Mutex::new(false),
+        stdin: Arc::new(Mutex::new(Some(stdin))),
+        exit: exit_rx,
+    });
+
+    // The pump: output → log, on a thread of its own (blocking reads of a pipe or a PTY).
+    let written = Arc::new(AtomicU64::new(0));
+    let stop_pump = Arc::new(AtomicBool::new(false));
+    let (pump_tx, pump_done) = oneshot::channel::<()>();
+    {
+        let written = Arc::clone(&written);
+        let stop = Arc::clone(&stop_pump);
+        std::thread::Builder::new()
+            .name("pump".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut warned = false;
+                loop {
+                    let n = match output.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        // EIO on a PTY: the terminal has no slave left, which is its EOF.
+                        Err(_) => break,
+                    };
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Err(e) = log.write(&buf[..n]) {
+                        // Keep reading, so the child never blocks on a full pipe.
+                        if !warned {
+                            tracing::warn!("cannot write the output log: {e}");
+                            warned = true;
+                        }
+                        continue;
+                    }
+                    written.store(log.offset(), Ordering::Release);
+                }
+                let _ = pump_tx.send(());
+            })
+            .map_err(|e| ProcError::Spawn(format!("cannot start the pump thread: {e}")))?;
+    }
+
+    // The reaper: waits for the child without reaping, marks it, reaps it.
+    let (status_tx, status_rx) = oneshot::channel::<WaitStatus>();
+    {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || {
+                let pid = state.pgid;
+                while let Err(nix::errno::Errno::EINTR) =
+                    waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+                {
+                }
+                let status = {
+                    let mut reaped = state.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                    *reaped = true;
+                    loop {
+                        match waitpid(pid, None) {
+                            Err(nix::errno::Errno::EINTR) => continue,
+                            Ok(s) => break s,
+                            Err(e) => {
+                                tracing::error!("cannot reap the child: {e}");
+                                break WaitStatus::StillAlive;
+                            }
+                        }
+                    }
+                };
+                let _ = status_tx.send(status);
+            })
+            .map_err(|e| ProcError::Spawn(format!("cannot start the reaper thread: {e}")))?;
+    }
+
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    tracker.spawn(accept_loop(
+        listener,
+        Arc::clone(&state),
+        cancel.clone(),
+        tracker.clone(),
+    ));
+    tracker.spawn(signals(Arc::clone(&state), cancel.clone()));
+
+    let status = status_rx.await.unwrap_or(WaitStatus::StillAlive);
+    let (code, signal) = match status {
+        WaitStatus::Exited(_, code) => (Some(code), None),
+        WaitStatus::Signaled(_, sig, _) => (None, Some(sig as i32)),
+        other => {
+            tracing::error!("unexpected wait status {other:?}");
+            (None, None)
+        }
+    };
+    if tokio::time::timeout(DRAIN_GRACE, pump_done).await.is_err() {
+        tracing::warn!("the output is still open after the process exited; recording the exit");
+    }
+    stop_pump.store(true, Ordering::Release);
+    let record = ExitRecord {
+        code,
+        signal,
+        ended_at_ms: now_ms(),
+        output_bytes: written.load(Ordering::Acquire),
+    };
+    let exit_path = pd.exit();
+    let to_write = record.clone();
+    let wrote = tokio::task::spawn_blocking(move || write_json_atomic(&exit_path, &to_write))
+        .await
+        .map_err(|e| ProcError::Protocol(format!("cannot record the exit: {e}")))?;
+    tracing::info!(?code, ?signal, "the process exited");
+    let _ = exit_tx.send(Some(record));
+    let _ = std::fs::remove_file(pd.socket());
+    cancel.cancel();
+    tracker.close();
+    let _ = tokio::time::timeout(GOODBYE_GRACE, tracker.wait()).await;
+    wrote
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    state: Arc<State>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    tracker.spawn(serve(stream, Arc::clone(&state), cancel.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn serve(stream: UnixStream, state: Arc<State>, cancel: CancellationToken) {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    loop {
+        let mut line = Vec::new();
+        let mut limited = (&mut rd).take(MAX_LINE as u64);
+        let read = tokio::select! {
+            () = cancel.cancelled() => return,
+            r = limited.read_until(b'\n', &mut line) => r,
+        };
+        let resp = match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) if !line.ends_with(b"\n") => {
+                Response::err(format!("a request is at most {MAX_LINE} bytes"))
+            }
+            Ok(_) => match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => state.handle(req).await,
+                Err(e) => Response::err(format!("not a request: {e}")),
+            },
+        };
+        let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false}".to_vec());
+        out.push(b'\n');
+        if wr.write_all(&out).await.is_err() || !line.ends_with(b"\n") {
+            return;
+        }
+    }
+}
+
+async fn signals(state: Arc<State>, cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot handle signals");
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = term.recv() => { state.kill(state.kill_grace); }
+            _ = int.recv() => { state.kill(state.kill_grace); }
+            _ = hup.recv() => tracing::debug!("ignoring SIGHUP"),
+        }
+    }
+}

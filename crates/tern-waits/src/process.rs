@@ -1,0 +1,241 @@
+//! `notify_on_complete` through durable waits: a background process's exit resumes the
+//! session that started it exactly once, with a summary (exit code, last lines).
+//!
+//! # Flow
+//!
+//! ```text
+//! terminal(background, notify_on_complete) ─► ProcessManager::spawn
+//!   └─ ProcessNotifier::armed ─► ProcessWaits::arm: Store::create_wait(kind process,
+//!        idem_key "tern-proc:<id>:exit")                       (before the tool answers)
+//! ProcEvent::Exited ─► ProcessWaits::exited: arm again (no-op) ─► ExitSummary ─►
+//!   Store::wait_ready(pending → ready) ─► Resumer::notify_ready ─► deliver (once) ─► turn
+//! gateway start ─► ProcessWaits::sweep: pending process waits whose process has ended
+//!   become ready (the exit event was reported before a crash but the wait not marked)
+//! ```
+//!
+//! - **Exactly once**: one wait per process (its `idem_key`), `wait_ready` moves it only from
+//!   `pending` and `deliver_wait` only from `ready`, so an exit seen twice (event and sweep,
+//!   two managers) appends one summary. A crash after the spawn but before the arm is
+//!   covered by [`ProcessWaits::exited`] arming it itself; a crash after the exit was
+//!   reported but before the wait became ready, by [`ProcessWaits::sweep`].
+//! - **Busy sessions**: the resumer's turn queues behind the session's running turn, so an
+//!   exit while the launching turn still runs is delivered after it.
+//! - **Status**: a process wait does not make its session `waiting` (see `tern_store::waits`):
+//!   nobody is asked anything, and the user may chat on meanwhile.
+
+use serde_json::{Value, json};
+use tern_procs::{ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier};
+use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
+use tern_tools::BoxFuture;
+
+use crate::resume::Resumer;
+
+/// What can fail on the process side of the waits.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessWaitError {
+    #[error("the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("the process: {0}")]
+    Proc(#[from] ProcError),
+}
+
+/// The idempotency key of a process's exit wait.
+pub fn idem_key(process_id: &str) -> String {
+    format!("tern-proc:{process_id}:exit")
+}
+
+/// Arms, readies and sweeps process waits on a store.
+#[derive(Clone)]
+pub struct ProcessWaits {
+    store: Store,
+}
+
+impl ProcessWaits {
+    pub fn new(store: Store) -> Self {
+        ProcessWaits { store }
+    }
+
+    /// Records the pending exit wait of `info` (once per process id: a second call returns
+    /// the first wait). `None` when the process has no session to notify.
+    pub async fn arm(
+        &self,
+        call_id: Option<&str>,
+        info: &ProcInfo,
+    ) -> Result<Option<Wait>, StoreError> {
+        let Some(session) = info.session_id.as_deref() else {
+            return Ok(None);
+        };
+        let key = idem_key(&info.id);
+        let request = json!({
+            "process_id": info.id,
+            "command": info.command,
+            "pid": info.pid,
+        })
+        .to_string();
+        let (w, new) = self
+            .store
+            .create_wait(&NewWait {
+                session_id: session,
+                idem_key: &key,
+                tool_call_id: call_id,
+                kind: WaitKind::Process,
+                request: &request,
+            })
+            .await?;
+        if new {
+            tracing::debug!(process = %info.id, wait = %w.id, session, "completion notification armed");
+        }
+        Ok(Some(w))
+    }
+
+    /// `info` has ended: when it was started with `notify_on_complete`, its wait (armed here
+    /// if the start could not) becomes ready with the exit summary, and the resumer is woken.
+    /// `true` when this call made it ready.
+    pub async fn exited(
+        &self,
+        mgr: &ProcessManager,
+        info: &ProcInfo,
+        resumer: Option<&Resumer>,
+    ) -> Result<bool, ProcessWaitError> {
+        if !info.notify_on_complete {
+            return Ok(false);
+        }
+        let Some(w) = self.arm(None, info).await? else {
+            return Ok(false);
+        };
+        self.make_ready(mgr, &w, Some(info.clone()), resumer).await
+    }
+
+    /// Every pending process wait whose process is no longer running becomes ready (at
+    /// gateway start, next to the resumer's recovery). Returns how many did.
+    pub async fn sweep(
+        &self,
+        mgr: &ProcessManager,
+        resumer: Option<&Resumer>,
+    ) -> Result<usize, ProcessWaitError> {
+        let mut n = 0;
+        for w in self.store.waits_in(WaitStatus::Pending).await? {
+            if w.kind != WaitKind::Process {
+                continue;
+            }
+            if self.make_ready(mgr, &w, None, resumer).await? {
+                n += 1;
+            }
+        }
+        if n > 0 {
+            tracing::info!(
+                waits = n,
+                "process exits found at start were made ready for delivery"
+            );
+        }
+        Ok(n)
+    }
+
+    /// Marks `w` ready with its process's summary, unless the process still runs.
+    async fn make_ready(
+        &self,
+        mgr: &ProcessManager,
+        w: &Wait,
+        info: Option<ProcInfo>,
+        resumer: Option<&Resumer>,
+    ) -> Result<bool, ProcessWaitError> {
+        if w.status != WaitStatus::Pending {
+            return Ok(false);
+        }
+        let process_id = request_field(w, "process_id").unwrap_or_default();
+        let info = match info {
+            Some(i) => Some(i),
+            None => match mgr.get(&process_id).await {
+                Ok(i) => Some(i),
+                Err(ProcError::NotFound(_)) => None,
+                Err(e) => return Err(e.into()),
+            },
+        };
+        let summary = match &info {
+            Some(i) => match ExitSummary::of(mgr, i).await {
+                Ok(Some(s)) => s,
+                Ok(None) => return Ok(false),
+                // The log is unreadable: the exit is still worth telling.
+                Err(e) => {
+                    tracing::warn!(process = %i.id, error = %e, "cannot read the end of the log");
+                    let mut s = ExitSummary::of_status(i);
+                    s.last_lines = String::new();
+                    s
+                }
+            },
+            // Removed already (retention): it ended, nothing more is known.
+            None => ExitSummary {
+                process_id: process_id.clone(),
+                command: request_field(w, "command").unwrap_or_default(),
+                state: "lost".to_owned(),
+                exit_code: None,
+                signal: None,
+                last_lines: String::new(),
+            },
+        };
+        let result = serde_json::to_string(&summary).unwrap_or_else(|_| "null".to_owned());
+        let ready = self.store.wait_ready(&w.id, &result, None).await?;
+        if ready.is_none() {
+            return Ok(false);
+        }
+        tracing::info!(process = %summary.process_id, wait = %w.id, session = %w.session_id, "process exited; its session is to be notified");
+        if let Some(r) = resumer {
+            r.notify_ready();
+        }
+        Ok(true)
+    }
+}
+
+impl ProcessNotifier for ProcessWaits {
+    fn armed<'a>(
+        &'a self,
+        call_id: &'a str,
+        info: &'a ProcInfo,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.arm(Some(call_id), info)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+fn request_field(w: &Wait, key: &str) -> Option<String> {
+    serde_json::from_str::<Value>(&w.request)
+        .ok()?
+        .get(key)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// The message a process wait delivers: what ended, how, and its last lines.
+/// Deterministic, so recovery renders the same text.
+pub fn render_exit(w: &Wait) -> String {
+    let summary: Option<ExitSummary> = w
+        .result
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok());
+    let id = request_field(w, "process_id").unwrap_or_else(|| "?".into());
+    let command = request_field(w, "command").unwrap_or_default();
+    let Some(s) = summary else {
+        return format!("[process exited] Your background process {id} (`{command}`) has ended.");
+    };
+    let how = match (s.state.as_str(), s.exit_code, s.signal) {
+        ("lost", ..) => {
+            "was lost: its supervisor ended without recording an exit status".to_owned()
+        }
+        (_, _, Some(sig)) => format!("was killed by signal {sig}"),
+        (_, Some(code), None) => format!("exited with code {code}"),
+        _ => "exited".to_owned(),
+    };
+    let mut out = format!("[process exited] Your background process {id} (`{command}`) {how}.");
+    if s.last_lines.is_empty() {
+        out.push_str("\nIt wrote no output.");
+    } else {
+        out.push_str("\nLast lines:\n");
+        out.push_str(&s.last_lines);
+    }
+    out.push_str("\n\nThe full output is available through the `process` tool (`log`).");
+    out
+}
