@@ -160,3 +160,73 @@ async fn a_background_process_survives_a_killed_gateway() {
         }
     );
 }
+
+fn pid_alive(pid: i64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test]
+async fn a_reset_or_delete_asked_to_keep_processes_keeps_them() {
+    let e = Env::with_model().await;
+    script_model(e.fake());
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let first = api.create_session().await;
+    let started = turn(&api, &first, "start").await;
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    let pid = started["pid"].as_i64().unwrap();
+
+    // Kept on reset: it moves to the successor, which sees and drives it.
+    let second = api.reset_with(&first, "?keep_processes=true").await;
+    assert!(pid_alive(pid));
+    let listed = process(&api, &second, json!({"action": "list"})).await;
+    assert!(listed.to_string().contains(&id), "{listed}");
+    let sent = process(
+        &api,
+        &second,
+        json!({"action": "submit", "session_id": id, "data": "moved"}),
+    )
+    .await;
+    assert!(!sent.to_string().contains("error"), "{sent}");
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || {
+            let p = process(&api, &second, json!({"action": "log", "session_id": id})).await;
+            if p.to_string().contains("got:moved") {
+                Ok(())
+            } else {
+                Err(p.to_string())
+            }
+        },
+    )
+    .await;
+
+    // Kept on delete: it goes on without a session.
+    api.delete_with(&second, "?keep_processes=true").await;
+    assert!(pid_alive(pid), "kept through the delete");
+
+    // A plain reset ends a session's processes.
+    let third = api.create_session().await;
+    let other = turn(&api, &third, "start").await;
+    let other_pid = other["pid"].as_i64().unwrap();
+    api.reset(&third).await;
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || {
+            if pid_alive(other_pid) {
+                Err("still running".to_owned())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    assert!(pid_alive(pid), "the kept one is untouched");
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .ok();
+}

@@ -1,6 +1,8 @@
-//! `notify_on_complete` through a real `tern gateway`, only the model faked: the model starts
-//! `sleep 1; echo done` in the background with `notify_on_complete`, its turn ends, and when
-//! the process exits the session is resumed once with the exit code and the last line.
+//! `notify_on_complete` and `watch_patterns` through a real `tern gateway`, only the model
+//! faked: the model starts `sleep 1; echo done` in the background with `notify_on_complete`,
+//! its turn ends, and when the process exits the session is resumed once with the exit code
+//! and the last line; a process that ends while its launching turn still runs is told once,
+//! after that turn; a watch pattern's match resumes the session while the process runs.
 
 mod common;
 
@@ -83,4 +85,128 @@ async fn a_finished_process_resumes_its_session_once() {
             .count(),
         1
     );
+}
+
+const MATCH_TAG: &str = "[process output matched]";
+
+#[tokio::test]
+async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
+    let e = Env::with_model().await;
+    e.fake().set_responder(move |body| {
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match (last["role"].as_str(), last["tool_call_id"].as_str()) {
+            (Some("user"), _) if text == "start" => Reply::tool_call(
+                "call_start",
+                "terminal",
+                json!({"command": "echo quick", "background": true, "notify_on_complete": true})
+                    .to_string(),
+            ),
+            // The turn goes on for two seconds after the process has ended.
+            (Some("tool"), Some("call_start")) => Reply::tool_call(
+                "call_sleep",
+                "terminal",
+                json!({"command": "sleep 2"}).to_string(),
+            ),
+            (Some("tool"), Some("call_sleep")) => Reply::text("launched"),
+            (Some("user"), _) if text.starts_with(EXIT_TAG) => Reply::text("noted"),
+            _ => Reply::text("?"),
+        }
+    });
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    let v = api.chat(&session, "start").await;
+    assert_eq!(v["message"]["content"], "launched", "{v}");
+    let msgs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let msgs = api.messages(&session).await;
+            if msgs.last().is_some_and(|m| content(m) == "noted") {
+                Ok(msgs)
+            } else {
+                Err(format!("not resumed: {msgs:?}"))
+            }
+        },
+    )
+    .await;
+    api.until_resumed(&session).await;
+    let texts: Vec<String> = msgs.iter().map(|m| content(m).to_owned()).collect();
+    let launched = texts.iter().position(|t| t == "launched").unwrap();
+    let exits: Vec<usize> = (0..texts.len())
+        .filter(|i| texts[*i].starts_with(EXIT_TAG))
+        .collect();
+    assert_eq!(exits.len(), 1, "told once: {texts:?}");
+    assert!(
+        exits[0] > launched,
+        "told after the launching turn, not inside it: {texts:?}"
+    );
+    assert!(texts[exits[0]].contains("quick"), "{texts:?}");
+}
+
+#[tokio::test]
+async fn a_watch_pattern_match_resumes_the_session_while_the_process_runs() {
+    let e = Env::with_model().await;
+    e.fake().set_responder(move |body| {
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match last["role"].as_str() {
+            Some("user") if text == "serve" => Reply::tool_call(
+                "call_serve",
+                "terminal",
+                json!({
+                    "command": "sleep 0.5; echo booting; echo 'server READY on 9000'; sleep 120",
+                    "background": true,
+                    "watch_patterns": ["READY on \\d+"],
+                })
+                .to_string(),
+            ),
+            Some("user") if text.starts_with(MATCH_TAG) => Reply::text("it is up"),
+            Some("tool") => Reply::text("launched"),
+            _ => Reply::text("?"),
+        }
+    });
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    let v = api.chat(&session, "serve").await;
+    assert_eq!(v["message"]["content"], "launched", "{v}");
+    let msgs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let msgs = api.messages(&session).await;
+            if msgs.last().is_some_and(|m| content(m) == "it is up") {
+                Ok(msgs)
+            } else {
+                Err(format!("not resumed: {msgs:?}"))
+            }
+        },
+    )
+    .await;
+    let told: Vec<&str> = msgs
+        .iter()
+        .map(content)
+        .filter(|t| t.starts_with(MATCH_TAG))
+        .collect();
+    assert_eq!(told.len(), 1, "{msgs:?}");
+    assert!(told[0].contains("server READY on 9000"), "{}", told[0]);
+    assert!(told[0].contains("still running"), "{}", told[0]);
+    let shown: Vec<&str> = told[0]
+        .lines()
+        .filter(|l| l.starts_with('[') && !l.starts_with(MATCH_TAG))
+        .collect();
+    assert_eq!(
+        shown,
+        [r"[READY on \d+] server READY on 9000"],
+        "only matching lines: {}",
+        told[0]
+    );
+    // The process still runs; deleting the session ends it.
+    let procs = e.home().join("procs");
+    assert_eq!(std::fs::read_dir(&procs).unwrap().count(), 1);
+    api.delete(&session).await;
 }

@@ -184,9 +184,18 @@ pub(crate) async fn patch_session(
     ))
 }
 
+/// `?keep_processes=true` on a reset or delete: the session's background processes go on
+/// (on a reset they move to the successor, with their notifications).
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct EndOptions {
+    #[serde(default)]
+    keep_processes: bool,
+}
+
 pub(crate) async fn delete_session(
     State(gw): State<AppState>,
     Path(id): Path<String>,
+    Query(opts): Query<EndOptions>,
 ) -> Result<impl IntoResponse, ApiError> {
     let s = session_or_404(&gw, &id).await?;
     let _closing = gw.turns.mark_closing(&id);
@@ -200,8 +209,10 @@ pub(crate) async fn delete_session(
     // Its waits end with it: cancelled, their requests withdrawn on the inbox's timeline.
     gw.end_waits(&id, &s.source, None, "session deleted")
         .await?;
-    // And its background processes.
-    gw.kill_session_procs(&id).await;
+    // And its background processes, unless they are to go on (without a session to tell).
+    if !opts.keep_processes {
+        gw.kill_session_procs(&id).await;
+    }
     gw.store.delete_session(&id).await?;
     gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
         session_id: s.id.clone(),
@@ -501,6 +512,7 @@ pub(crate) async fn stop(
 pub(crate) async fn reset(
     State(gw): State<AppState>,
     Path(id): Path<String>,
+    Query(opts): Query<EndOptions>,
 ) -> Result<impl IntoResponse, ApiError> {
     let old = session_or_404(&gw, &id).await?;
     if old.status == SessionStatus::Ended {
@@ -529,12 +541,18 @@ pub(crate) async fn reset(
             system_prompt: old.system_prompt.clone(),
         })
         .await?;
+    // Kept background processes move to the successor with their notifications' waits.
+    if opts.keep_processes {
+        gw.move_session_procs(&old.id, &new.id).await?;
+    }
     // Its open waits are cancelled and withdrawn, or follow it to the successor with
     // `[inbox] keep_waits_on_reset = true`.
     gw.end_waits(&old.id, &old.source, Some(&new.id), "session reset")
         .await?;
-    // Its background processes end with it.
-    gw.kill_session_procs(&old.id).await;
+    // Its background processes end with it, unless kept.
+    if !opts.keep_processes {
+        gw.kill_session_procs(&old.id).await;
+    }
     // Only now: a resume queued for the old session must not deliver into it meanwhile.
     drop(closing);
     gw.hooks.emit(HookEvent::SessionReset(SessionReset {

@@ -5,21 +5,28 @@
 //! [`Gateway::set_procs`]. Upkeep then turns the manager's events into the hook events
 //! `process_started` and `process_exited` (each exit once, also one that happened while the
 //! gateway was down) and removes finished processes after `[processes] keep_finished`. A
-//! reset or delete of a session kills its running processes ([`Gateway::kill_session_procs`]).
+//! reset or delete of a session kills its running processes ([`Gateway::kill_session_procs`])
+//! unless asked to keep them (`?keep_processes=true`): a reset then moves them, with their
+//! pending notifications, to the successor.
+//!
+//! `watch_patterns`: the manager's output followers hand their (rate-limited) batches of
+//! matching lines to [`GatewayWatch`], which records each as a ready durable wait.
 //!
 //! `notify_on_complete` (see `tern_waits::process`): an exit makes the process's wait ready
 //! and wakes the resumer, which resumes the session once; at start, a sweep does the same
 //! for pending process waits whose process ended while no exit event could be acted on.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tern_hooks::{HookEvent, ProcessExited, ProcessStarted};
-use tern_procs::{ProcEvent, ProcInfo, ProcStatus, ProcessManager};
+use tern_procs::{ProcEvent, ProcInfo, ProcStatus, ProcessManager, WatchBatch, WatchSink};
+use tern_tools::BoxFuture;
 use tern_waits::process::ProcessWaits;
 use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
+use crate::error::ApiError;
 
 /// How often finished processes are looked at for removal.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
@@ -67,11 +74,37 @@ impl Gateway {
         killed.len()
     }
 
+    /// Moves `from`'s running processes and their pending notifications to `to` (a reset
+    /// with `keep_processes`).
+    pub(crate) async fn move_session_procs(&self, from: &str, to: &str) -> Result<(), ApiError> {
+        let Some(mgr) = self.procs() else {
+            return Ok(());
+        };
+        let moved = mgr
+            .move_session(from, to)
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot move the session's processes: {e}")))?;
+        let waits = self.store.move_process_waits(from, to).await?;
+        if !moved.is_empty() || waits > 0 {
+            tracing::info!(
+                session = from,
+                successor = to,
+                processes = ?moved,
+                waits,
+                "background processes kept: they move to the reset session's successor"
+            );
+        }
+        Ok(())
+    }
+
     /// Hook events from the manager's events, and the retention sweep; both end with `stop`.
     pub(crate) fn spawn_procs_upkeep(self: &Arc<Self>, stop: &CancellationToken) {
         let Some(p) = self.procs.get() else {
             return;
         };
+        p.manager.set_watch_sink(Arc::new(GatewayWatch {
+            gw: Arc::downgrade(self),
+        }));
         let mut events = p.manager.events();
         let gw = Arc::downgrade(self);
         let stop2 = stop.clone();
@@ -147,6 +180,31 @@ impl Gateway {
             ProcEvent::Exited(i) => exited(i, session_id, source),
         };
         self.hooks.emit(hook);
+    }
+}
+
+/// Watch-pattern matches become durable waits that resume the process's session.
+struct GatewayWatch {
+    gw: Weak<Gateway>,
+}
+
+impl WatchSink for GatewayWatch {
+    fn matched<'a>(
+        &'a self,
+        info: &'a ProcInfo,
+        batch: &'a WatchBatch,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let Some(gw) = self.gw.upgrade() else {
+                return Err("the gateway is stopping".to_owned());
+            };
+            let resumer = gw.resumer();
+            ProcessWaits::new(gw.store.clone())
+                .watch_matched(info, batch, resumer.as_deref())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -476,6 +476,20 @@ impl Store {
         Ok(r.rows_affected())
     }
 
+    /// Moves a session's open background-process waits to `to` (its processes moved there);
+    /// returns how many. Process waits do not make a session `waiting`.
+    pub async fn move_process_waits(&self, from: &str, to: &str) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE waits SET session_id = ? WHERE session_id = ? AND kind = 'process' \
+             AND status IN ('pending', 'ready')",
+        )
+        .bind(to)
+        .bind(from)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     /// Cancels a session's pending and ready waits; returns them (their requests are to be
     /// withdrawn).
     pub async fn cancel_waits(&self, session_id: &str) -> Result<Vec<Wait>> {

@@ -11,6 +11,9 @@
 //!   Store::wait_ready(pending → ready) ─► Resumer::notify_ready ─► deliver (once) ─► turn
 //! gateway start ─► ProcessWaits::sweep: pending process waits whose process has ended
 //!   become ready (the exit event was reported before a crash but the wait not marked)
+//! watch patterns: tern_procs::follow batch ─► WatchSink (the gateway) ─►
+//!   ProcessWaits::watch_matched: create_wait(idem_key "tern-proc:<id>:watch:<offset of the
+//!   first match>", the matches in its request) ─► wait_ready at once ─► notify_ready
 //! ```
 //!
 //! - **Exactly once**: one wait per process (its `idem_key`), `wait_ready` moves it only from
@@ -18,13 +21,15 @@
 //!   two managers) appends one summary. A crash after the spawn but before the arm is
 //!   covered by [`ProcessWaits::exited`] arming it itself; a crash after the exit was
 //!   reported but before the wait became ready, by [`ProcessWaits::sweep`].
+//! - **Watch matches** are rate-limited by the follower (one batch per interval per
+//!   process); a batch found again after a restart has the same key, so it is told once.
 //! - **Busy sessions**: the resumer's turn queues behind the session's running turn, so an
 //!   exit while the launching turn still runs is delivered after it.
 //! - **Status**: a process wait does not make its session `waiting` (see `tern_store::waits`):
 //!   nobody is asked anything, and the user may chat on meanwhile.
 
 use serde_json::{Value, json};
-use tern_procs::{ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier};
+use tern_procs::{ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier, WatchBatch};
 use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
 use tern_tools::BoxFuture;
 
@@ -43,6 +48,15 @@ pub enum ProcessWaitError {
 pub fn idem_key(process_id: &str) -> String {
     format!("tern-proc:{process_id}:exit")
 }
+
+/// The idempotency key of a watch-pattern notification: the log offset of its first
+/// matching line names it, so a batch found again after a restart is the same wait.
+pub fn watch_key(process_id: &str, first_offset: u64) -> String {
+    format!("tern-proc:{process_id}:watch:{first_offset}")
+}
+
+/// What a watch wait's request says it is (exit waits have no `event`).
+const WATCH_EVENT: &str = "watch";
 
 /// Arms, readies and sweeps process waits on a store.
 #[derive(Clone)]
@@ -106,6 +120,60 @@ impl ProcessWaits {
         self.make_ready(mgr, &w, Some(info.clone()), resumer).await
     }
 
+    /// `batch` of watch-pattern matches of `info`: a wait that is ready at once (it carries
+    /// the matches), once per batch (see [`watch_key`]), and the resumer is woken. `true`
+    /// when this call made it ready.
+    pub async fn watch_matched(
+        &self,
+        info: &ProcInfo,
+        batch: &WatchBatch,
+        resumer: Option<&Resumer>,
+    ) -> Result<bool, StoreError> {
+        let Some(session) = info.session_id.as_deref() else {
+            return Ok(false);
+        };
+        // A session deleted while its process was kept has nobody to tell.
+        if self.store.get_session(session).await?.is_none() {
+            tracing::debug!(process = %info.id, session, "watch matches for a deleted session are dropped");
+            return Ok(false);
+        }
+        let request = json!({
+            "process_id": info.id,
+            "command": info.command,
+            "pid": info.pid,
+            "event": WATCH_EVENT,
+            "state": "matched",
+            "batch": batch,
+        })
+        .to_string();
+        let (w, _) = self
+            .store
+            .create_wait(&NewWait {
+                session_id: session,
+                idem_key: &watch_key(&info.id, batch.first_offset),
+                tool_call_id: None,
+                kind: WaitKind::Process,
+                request: &request,
+            })
+            .await?;
+        self.ready_watch(&w, resumer).await
+    }
+
+    /// A pending watch wait becomes ready with the matches its request carries.
+    async fn ready_watch(&self, w: &Wait, resumer: Option<&Resumer>) -> Result<bool, StoreError> {
+        if w.status != WaitStatus::Pending {
+            return Ok(false);
+        }
+        if self.store.wait_ready(&w.id, &w.request, None).await?.is_none() {
+            return Ok(false);
+        }
+        tracing::info!(wait = %w.id, session = %w.session_id, "watch patterns matched; the session is to be notified");
+        if let Some(r) = resumer {
+            r.notify_ready();
+        }
+        Ok(true)
+    }
+
     /// Every pending process wait whose process is no longer running becomes ready (at
     /// gateway start, next to the resumer's recovery). Returns how many did.
     pub async fn sweep(
@@ -116,6 +184,13 @@ impl ProcessWaits {
         let mut n = 0;
         for w in self.store.waits_in(WaitStatus::Pending).await? {
             if w.kind != WaitKind::Process {
+                continue;
+            }
+            // A watch wait left pending by a crash between its create and ready steps.
+            if is_watch(&w) {
+                if self.ready_watch(&w, resumer).await? {
+                    n += 1;
+                }
                 continue;
             }
             if self.make_ready(mgr, &w, None, resumer).await? {
@@ -201,6 +276,10 @@ impl ProcessNotifier for ProcessWaits {
     }
 }
 
+fn is_watch(w: &Wait) -> bool {
+    request_field(w, "event").as_deref() == Some(WATCH_EVENT)
+}
+
 fn request_field(w: &Wait, key: &str) -> Option<String> {
     serde_json::from_str::<Value>(&w.request)
         .ok()?
@@ -212,6 +291,9 @@ fn request_field(w: &Wait, key: &str) -> Option<String> {
 /// The message a process wait delivers: what ended, how, and its last lines.
 /// Deterministic, so recovery renders the same text.
 pub fn render_exit(w: &Wait) -> String {
+    if is_watch(w) {
+        return render_watch(w);
+    }
     let summary: Option<ExitSummary> = w
         .result
         .as_deref()
@@ -237,5 +319,43 @@ pub fn render_exit(w: &Wait) -> String {
         out.push_str(&s.last_lines);
     }
     out.push_str("\n\nThe full output is available through the `process` tool (`log`).");
+    out
+}
+
+/// The message a watch wait delivers: which lines matched which patterns.
+fn render_watch(w: &Wait) -> String {
+    let id = request_field(w, "process_id").unwrap_or_else(|| "?".into());
+    let command = request_field(w, "command").unwrap_or_default();
+    let batch: Option<WatchBatch> = serde_json::from_str::<Value>(&w.request)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("batch")?.clone()).ok());
+    let Some(b) = batch else {
+        return format!(
+            "[process output matched] Your background process {id} (`{command}`) printed output matching its watch patterns."
+        );
+    };
+    let lines = if b.total_matches == 1 {
+        "a line".to_owned()
+    } else {
+        format!("{} lines", b.total_matches)
+    };
+    let state = if b.process_ended {
+        "It has ended since"
+    } else {
+        "It is still running"
+    };
+    let mut out = format!(
+        "[process output matched] Your background process {id} (`{command}`) printed {lines} matching its watch patterns. {state}."
+    );
+    for m in &b.matches {
+        out.push_str(&format!("\n[{}] {}", m.pattern, m.line));
+    }
+    let hidden = b.total_matches.saturating_sub(b.matches.len() as u64);
+    if hidden > 0 {
+        out.push_str(&format!("\n… and {hidden} more matching lines."));
+    }
+    out.push_str(
+        "\n\nMatches are told at most once per interval; the full output is available through the `process` tool (`log`).",
+    );
     out
 }

@@ -348,10 +348,15 @@ impl Api {
 
     /// `POST /api/sessions/{id}/reset`; returns the new session's id.
     pub async fn reset(&self, id: &str) -> String {
+        self.reset_with(id, "").await
+    }
+
+    /// `POST /api/sessions/{id}/reset{query}` (`query` empty or `?…`).
+    pub async fn reset_with(&self, id: &str, query: &str) -> String {
         let (s, v) = self
             .send(
                 self.http
-                    .post(format!("{}/api/sessions/{id}/reset", self.url)),
+                    .post(format!("{}/api/sessions/{id}/reset{query}", self.url)),
             )
             .await;
         assert_eq!(s, 200, "{v}");
@@ -360,8 +365,16 @@ impl Api {
     }
 
     pub async fn delete(&self, id: &str) {
+        self.delete_with(id, "").await
+    }
+
+    /// `DELETE /api/sessions/{id}{query}` (`query` empty or `?…`).
+    pub async fn delete_with(&self, id: &str, query: &str) {
         let (s, v) = self
-            .send(self.http.delete(format!("{}/api/sessions/{id}", self.url)))
+            .send(
+                self.http
+                    .delete(format!("{}/api/sessions/{id}{query}", self.url)),
+            )
             .await;
         assert_eq!(s, 200, "{v}");
     }
