@@ -230,3 +230,68 @@ async fn a_reset_or_delete_asked_to_keep_processes_keeps_them() {
     )
     .ok();
 }
+
+#[tokio::test]
+async fn idle_sessions_are_reset_unless_they_have_running_processes() {
+    let e = Env::with_model().await;
+    script_model(e.fake());
+    let events = e.dir.path().join("events.jsonl");
+    e.config(&format!(
+        "[gateway]\nidle_reset = \"2s\"\n\n[[hooks]]\nevents = [\"session_end\"]\ncommand = \"cat >> {}; echo >> {}\"\n",
+        events.display(),
+        events.display()
+    ));
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let idle = api.create_session().await;
+    api.chat(&idle, "call none {}").await;
+    let busy = api.create_session().await;
+    let started = turn(&api, &busy, "start").await;
+    let pid = started["pid"].as_i64().unwrap();
+    let empty = api.create_session().await;
+
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || {
+            let s = api.session(&idle).await;
+            if s["status"] == "ended" {
+                Ok(())
+            } else {
+                Err(format!("not reset: {s}"))
+            }
+        },
+    )
+    .await;
+    let ends = hook_events(&events);
+    assert!(
+        ends.iter()
+            .any(|v| v["session_id"] == idle.as_str() && v["reason"] == "expired"),
+        "{ends:?}"
+    );
+    // Well past the idle time, the one with a running process and the empty one are not.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_ne!(api.session(&busy).await["status"], "ended");
+    assert_ne!(api.session(&empty).await["status"], "ended");
+    assert!(pid_alive(pid));
+    // Once its process ends, it is reset like any other.
+    process(
+        &api,
+        &busy,
+        json!({"action": "kill", "session_id": started["session_id"]}),
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || {
+            let s = api.session(&busy).await;
+            if s["status"] == "ended" {
+                Ok(())
+            } else {
+                Err(format!("not reset: {s}"))
+            }
+        },
+    )
+    .await;
+}

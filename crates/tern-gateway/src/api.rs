@@ -515,63 +515,9 @@ pub(crate) async fn reset(
     Query(opts): Query<EndOptions>,
 ) -> Result<impl IntoResponse, ApiError> {
     let old = session_or_404(&gw, &id).await?;
-    if old.status == SessionStatus::Ended {
-        // Its successor exists already; a second one would fork the conversation.
-        return Err(tern_agent::AgentError::SessionEnded(id).into());
-    }
-    let (closing, interrupted) = gw.turns.close(&id, StopReason::SessionReset);
-    // The interrupted turns record their interruption before the session is finalized.
-    if tokio::time::timeout(Duration::from_secs(15), gw.turns.wait_idle(Some(&id)))
-        .await
-        .is_err()
-    {
-        return Err(ApiError::internal(
-            "the session's turns did not stop within 15 s",
-        ));
-    }
-    gw.store.set_status(&id, SessionStatus::Ended).await?;
-    let new = gw
-        .store
-        .create_session(NewSession {
-            id: None,
-            title: None,
-            source: old.source.clone(),
-            model: old.model.clone(),
-            parent_id: Some(old.id.clone()),
-            system_prompt: old.system_prompt.clone(),
-        })
+    let (new, interrupted) = gw
+        .reset_session(&old, opts.keep_processes, SessionEndReason::NewSession)
         .await?;
-    // Kept background processes move to the successor with their notifications' waits.
-    if opts.keep_processes {
-        gw.move_session_procs(&old.id, &new.id).await?;
-    }
-    // Its open waits are cancelled and withdrawn, or follow it to the successor with
-    // `[inbox] keep_waits_on_reset = true`.
-    gw.end_waits(&old.id, &old.source, Some(&new.id), "session reset")
-        .await?;
-    // Its background processes end with it, unless kept.
-    if !opts.keep_processes {
-        gw.kill_session_procs(&old.id).await;
-    }
-    // Only now: a resume queued for the old session must not deliver into it meanwhile.
-    drop(closing);
-    gw.hooks.emit(HookEvent::SessionReset(SessionReset {
-        session_id: old.id.clone(),
-        source: old.source.clone(),
-        new_session_id: new.id.clone(),
-        interrupted,
-    }));
-    gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
-        session_id: old.id.clone(),
-        source: old.source.clone(),
-        reason: SessionEndReason::NewSession,
-    }));
-    gw.hooks.emit(HookEvent::SessionStart(SessionStart {
-        session_id: new.id.clone(),
-        source: new.source.clone(),
-        model: new.model.clone(),
-        parent_id: Some(old.id.clone()),
-    }));
     Ok(axum::Json(json!({
         "object": "hermes.session.reset",
         "session_id": old.id,
@@ -579,4 +525,79 @@ pub(crate) async fn reset(
         "interrupted": interrupted,
         "session": session_json(&new),
     })))
+}
+
+impl crate::Gateway {
+    /// Finalizes `old` and starts its successor (the API's reset, and the idle reset with
+    /// `reason` `Expired`): running turns are interrupted, open waits cancelled or moved
+    /// (`[inbox] keep_waits_on_reset`), background processes killed or, with
+    /// `keep_processes`, moved to the successor. Returns the successor and whether a turn
+    /// was interrupted.
+    pub(crate) async fn reset_session(
+        &self,
+        old: &Session,
+        keep_processes: bool,
+        reason: SessionEndReason,
+    ) -> Result<(Session, bool), ApiError> {
+        let gw = self;
+        let id = old.id.clone();
+        if old.status == SessionStatus::Ended {
+            // Its successor exists already; a second one would fork the conversation.
+            return Err(tern_agent::AgentError::SessionEnded(id).into());
+        }
+        let (closing, interrupted) = gw.turns.close(&id, StopReason::SessionReset);
+        // The interrupted turns record their interruption before the session is finalized.
+        if tokio::time::timeout(Duration::from_secs(15), gw.turns.wait_idle(Some(&id)))
+            .await
+            .is_err()
+        {
+            return Err(ApiError::internal(
+                "the session's turns did not stop within 15 s",
+            ));
+        }
+        gw.store.set_status(&id, SessionStatus::Ended).await?;
+        let new = gw
+            .store
+            .create_session(NewSession {
+                id: None,
+                title: None,
+                source: old.source.clone(),
+                model: old.model.clone(),
+                parent_id: Some(old.id.clone()),
+                system_prompt: old.system_prompt.clone(),
+            })
+            .await?;
+        // Kept background processes move to the successor with their notifications' waits.
+        if keep_processes {
+            gw.move_session_procs(&old.id, &new.id).await?;
+        }
+        // Its open waits are cancelled and withdrawn, or follow it to the successor with
+        // `[inbox] keep_waits_on_reset = true`.
+        gw.end_waits(&old.id, &old.source, Some(&new.id), "session reset")
+            .await?;
+        // Its background processes end with it, unless kept.
+        if !keep_processes {
+            gw.kill_session_procs(&old.id).await;
+        }
+        // Only now: a resume queued for the old session must not deliver into it meanwhile.
+        drop(closing);
+        gw.hooks.emit(HookEvent::SessionReset(SessionReset {
+            session_id: old.id.clone(),
+            source: old.source.clone(),
+            new_session_id: new.id.clone(),
+            interrupted,
+        }));
+        gw.hooks.emit(HookEvent::SessionEnd(SessionEnd {
+            session_id: old.id.clone(),
+            source: old.source.clone(),
+            reason,
+        }));
+        gw.hooks.emit(HookEvent::SessionStart(SessionStart {
+            session_id: new.id.clone(),
+            source: new.source.clone(),
+            model: new.model.clone(),
+            parent_id: Some(old.id.clone()),
+        }));
+        Ok((new, interrupted))
+    }
 }

@@ -21,6 +21,7 @@
 mod api;
 pub mod auth;
 pub mod error;
+mod idle;
 mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
@@ -90,6 +91,8 @@ pub struct Gateway {
     pub(crate) waits: waits::GatewayWaits,
     /// Background processes, when the binary gave the gateway a manager.
     pub(crate) procs: std::sync::OnceLock<procs::GatewayProcs>,
+    /// `[gateway] idle_reset`, when on ([`idle`]).
+    pub(crate) idle_reset: std::sync::OnceLock<Duration>,
 }
 
 /// What a gateway serves.
@@ -141,6 +144,7 @@ impl Gateway {
             store: agent.store().clone(),
             waits: waits::GatewayWaits::new(&inbox),
             procs: std::sync::OnceLock::new(),
+            idle_reset: std::sync::OnceLock::new(),
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -162,6 +166,8 @@ impl Gateway {
         self.spawn_waits(&stop);
         // Background processes: hook events and the retention of finished ones.
         self.spawn_procs_upkeep(&stop);
+        // Sessions idle for `[gateway] idle_reset` are reset (see `idle`).
+        self.spawn_idle_reset(&stop);
         tokio::spawn(self.turns.clone().trim_when_idle(stop));
     }
 

@@ -380,6 +380,24 @@ impl Store {
         row.map(|r| session_from_row(&r)).transpose()
     }
 
+    /// Idle sessions with messages, last updated before `before_ms` (oldest first, at most
+    /// `limit`): the candidates for an idle reset. Empty ones (a fresh successor) are left
+    /// alone, so a reset never chains into more resets.
+    pub async fn idle_sessions(&self, before_ms: i64, limit: i64) -> Result<Vec<Session>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE status = 'idle' AND updated_at < ? \
+              AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) \
+              ORDER BY updated_at, id LIMIT ?"
+        ))
+        .bind(before_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
     /// Sessions, most recently updated first.
     pub async fn list_sessions(&self, limit: i64, offset: i64) -> Result<Vec<Session>> {
         let rows = sqlx::query(concat!(
