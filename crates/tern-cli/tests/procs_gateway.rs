@@ -2,7 +2,10 @@
 //! starts a process with `terminal` and `background: true`; the gateway is killed with
 //! SIGKILL and started again; the process is still running, listed by the `process` tool,
 //! takes stdin, and ends when its session is deleted. The hook events `process_started` and
-//! `process_exited` are seen by a command hook, once each.
+//! `process_exited` are seen by a command hook, once each. Ten processes (some in a PTY)
+//! survive kill -9 of the gateway with gap-free logs and working stdin, and the one that
+//! ended meanwhile has its exit code. `keep_processes` on reset and delete; the idle reset
+//! spares sessions with running processes.
 
 mod common;
 
@@ -294,4 +297,155 @@ async fn idle_sessions_are_reset_unless_they_have_running_processes() {
         },
     )
     .await;
+}
+
+/// Counts up forever, one number per line: a gap in the log would show as a missing number.
+const COUNTER: &str = "i=0; while true; do echo n$i; i=$((i+1)); sleep 0.02; done";
+
+fn assert_counts_without_gap(out: &str, what: &str) -> u64 {
+    let nums: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('n')?.parse().ok())
+        .collect();
+    assert!(nums.len() > 5, "{what}: too few numbers: {out:?}");
+    for (i, n) in nums.iter().enumerate() {
+        assert_eq!(*n, i as u64, "{what}: a gap or repeat in {nums:?}");
+    }
+    *nums.last().unwrap()
+}
+
+#[tokio::test]
+async fn ten_processes_survive_kill_9_of_the_gateway() {
+    let e = Env::with_model().await;
+    script_model(e.fake());
+    let mut gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    let start = async |command: &str, pty: bool| -> String {
+        let args = json!({"command": command, "background": true, "pty": pty});
+        let v = turn(&api, &session, &format!("call terminal {args}")).await;
+        v["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_owned()
+    };
+    // Six counters (three in a PTY), two stdin readers (one in a PTY), one that waits for
+    // a file and exits 7, one long sleeper.
+    let flag = e.dir.path().join("exit-now");
+    let mut counters = Vec::new();
+    for i in 0..6 {
+        counters.push(start(COUNTER, i % 2 == 0).await);
+    }
+    let reader = start("while read -r l; do echo \"got:$l\"; done", false).await;
+    let pty_reader = start("python3 -i -q", true).await;
+    let ender = start(
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; exit 7",
+            flag.display()
+        ),
+        false,
+    )
+    .await;
+    let sleeper = start("sleep 600", false).await;
+    let list = process(&api, &session, json!({"action": "list"})).await;
+    assert_eq!(list["processes"].as_array().unwrap().len(), 10, "{list}");
+
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    drop(gw);
+    // While the gateway is down, one of them ends.
+    std::fs::write(&flag, b"").unwrap();
+    let ender_exit = e.home().join("procs").join(&ender).join("exit.json");
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            if ender_exit.exists() {
+                Ok(())
+            } else {
+                Err("no exit.json yet".to_owned())
+            }
+        },
+    )
+    .await;
+
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let list = process(&api, &session, json!({"action": "list"})).await;
+    let procs = list["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 10, "{list}");
+    for p in procs {
+        if p["session_id"] == ender.as_str() {
+            assert_eq!(p["state"], "exited", "{p}");
+            assert_eq!(p["exit_code"], 7, "{p}");
+        } else {
+            assert_eq!(p["state"], "running", "{p}");
+        }
+    }
+    // Logs: every counter's numbers without a gap, across the restart and after it.
+    for id in &counters {
+        let before = {
+            let l = process(
+                &api,
+                &session,
+                json!({"action": "log", "session_id": id, "offset": 0}),
+            )
+            .await;
+            assert_counts_without_gap(l["output"].as_str().unwrap(), id)
+        };
+        wait_until(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            async || {
+                let l = process(
+                    &api,
+                    &session,
+                    json!({"action": "log", "session_id": id, "offset": 0}),
+                )
+                .await;
+                let last = assert_counts_without_gap(l["output"].as_str().unwrap(), id);
+                if last > before + 3 {
+                    Ok(())
+                } else {
+                    Err(format!("{id} does not go on"))
+                }
+            },
+        )
+        .await;
+    }
+    // stdin, over a pipe and a PTY.
+    process(
+        &api,
+        &session,
+        json!({"action": "submit", "session_id": reader, "data": "still here"}),
+    )
+    .await;
+    process(
+        &api,
+        &session,
+        json!({"action": "submit", "session_id": pty_reader, "data": "print(6*7)"}),
+    )
+    .await;
+    for (id, want) in [(&reader, "got:still here"), (&pty_reader, "42")] {
+        wait_until(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            async || {
+                let l = process(
+                    &api,
+                    &session,
+                    json!({"action": "log", "session_id": id, "offset": 0}),
+                )
+                .await;
+                if l["output"].as_str().unwrap_or_default().contains(want) {
+                    Ok(())
+                } else {
+                    Err(format!("{l}"))
+                }
+            },
+        )
+        .await;
+    }
+    let _ = sleeper;
+    api.delete(&session).await;
 }
