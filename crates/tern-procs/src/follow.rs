@@ -352,6 +352,13 @@ pub(crate) async fn run(f: Follow) {
                 scanner.line_start = slice.start;
             }
         }
+        if !watching && slice.total > slice.end() + WINDOW_BYTES as u64 {
+            // Far behind a fast writer and nothing to match: only the window's worth is
+            // worth reading.
+            pos = slice.total - WINDOW_BYTES as u64;
+            *f.followed.window.lock().unwrap_or_else(|p| p.into_inner()) = Some(Window::at(pos));
+            continue;
+        }
         let got = slice.data.len();
         if got > 0 {
             f.followed

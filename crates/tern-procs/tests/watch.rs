@@ -257,3 +257,25 @@ async fn reads_of_recent_output_come_from_memory() {
     );
     kill_all(&m).await;
 }
+
+#[tokio::test]
+async fn the_window_keeps_up_with_a_fast_writer() {
+    let d = tempfile::tempdir().unwrap();
+    let m = watching(d.path(), Duration::ZERO, Arc::new(Recorder::default())).await;
+    let _ev = m.events();
+    let p = m
+        .spawn(req("seq 1 500000; read x", d.path(), false))
+        .await
+        .unwrap();
+    let tail = eventually("the last line in the window", || async {
+        let t = m.log(&p.id, None, Some(2000)).await.unwrap();
+        t.output.ends_with("499999\n500000\n").then_some(t)
+    })
+    .await;
+    // The same bytes as on disk, at the same offsets.
+    let bare = support::manager(d.path()).await;
+    let disk = bare.log(&p.id, Some(tail.start), Some(2000)).await.unwrap();
+    assert_eq!(disk.output, tail.output);
+    assert_eq!(disk.start, tail.start);
+    kill_all(&m).await;
+}
