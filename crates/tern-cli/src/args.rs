@@ -50,6 +50,8 @@ pub enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Background processes: list them, read or follow their output, kill, attach
+    Ps(crate::ps::PsArgs),
     /// Supervise one background process (started by the gateway, not by hand)
     #[command(hide = true)]
     Supervise {

@@ -14,6 +14,7 @@ mod context;
 mod doctor;
 mod gateway;
 mod inbox;
+mod ps;
 mod render;
 mod reviewers;
 mod sessions;
@@ -113,6 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inbox(args) => inbox::run(home, args).await,
         Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
+        Command::Ps(args) => ps::run(home, args).await,
         Command::Supervise { dir } => supervise(&dir).await,
     }
 }

@@ -13,11 +13,15 @@
 //! id. `poll`/`log` read `log/` by offset; `write`/`submit`/`close`/`kill`/`wait` go over
 //! `sock`; the status is `exit.json`, else the supervisor's lock (held = running).
 //! [`tools`] puts this before the model: `terminal` with `background: true` and `process`.
+//! People use [`Observer`] (`tern ps`): a read-only view of the same directory, safe beside
+//! the gateway's manager, and [`attach`] to a PTY process's live terminal.
 
+pub mod attach;
 pub mod layout;
 pub mod log;
 pub mod manager;
 pub mod notify;
+pub mod observer;
 pub mod output;
 pub mod protocol;
 pub mod supervisor;
@@ -31,6 +35,7 @@ pub use manager::{
     SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
 pub use notify::{ExitSummary, ProcessNotifier};
+pub use observer::Observer;
 pub use supervisor::supervise;
 
 /// What can go wrong with background processes.

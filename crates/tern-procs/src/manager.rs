@@ -274,7 +274,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
 }
 
-fn status_of(pd: &ProcDir) -> Result<ProcStatus, ProcError> {
+pub(crate) fn status_of(pd: &ProcDir) -> Result<ProcStatus, ProcError> {
     if let Some(rec) = read_json::<ExitRecord>(&pd.exit())? {
         return Ok(ProcStatus::from_record(&rec));
     }
@@ -801,7 +801,7 @@ impl ProcessManager {
     }
 }
 
-fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
+pub(crate) fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
     ProcInfo {
         id: meta.spec.id.clone(),
         command: meta.spec.command.clone(),

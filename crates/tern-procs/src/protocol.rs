@@ -3,7 +3,8 @@
 //! Flow: the client connects to `<dir>/sock`, writes a [`Request`] line and reads one
 //! [`Response`] line; a connection may carry several requests in turn. `wait` is answered
 //! when the child has exited and its status is recorded; a closed connection without an
-//! answer means the supervisor is gone.
+//! answer means the supervisor is gone. `attach` is the one request after which the
+//! connection carries raw bytes instead of lines ([`crate::attach`]).
 
 use std::path::Path;
 
@@ -34,6 +35,14 @@ pub enum Request {
     Kill { grace_ms: Option<u64> },
     /// Answered when the child has exited.
     Wait,
+    /// PTY processes only: after the `ok` answer (whose `offset` is the log offset of the
+    /// first byte streamed) the connection becomes a raw byte stream both ways: the live
+    /// output to the client, the client's bytes to the terminal's input. It ends when the
+    /// client closes its side, the output ends, or the client falls too far behind
+    /// ([`crate::attach`]).
+    Attach,
+    /// PTY processes only: sets the terminal's size (the program gets SIGWINCH).
+    Resize { cols: u16, rows: u16 },
 }
 
 /// The supervisor's answer.
@@ -47,6 +56,9 @@ pub struct Response {
     /// Set once the child has exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitRecord>,
+    /// `attach`: the log offset at which the live stream begins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
 }
 
 impl Response {
@@ -112,6 +124,10 @@ mod tests {
         assert_eq!(r, r#"{"op":"submit","data":"x"}"#);
         let k: Request = serde_json::from_str(r#"{"op":"kill"}"#).unwrap();
         assert_eq!(k, Request::Kill { grace_ms: None });
+        let r = serde_json::to_string(&Request::Resize { cols: 80, rows: 24 }).unwrap();
+        assert_eq!(r, r#"{"op":"resize","cols":80,"rows":24}"#);
+        let a: Request = serde_json::from_str(r#"{"op":"attach"}"#).unwrap();
+        assert_eq!(a, Request::Attach);
         assert_eq!(
             serde_json::to_string(&Response::ok()).unwrap(),
             r#"{"ok":true}"#

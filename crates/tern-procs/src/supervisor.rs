@@ -16,8 +16,10 @@
 //!   under the lock that signalling takes, then reaps it, so a signal never reaches a reused
 //!   process group id);
 //! - the socket server answers `write`, `submit`, `close`, `kill` (TERM to the group, KILL
-//!   after the grace period) and `wait` ([`crate::protocol`]); SIGTERM or SIGINT to the
-//!   supervisor kills the child the same way; SIGHUP is ignored.
+//!   after the grace period), `wait`, and for a PTY `resize` and `attach` (the connection
+//!   then streams the live output, which the pump also hands to [`crate::attach`]'s fanout,
+//!   and takes terminal input) ([`crate::protocol`]); SIGTERM or SIGINT to the supervisor
+//!   kills the child the same way; SIGHUP is ignored.
 //!
 //! When the child has exited: wait for the pump to reach the end of the output (bounded, as a
 //! background descendant may hold the pipe open) → write `exit.json` atomically → answer the
@@ -41,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::ProcError;
+use crate::attach::{CLIENT_BACKLOG, Fanout, Subscription};
 use crate::layout::{ExitRecord, Meta, ProcDir, Spec, now_ms, read_json, write_json_atomic};
 use crate::log::LogWriter;
 use crate::protocol::{MAX_LINE, Request, Response};
@@ -238,6 +241,10 @@ struct State {
     reaped: Mutex<bool>,
     stdin: Arc<Mutex<Option<Box<dyn Write + Send>>>>,
     exit: watch::Receiver<Option<ExitRecord>>,
+    /// The PTY's master (PTY mode): kept for the child's life, and resized through.
+    master: Mutex<Option<Box<dyn portable_pty::MasterPty + Send>>>,
+    /// Attached clients, fed by the pump.
+    fanout: Arc<Fanout>,
 }
 
 impl State {
@@ -326,6 +333,9 @@ impl State {
                     r
                 }
             }
+            Request::Resize { cols, rows } => self.resize(cols, rows),
+            // `serve` takes `attach` before it gets here: the connection changes hands.
+            Request::Attach => Response::err("attach is served by the connection"),
             Request::Wait => {
                 let mut rx = self.exit.clone();
                 match rx.wait_for(Option::is_some).await {
@@ -338,6 +348,42 @@ impl State {
                 }
             }
         }
+    }
+
+    fn resize(&self, cols: u16, rows: u16) -> Response {
+        if cols == 0 || rows == 0 {
+            return Response::err("a terminal has at least one column and one row");
+        }
+        let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(master) = master.as_ref() else {
+            return Response::err("not a terminal program (it runs with pipes): nothing to resize");
+        };
+        let size = portable_pty::PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        };
+        // An ioctl on the master: it does not block.
+        match master.resize(size) {
+            Ok(()) => Response::ok(),
+            Err(e) => Response::err(format!("cannot resize the terminal: {e}")),
+        }
+    }
+
+    /// A new attached client, or the answer refusing it.
+    fn attach(&self) -> Result<Subscription, Response> {
+        if !self.pty {
+            return Err(Response::err(
+                "not a terminal program (it runs with pipes): only PTY processes can be attached; read its output in the log",
+            ));
+        }
+        if self.exited().is_some() {
+            return Err(Response::err("the process has exited"));
+        }
+        self.fanout
+            .subscribe()
+            .ok_or_else(|| Response::err("the process's output has ended"))
     }
 
     async fn write(&self, bytes: Vec<u8>) -> Response {
@@ -378,7 +424,7 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         mut log,
         mut output,
         stdin,
-        _master,
+        _master: master,
     } = started;
     let (exit_tx, exit_rx) = watch::channel(None);
     let state = Arc::new(State {
@@ -389,6 +435,8 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         reaped: Mutex::new(false),
         stdin: Arc::new(Mutex::new(Some(stdin))),
         exit: exit_rx,
+        master: Mutex::new(master),
+        fanout: Arc::new(Fanout::new(CLIENT_BACKLOG)),
     });
 
     // The pump: output → log, on a thread of its own (blocking reads of a pipe or a PTY).
@@ -398,6 +446,7 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
     {
         let written = Arc::clone(&written);
         let stop = Arc::clone(&stop_pump);
+        let fanout = Arc::clone(&state.fanout);
         std::thread::Builder::new()
             .name("pump".into())
             .spawn(move || {
@@ -414,7 +463,10 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
                     if stop.load(Ordering::Acquire) {
                         break;
                     }
-                    if let Err(e) = log.write(&buf[..n]) {
+                    let wrote = log.write(&buf[..n]);
+                    // After the log, so an attach's offset never points past it.
+                    fanout.publish(&buf[..n], log.offset());
+                    if let Err(e) = wrote {
                         // Keep reading, so the child never blocks on a full pipe.
                         if !warned {
                             tracing::warn!("cannot write the output log: {e}");
@@ -424,6 +476,7 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
                     }
                     written.store(log.offset(), Ordering::Release);
                 }
+                fanout.close();
                 let _ = pump_tx.send(());
             })
             .map_err(|e| ProcError::Spawn(format!("cannot start the pump thread: {e}")))?;
@@ -541,6 +594,22 @@ async fn serve(stream: UnixStream, state: Arc<State>, cancel: CancellationToken)
                 Response::err(format!("a request is at most {MAX_LINE} bytes"))
             }
             Ok(_) => match serde_json::from_slice::<Request>(&line) {
+                Ok(Request::Attach) => match state.attach() {
+                    Ok(sub) => {
+                        let mut ok = Response::ok();
+                        ok.offset = Some(sub.offset());
+                        let mut out =
+                            serde_json::to_vec(&ok).unwrap_or_else(|_| b"{\"ok\":false}".to_vec());
+                        out.push(b'\n');
+                        if wr.write_all(&out).await.is_ok() {
+                            // From here on the connection carries raw bytes.
+                            crate::attach::serve(rd, wr, sub, Arc::clone(&state.stdin), cancel)
+                                .await;
+                        }
+                        return;
+                    }
+                    Err(refused) => refused,
+                },
                 Ok(req) => state.handle(req).await,
                 Err(e) => Response::err(format!("not a request: {e}")),
             },
