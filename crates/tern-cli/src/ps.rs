@@ -103,7 +103,7 @@ pub enum PsCommand {
     Kill {
         /// The process id (or the start of it)
         id: String,
-        /// Seconds between TERM and KILL (default: the process's own, 5 s unless configured)
+        /// Seconds between TERM and KILL (default: the one it was started with, 5 s)
         #[arg(long, value_name = "SECS")]
         grace: Option<f64>,
     },
