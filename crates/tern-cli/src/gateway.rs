@@ -240,6 +240,10 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         );
         cfg.max_running = p.max_running;
         cfg.log_max_bytes = p.log_max_bytes;
+        cfg.backend = procs_backend(p);
+        if let tern_procs::Backend::Ssh(t) = &cfg.backend {
+            tracing::info!(host = %t.display(), "background processes run over ssh");
+        }
         let manager = tern_procs::ProcessManager::open(cfg)
             .await
             .with_context(|| format!("opening {}", home.root.join("procs").display()))?;
@@ -386,4 +390,23 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[processes] backend` and `[processes.ssh]` for the process manager (checked when the
+/// configuration was loaded; the manager checks the target again when it opens).
+fn procs_backend(p: &tern_config::ProcessesConfig) -> tern_procs::Backend {
+    match (p.backend, &p.ssh) {
+        (tern_config::ProcessBackend::Ssh, Some(s)) => {
+            tern_procs::Backend::Ssh(tern_procs::ssh::SshTarget {
+                host: s.host.clone().unwrap_or_default(),
+                user: s.user.clone(),
+                // Checked to be 1..=65535 when the configuration was loaded.
+                port: s.port.and_then(|p| u16::try_from(p).ok()),
+                identity_file: s.identity_file.as_ref().map(std::path::PathBuf::from),
+                options: s.options.clone(),
+                workdir: s.workdir.clone(),
+            })
+        }
+        _ => tern_procs::Backend::Local,
+    }
 }

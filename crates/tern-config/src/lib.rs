@@ -26,11 +26,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod inbox;
+mod ssh;
 pub use inbox::{
     AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxKey,
     InboxNotifyConfig, InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig,
     RemoteInboxConfig, parse_duration,
 };
+pub use ssh::{ProcessBackend, SshConfig};
 
 /// Environment variable naming the tern home directory.
 pub const ENV_TERN_HOME: &str = "TERN_HOME";
@@ -244,6 +246,11 @@ pub struct ProcessesConfig {
     pub keep_finished: String,
     /// Bytes of output kept on disk per process; older output is rotated out.
     pub log_max_bytes: u64,
+    /// Where background processes run: `"local"` or `"ssh"` (on `[processes.ssh]`'s host).
+    pub backend: ProcessBackend,
+    /// `[processes.ssh]`: the host of `backend = "ssh"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshConfig>,
 }
 
 impl Default for ProcessesConfig {
@@ -252,6 +259,8 @@ impl Default for ProcessesConfig {
             max_running: 64,
             keep_finished: "30m".to_owned(),
             log_max_bytes: 64 * 1024 * 1024,
+            backend: ProcessBackend::Local,
+            ssh: None,
         }
     }
 }
@@ -1013,6 +1022,7 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             eff.config_path.display()
         )));
     }
+    ssh::validate_backend(p.backend, p.ssh.as_ref(), &eff.config_path)?;
     validate_hooks(eff)?;
     inbox::validate_inbox(&c.inbox, &eff.config_path)
 }
@@ -2536,6 +2546,87 @@ retry_base_ms = 10
             write_config(&home, &format!("[processes]\n{bad}\n"));
             let e = load(&home, &no_env).unwrap_err().to_string();
             assert!(e.contains("processes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_ssh_backend_is_configured_and_checked() {
+        let (_d, home) = temp_home();
+        let c = load(&home, &no_env).unwrap().config.processes;
+        assert_eq!(c.backend, ProcessBackend::Local);
+        assert_eq!(c.ssh, None);
+        write_config(
+            &home,
+            "[processes]\nbackend = \"ssh\"\n\n[processes.ssh]\nhost = \"build-box\"\n\
+             user = \"deploy\"\nport = 2222\nidentity_file = \"~/.ssh/id_ed25519\"\n\
+             options = [\"ServerAliveInterval=30\"]\nworkdir = \"~/app\"\n",
+        );
+        let c = load(&home, &no_env).unwrap().config.processes;
+        assert_eq!(c.backend, ProcessBackend::Ssh);
+        assert_eq!(
+            c.ssh,
+            Some(SshConfig {
+                host: Some("build-box".into()),
+                user: Some("deploy".into()),
+                port: Some(2222),
+                identity_file: Some("~/.ssh/id_ed25519".into()),
+                options: vec!["ServerAliveInterval=30".into()],
+                workdir: Some("~/app".into()),
+            })
+        );
+        // Serialized back (`config show`, the allowlist writer) it reads the same.
+        let text = toml::to_string(&load(&home, &no_env).unwrap().config).unwrap();
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back.processes, c);
+        // A host kept for later while the backend is local is fine.
+        write_config(&home, "[processes.ssh]\nhost = \"later\"\n");
+        assert_eq!(
+            load(&home, &no_env).unwrap().config.processes.backend,
+            ProcessBackend::Local
+        );
+        for (bad, says) in [
+            (
+                "[processes]\nbackend = \"ssh\"\n",
+                "[processes.ssh] is missing",
+            ),
+            (
+                "[processes]\nbackend = \"ssh\"\n[processes.ssh]\nport = 22\n",
+                "processes.ssh.host is not set",
+            ),
+            ("[processes]\nbackend = \"docker\"\n", "backend"),
+            (
+                "[processes.ssh]\nhost = \"-oProxyCommand=x\"\n",
+                "processes.ssh.host",
+            ),
+            ("[processes.ssh]\nhost = \"a b\"\n", "processes.ssh.host"),
+            (
+                "[processes.ssh]\nhost = \"h\"\nuser = \"a@b\"\n",
+                "processes.ssh.user",
+            ),
+            (
+                "[processes.ssh]\nhost = \"h\"\nport = 0\n",
+                "processes.ssh.port",
+            ),
+            (
+                "[processes.ssh]\nhost = \"h\"\nport = 70000\n",
+                "processes.ssh.port",
+            ),
+            (
+                "[processes.ssh]\nhost = \"h\"\noptions = [\"-oProxyCommand=x\"]\n",
+                "processes.ssh.options",
+            ),
+            (
+                "[processes.ssh]\nhost = \"h\"\nworkdir = \" \"\n",
+                "processes.ssh.workdir",
+            ),
+            (
+                "[processes.ssh]\nhost = \"h\"\nhostname = \"x\"\n",
+                "hostname",
+            ),
+        ] {
+            write_config(&home, bad);
+            let e = load(&home, &no_env).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

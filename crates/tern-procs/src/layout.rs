@@ -57,6 +57,27 @@ pub struct Spec {
     /// spawn; acted on by the gateway, ignored by the supervisor).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watch_patterns: Vec<String>,
+    /// Where the command runs: here, or on another host through `ssh` (then `workdir` is a
+    /// path there). Absent in the spec of a local process, and in specs written before it.
+    #[serde(default, skip_serializing_if = "Backend::is_local")]
+    pub backend: Backend,
+}
+
+/// Where background processes run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Backend {
+    /// On this machine (`bash -c` under the supervisor).
+    #[default]
+    Local,
+    /// On another host: the supervisor's child is the `ssh` client ([`crate::ssh`]).
+    Ssh(crate::ssh::SshTarget),
+}
+
+impl Backend {
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::Local)
+    }
 }
 
 /// A running (or finished) process as its supervisor recorded it at start.
@@ -128,6 +149,11 @@ impl ProcDir {
     /// Present once the manager reported the exit (so a restart does not report it again).
     pub fn reported(&self) -> PathBuf {
         self.dir.join("reported")
+    }
+    /// The session the process belongs to now, when it moved from the one that started it
+    /// (a reset that kept its processes); JSON `{"session_id": …}`.
+    pub fn owner(&self) -> PathBuf {
+        self.dir.join("owner")
     }
 
     /// Whether a supervisor holds this directory's lock. Takes the lock for an instant when
@@ -258,6 +284,41 @@ mod tests {
         assert_eq!(read_json::<ExitRecord>(&p).unwrap(), Some(rec));
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn specs_without_a_backend_are_local_and_ssh_round_trips() {
+        // A spec.json (and meta.json) as written before backends existed.
+        let old = r#"{"id":"proc_0123456789ab","command":"sleep 1","workdir":"/tmp",
+            "pty":false,"session_id":null,"cols":120,"rows":40,"log_max_bytes":4096,
+            "kill_grace_ms":500}"#;
+        let spec: Spec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.backend, Backend::Local);
+        // A local spec is written as before: no `backend` key.
+        assert!(
+            serde_json::to_value(&spec)
+                .unwrap()
+                .get("backend")
+                .is_none()
+        );
+        let meta: Meta = serde_json::from_str(&format!(
+            "{},\"supervisor_pid\":1,\"child_pid\":2,\"started_at_ms\":3}}",
+            old.trim_end_matches('}')
+        ))
+        .unwrap();
+        assert_eq!(meta.spec, spec);
+
+        let mut ssh = spec.clone();
+        ssh.backend = Backend::Ssh(crate::ssh::SshTarget {
+            host: "build-box".into(),
+            port: Some(2222),
+            ..Default::default()
+        });
+        let v = serde_json::to_value(&ssh).unwrap();
+        assert_eq!(v["backend"]["kind"], "ssh");
+        assert_eq!(v["backend"]["host"], "build-box");
+        let back: Spec = serde_json::from_value(v).unwrap();
+        assert_eq!(back, ssh);
     }
 
     #[test]

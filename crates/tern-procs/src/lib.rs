@@ -24,12 +24,13 @@ pub mod notify;
 pub mod observer;
 pub mod output;
 pub mod protocol;
+pub mod ssh;
 pub mod supervisor;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
 
-pub use layout::{ExitRecord, Meta, Spec};
+pub use layout::{Backend, ExitRecord, Meta, Spec};
 pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,
     SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,

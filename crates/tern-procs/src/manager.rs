@@ -9,7 +9,8 @@
 //!   `spec.json` → start the supervisor (`tern supervise DIR`) in a new session, stderr into
 //!   `supervisor.log` → read its readiness line (it has the child's pid, or the reason it
 //!   could not start) → read `meta.json` → registered. A task reaps the supervisor when it
-//!   ends, as long as this manager lives.
+//!   ends, as long as this manager lives. With the ssh backend ([`crate::ssh`]) the working
+//!   directory is remote: a preflight `ssh` checks the host and the directory instead.
 //! - **poll** / **log**: read the log by offset ([`crate::log`]); `poll` remembers how far it
 //!   read in `polled`, so a restarted gateway goes on where it stopped. Text for the model
 //!   goes through [`crate::output::for_model`].
@@ -40,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
 use crate::layout::{
-    ExitRecord, MAX_SOCKET_PATH, Meta, ProcDir, Spec, new_id, read_json, valid_id, write_atomic,
-    write_json_atomic,
+    Backend, ExitRecord, MAX_SOCKET_PATH, Meta, ProcDir, Spec, new_id, read_json, valid_id,
+    write_atomic, write_json_atomic,
 };
 use crate::log::read_range;
 use crate::output::{complete_utf8_len, for_model, leading_continuation_len};
@@ -86,6 +87,8 @@ pub struct ManagerConfig {
     pub log_max_read: usize,
     /// PTY size (columns, rows; default 120 × 40).
     pub pty_size: (u16, u16),
+    /// Where processes run (default: here). With ssh, a spawn's `workdir` is a remote path.
+    pub backend: Backend,
 }
 
 impl ManagerConfig {
@@ -100,6 +103,7 @@ impl ManagerConfig {
             poll_max_bytes: 16 * 1024,
             log_max_read: 64 * 1024,
             pty_size: (120, 40),
+            backend: Backend::Local,
         }
     }
 }
@@ -108,7 +112,8 @@ impl ManagerConfig {
 #[derive(Clone, Debug, Default)]
 pub struct SpawnRequest {
     pub command: String,
-    /// Must exist; made absolute.
+    /// Must exist; made absolute. With the ssh backend, a path on the remote host (relative
+    /// to its configured working directory, or its home; empty: that directory).
     pub workdir: PathBuf,
     pub pty: bool,
     pub session_id: Option<String>,
@@ -186,6 +191,9 @@ pub struct ProcInfo {
     pub pid: i32,
     pub supervisor_pid: i32,
     pub started_at_ms: i64,
+    /// Where it runs when not here: `ssh://[user@]host[:port]` (`workdir` is a path there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     #[serde(flatten)]
     pub status: ProcStatus,
 }
@@ -342,6 +350,9 @@ async fn report_exit(
 impl ProcessManager {
     /// Opens the registry on `cfg.root` and adopts every process directory in it.
     pub async fn open(cfg: ManagerConfig) -> Result<Self, ProcError> {
+        if let Backend::Ssh(t) = &cfg.backend {
+            t.validate()?;
+        }
         let root = cfg.root.clone();
         let (entries, running) = blocking(move || {
             let entries = adopt_all(&root)?;
@@ -510,11 +521,17 @@ impl ProcessManager {
             return Err(ProcError::Invalid("the command is empty".into()));
         }
         validate_watch_patterns(&req.watch_patterns)?;
-        let workdir =
-            std::path::absolute(&req.workdir).map_err(|e| ProcError::io(&req.workdir, e))?;
-        if !tokio::fs::metadata(&workdir)
-            .await
-            .is_ok_and(|m| m.is_dir())
+        let workdir = match &self.cfg.backend {
+            Backend::Local => {
+                std::path::absolute(&req.workdir).map_err(|e| ProcError::io(&req.workdir, e))?
+            }
+            // A path on the remote host: the preflight below checks it there.
+            Backend::Ssh(t) => PathBuf::from(t.remote_workdir(&req.workdir.to_string_lossy())?),
+        };
+        if self.cfg.backend.is_local()
+            && !tokio::fs::metadata(&workdir)
+                .await
+                .is_ok_and(|m| m.is_dir())
         {
             return Err(ProcError::Invalid(format!(
                 "working directory does not exist: {}",
@@ -529,6 +546,11 @@ impl ProcessManager {
             .count();
         if running >= self.cfg.max_running {
             return Err(ProcError::TooMany(self.cfg.max_running));
+        }
+        if let Backend::Ssh(t) = &self.cfg.backend {
+            // An unreachable host or a missing directory fails here, clearly, rather than
+            // as a process that exits with 255.
+            t.preflight(&workdir.to_string_lossy()).await?;
         }
 
         let root = self.cfg.root.clone();
@@ -545,6 +567,7 @@ impl ProcessManager {
             kill_grace_ms: u64::try_from(self.cfg.kill_grace.as_millis()).unwrap_or(u64::MAX),
             notify_on_complete: req.notify_on_complete,
             watch_patterns: req.watch_patterns,
+            backend: self.cfg.backend.clone(),
         };
         match self.start_supervisor(&pd, spec).await {
             Ok(meta) => {
@@ -753,7 +776,13 @@ impl ProcessManager {
         let resp = call(&entry.pd.socket(), &Request::Kill { grace_ms: None }).await?;
         let signalled = resp.is_some_and(|r| r.ok);
         if signalled {
-            let settle = self.cfg.kill_grace + Duration::from_secs(2);
+            // An ssh process also needs the remote kill's connection.
+            let extra = if entry.meta.spec.backend.is_local() {
+                2
+            } else {
+                10
+            };
+            let settle = self.cfg.kill_grace + Duration::from_secs(extra);
             let _ = tokio::time::timeout(settle, call(&entry.pd.socket(), &Request::Wait)).await;
         }
         Ok(KillOutcome {
@@ -813,6 +842,10 @@ pub(crate) fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
         pid: meta.child_pid,
         supervisor_pid: meta.supervisor_pid,
         started_at_ms: meta.started_at_ms,
+        host: match &meta.spec.backend {
+            Backend::Local => None,
+            Backend::Ssh(t) => Some(t.display()),
+        },
         status,
     }
 }

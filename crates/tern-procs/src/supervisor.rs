@@ -6,10 +6,11 @@
 //!
 //! Flow: read `spec.json` → take the directory's lock (held until exit: its release is how
 //! the gateway knows the supervisor is gone) → start the log → bind `sock` → spawn the child,
-//! `bash -c COMMAND`, as the leader of its own process group: stdout and stderr into one
-//! pipe, or a fresh PTY (portable-pty) whose session it leads → write `meta.json` → print one
-//! readiness line ([`Response`]) on stdout for the manager, then point stdout at /dev/null.
-//! Then three things run side by side:
+//! `bash -c COMMAND` (for the ssh backend the `ssh` client, [`crate::ssh`], whose kills go
+//! to the remote process group), as the leader of its own process group: stdout and stderr
+//! into one pipe, or a fresh PTY (portable-pty) whose session it leads → write `meta.json` →
+//! print one readiness line ([`Response`]) on stdout for the manager, then point stdout at
+//! /dev/null. Then three things run side by side:
 //!
 //! - the **pump** thread reads the pipe or the PTY and appends to the log ([`LogWriter`]);
 //! - the **reaper** thread waits for the child (`waitid` with `WNOWAIT`, then marks it reaped
@@ -25,6 +26,7 @@
 //! background descendant may hold the pipe open) → write `exit.json` atomically → answer the
 //! waiters → remove the socket → exit.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -44,7 +46,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::ProcError;
 use crate::attach::{CLIENT_BACKLOG, Fanout, Subscription};
-use crate::layout::{ExitRecord, Meta, ProcDir, Spec, now_ms, read_json, write_json_atomic};
+use crate::layout::{
+    Backend, ExitRecord, Meta, ProcDir, Spec, now_ms, read_json, write_json_atomic,
+};
 use crate::log::LogWriter;
 use crate::protocol::{MAX_LINE, Request, Response};
 
@@ -155,16 +159,41 @@ fn shell() -> &'static str {
     }
 }
 
+/// The child's program, arguments and (local) working directory: `bash -c COMMAND` in the
+/// working directory, or for the ssh backend the `ssh` client, whose working directory is
+/// remote ([`crate::ssh`]).
+fn child_command(spec: &Spec) -> (OsString, Vec<OsString>, Option<&Path>) {
+    match &spec.backend {
+        Backend::Local => (
+            shell().into(),
+            vec!["-c".into(), spec.command.clone().into()],
+            Some(&spec.workdir),
+        ),
+        Backend::Ssh(t) => (
+            "ssh".into(),
+            t.client_args(
+                &spec.id,
+                spec.pty,
+                &spec.workdir.to_string_lossy(),
+                &spec.command,
+            ),
+            None,
+        ),
+    }
+}
+
 fn spawn_pipe(spec: &Spec) -> Result<Child, ProcError> {
     use std::os::unix::process::CommandExt;
     let spawn_err = |e: std::io::Error| ProcError::Spawn(e.to_string());
     let (read_end, write_end) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| spawn_err(e.into()))?;
     let write_err = write_end.try_clone().map_err(spawn_err)?;
-    let mut cmd = std::process::Command::new(shell());
-    cmd.arg("-c")
-        .arg(&spec.command)
-        .current_dir(&spec.workdir)
+    let (program, args, cwd) = child_command(spec);
+    let mut cmd = std::process::Command::new(program);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::from(write_end))
         .stderr(Stdio::from(write_err))
@@ -199,10 +228,12 @@ fn spawn_pty(spec: &Spec) -> Result<Child, ProcError> {
             pixel_height: 0,
         })
         .map_err(|e| ProcError::Spawn(format!("cannot open a PTY: {e}")))?;
-    let mut cmd = CommandBuilder::new(shell());
-    cmd.arg("-c");
-    cmd.arg(&spec.command);
-    cmd.cwd(&spec.workdir);
+    let (program, args, cwd) = child_command(spec);
+    let mut cmd = CommandBuilder::new(program);
+    cmd.args(args);
+    if let Some(cwd) = cwd {
+        cmd.cwd(cwd);
+    }
     cmd.env("TERM", "xterm-256color");
     cmd.env("PAGER", "cat");
     cmd.env("GIT_PAGER", "cat");
@@ -241,6 +272,8 @@ struct State {
     reaped: Mutex<bool>,
     stdin: Arc<Mutex<Option<Box<dyn Write + Send>>>>,
     exit: watch::Receiver<Option<ExitRecord>>,
+    /// The ssh backend's host and the process id: kills go to the remote process group.
+    remote: Option<(crate::ssh::SshTarget, String)>,
     /// The PTY's master (PTY mode): kept for the child's life, and resized through.
     master: Mutex<Option<Box<dyn portable_pty::MasterPty + Send>>>,
     /// Attached clients, fed by the pump.
@@ -264,8 +297,27 @@ impl State {
         }
     }
 
+    fn reaped(&self) -> bool {
+        *self.reaped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// TERM now, KILL after the grace period if the child is still there.
     fn kill(self: &Arc<Self>, grace: Duration) -> bool {
+        if let Some((target, id)) = &self.remote {
+            // The child is the ssh client: the signals go to the remote group through
+            // another ssh, and to the client only when that fails or after the grace.
+            if self.reaped() {
+                return false;
+            }
+            let (alive, local) = (Arc::clone(self), Arc::clone(self));
+            tokio::spawn(target.clone().kill(
+                id.clone(),
+                grace,
+                move || !alive.reaped(),
+                move |sig| local.signal_group(sig),
+            ));
+            return true;
+        }
         if !self.signal_group(Signal::SIGTERM) {
             return false;
         }
@@ -435,6 +487,10 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         reaped: Mutex::new(false),
         stdin: Arc::new(Mutex::new(Some(stdin))),
         exit: exit_rx,
+        remote: match &meta.spec.backend {
+            Backend::Local => None,
+            Backend::Ssh(t) => Some((t.clone(), meta.spec.id.clone())),
+        },
         master: Mutex::new(master),
         fanout: Arc::new(Fanout::new(CLIENT_BACKLOG)),
     });

@@ -14,11 +14,18 @@
 //! session → the answer is at once `{"session_id": "proc_…", "pid": …}`. Without
 //! `background` the call is the foreground `terminal`.
 //!
+//! With the ssh backend ([`crate::ssh`]) background commands run on the remote host: their
+//! `workdir` is a path there, so it is not checked on this machine (the manager's preflight
+//! checks it on the host) and only the command goes through
+//! [`terminal::authorize_command`] (the approver sees `host:path`). Foreground commands,
+//! like the file tools, stay on this machine; the system prompt line says so.
+//!
 //! `process` maps its `action` to the manager: `list` (this session's processes), `poll`,
 //! `log`, `wait` (clamped, ended early by the turn's cancellation), `kill`, `write`,
 //! `submit`, `close`. A session sees and touches only its own processes; another
 //! session's id is answered as unknown.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +34,8 @@ use tern_tools::terminal;
 use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
 
 use crate::manager::{MAX_WATCH_PATTERNS, validate_watch_patterns};
-use crate::{ProcError, ProcInfo, ProcessManager, ProcessNotifier, SpawnRequest};
+use crate::ssh::SshTarget;
+use crate::{Backend, ProcError, ProcInfo, ProcessManager, ProcessNotifier, SpawnRequest};
 
 /// `wait`'s timeout when the model gives none, in seconds.
 const DEFAULT_WAIT_SECS: u64 = 60;
@@ -53,9 +61,17 @@ pub fn register_with(
     mgr: Arc<ProcessManager>,
     notifier: Option<Arc<dyn ProcessNotifier>>,
 ) {
-    registry.set_prompt_line("terminal", SYSTEM_PROMPT_LINE);
+    let mut spec = terminal_spec();
+    match &mgr.config().backend {
+        Backend::Local => registry.set_prompt_line("terminal", SYSTEM_PROMPT_LINE),
+        Backend::Ssh(t) => {
+            let (line, workdir) = ssh_notes(t);
+            registry.set_prompt_line("terminal", format!("{SYSTEM_PROMPT_LINE} {line}"));
+            spec.parameters["properties"]["workdir"]["description"] = json!(workdir);
+        }
+    }
     registry.register(Arc::new(Terminal {
-        spec: terminal_spec(),
+        spec,
         mgr: Arc::clone(&mgr),
         notifier,
     }));
@@ -63,6 +79,23 @@ pub fn register_with(
         spec: process_spec(),
         mgr,
     }));
+}
+
+/// With the ssh backend: the system prompt's note on where background processes run, and
+/// the `workdir` parameter's description.
+fn ssh_notes(t: &SshTarget) -> (String, String) {
+    let base = t.workdir.as_deref().unwrap_or("~");
+    let line = format!(
+        "Background processes run on the remote host {} over ssh, in {base} unless `workdir` \
+         says otherwise; foreground commands and the file tools act on this machine.",
+        t.display()
+    );
+    let workdir = format!(
+        "Foreground: the directory to run in, relative to the session's working directory. \
+         Background: a directory on the remote host {}, relative to {base} (default {base}).",
+        t.display()
+    );
+    (line, workdir)
 }
 
 fn terminal_spec() -> ToolSpec {
@@ -186,7 +219,18 @@ impl Terminal {
             .unwrap_or_default();
         // Before asking anyone to approve the command: a bad pattern would fail the start.
         validate_watch_patterns(&watch_patterns).map_err(tool_error)?;
-        let workdir = terminal::authorize(&command, args["workdir"].as_str(), &ctx).await?;
+        let workdir = match &self.mgr.config().backend {
+            Backend::Local => terminal::authorize(&command, args["workdir"].as_str(), &ctx).await?,
+            Backend::Ssh(t) => {
+                // A path on the remote host: the manager checks it there at the spawn, not
+                // on this machine. The approver sees (and a grant is keyed by) host:path.
+                let asked = args["workdir"].as_str().unwrap_or_default();
+                let remote = t.remote_workdir(asked).map_err(tool_error)?;
+                let shown = PathBuf::from(t.describe_path(&remote));
+                terminal::authorize_command(&command, &shown, &ctx).await?;
+                PathBuf::from(asked)
+            }
+        };
         let info = self
             .mgr
             .spawn(SpawnRequest {

@@ -86,7 +86,18 @@ pub async fn authorize(
             workdir.display()
         )));
     }
+    authorize_command(command, &workdir, ctx).await?;
+    Ok(workdir)
+}
 
+/// The command's part of [`authorize`]: hard-line commands are refused, dangerous ones need
+/// approval. `workdir` is only shown to the approver (and keys a grant); it is not checked,
+/// so a caller running the command elsewhere (another host) passes its own description.
+pub async fn authorize_command(
+    command: &str,
+    workdir: &Path,
+    ctx: &ToolContext,
+) -> Result<(), ToolError> {
     match check_command(command) {
         Verdict::Safe => {}
         Verdict::Forbidden { description, .. } => {
@@ -102,7 +113,7 @@ pub async fn authorize(
                     session_id: ctx.session_id.clone(),
                     call_id: ctx.call_id.clone(),
                     command: command.to_owned(),
-                    workdir: workdir.clone(),
+                    workdir: workdir.to_path_buf(),
                     pattern_key: key,
                     description,
                 }) => d,
@@ -124,7 +135,7 @@ pub async fn authorize(
             }
         }
     }
-    Ok(workdir)
+    Ok(())
 }
 
 /// Kills the process group when dropped, unless disarmed after the leader was reaped.
