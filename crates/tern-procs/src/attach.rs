@@ -11,9 +11,12 @@
 //!              socket bytes  → the PTY input (ends: the client closed its side = detach)
 //! ```
 //!
-//! **Nobody waits for a client.** Publishing only queues; a subscriber whose queue holds more
-//! than [`CLIENT_BACKLOG`] bytes (a stalled or dead terminal) is dropped and its connection
-//! closed, so neither the pump nor the log ever block on an attached client.
+//! **Nobody waits for a client.** Publishing only queues. A subscriber is dropped and its
+//! connection closed when more than [`CLIENT_BACKLOG`] bytes wait for it and it has taken
+//! nothing for [`CLIENT_STALL`] (a frozen or dead terminal), or when more than
+//! [`CLIENT_BACKLOG_MAX`] wait however it reads (it cannot keep up; memory stays bounded).
+//! So neither the pump nor the log ever block on an attached client, and a live one that is
+//! merely slower than a burst of output (a busy machine) is not cut off for it.
 //!
 //! **No gap, no repeat.** The pump writes a chunk to the log before publishing it, and
 //! subscribing reads the offset under the lock `publish` takes: the log holds every byte
@@ -25,8 +28,9 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -37,8 +41,13 @@ use tokio_util::sync::CancellationToken;
 use crate::ProcError;
 use crate::protocol::{Request, Response};
 
-/// Bytes of output queued for one attached client at most; beyond, it is disconnected.
+/// Bytes of output queued for one attached client beyond which it is disconnected if it has
+/// taken nothing for [`CLIENT_STALL`].
 pub const CLIENT_BACKLOG: usize = 4 * 1024 * 1024;
+/// Bytes queued for one client beyond which it is disconnected however it reads.
+pub const CLIENT_BACKLOG_MAX: usize = 32 * 1024 * 1024;
+/// How long a client with more than [`CLIENT_BACKLOG`] queued may take nothing.
+pub const CLIENT_STALL: Duration = Duration::from_secs(2);
 
 /// Longest answer line the client reads before the stream.
 const MAX_ANSWER: usize = 64 * 1024;
@@ -49,6 +58,10 @@ type Chunk = Arc<[u8]>;
 pub(crate) struct Fanout {
     inner: Mutex<Inner>,
     backlog: usize,
+    backlog_max: usize,
+    stall_ms: u64,
+    /// The clock of the clients' `progress`.
+    born: Instant,
 }
 
 #[derive(Default)]
@@ -65,6 +78,8 @@ struct Sub {
     id: u64,
     tx: mpsc::UnboundedSender<Chunk>,
     queued: Arc<AtomicUsize>,
+    /// When (ms on the fanout's clock) the client last took a chunk or was caught up.
+    progress: Arc<AtomicU64>,
     dropped: CancellationToken,
 }
 
@@ -74,6 +89,7 @@ pub(crate) struct Subscription {
     offset: u64,
     rx: mpsc::UnboundedReceiver<Chunk>,
     queued: Arc<AtomicUsize>,
+    progress: Arc<AtomicU64>,
     /// Cancelled when the fanout dropped this client for its backlog.
     dropped: CancellationToken,
     fanout: Arc<Fanout>,
@@ -93,11 +109,23 @@ impl Drop for Subscription {
 }
 
 impl Fanout {
+    /// A fanout with the production limits; `backlog` is [`CLIENT_BACKLOG`] there.
     pub(crate) fn new(backlog: usize) -> Self {
+        Self::with_limits(backlog, CLIENT_BACKLOG_MAX.max(backlog), CLIENT_STALL)
+    }
+
+    fn with_limits(backlog: usize, backlog_max: usize, stall: Duration) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             backlog,
+            backlog_max,
+            stall_ms: u64::try_from(stall.as_millis()).unwrap_or(u64::MAX),
+            born: Instant::now(),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -113,12 +141,19 @@ impl Fanout {
             return;
         }
         let chunk: Chunk = Arc::from(data);
-        let backlog = self.backlog;
+        let now = self.now_ms();
         inner.subs.retain(|s| {
             let queued = s.queued.load(Ordering::Acquire);
-            if queued + chunk.len() > backlog {
+            if queued == 0 {
+                // Caught up: a stall is counted from here.
+                s.progress.store(now, Ordering::Release);
+            }
+            let after = queued + chunk.len();
+            let idle_ms = now.saturating_sub(s.progress.load(Ordering::Acquire));
+            if after > self.backlog_max || (after > self.backlog && idle_ms >= self.stall_ms) {
                 tracing::warn!(
                     queued,
+                    idle_ms,
                     "an attached client fell too far behind the output; disconnecting it"
                 );
                 s.dropped.cancel();
@@ -146,11 +181,13 @@ impl Fanout {
         inner.next_id += 1;
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let progress = Arc::new(AtomicU64::new(self.now_ms()));
         let dropped = CancellationToken::new();
         inner.subs.push(Sub {
             id,
             tx,
             queued: Arc::clone(&queued),
+            progress: Arc::clone(&progress),
             dropped: dropped.clone(),
         });
         Some(Subscription {
@@ -158,6 +195,7 @@ impl Fanout {
             offset: inner.offset,
             rx,
             queued,
+            progress,
             dropped,
             fanout: Arc::clone(self),
         })
@@ -184,7 +222,6 @@ pub(crate) async fn serve<R: AsyncRead + Unpin>(
     cancel: CancellationToken,
 ) {
     let dropped = sub.dropped.clone();
-    let queued = Arc::clone(&sub.queued);
     let out = async {
         loop {
             let chunk = tokio::select! {
@@ -200,10 +237,11 @@ pub(crate) async fn serve<R: AsyncRead + Unpin>(
                 () = dropped.cancelled() => return,
                 r = output.write_all(&chunk) => r,
             };
-            queued.fetch_sub(chunk.len(), Ordering::AcqRel);
             if wrote.is_err() {
                 return;
             }
+            sub.progress.store(sub.fanout.now_ms(), Ordering::Release);
+            sub.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
         }
         // The output ended: the client reads to the end, then EOF.
         let _ = output.shutdown().await;
@@ -335,7 +373,7 @@ mod tests {
     /// A subscriber that does not drain its queue is dropped; publishing never waits.
     #[tokio::test]
     async fn a_subscriber_too_far_behind_is_dropped() {
-        let f = Arc::new(Fanout::new(10));
+        let f = Arc::new(Fanout::with_limits(10, 100, Duration::ZERO));
         let slow = f.subscribe().unwrap();
         let mut fast = f.subscribe().unwrap();
         let mut end = 0;
@@ -348,5 +386,25 @@ mod tests {
         assert!(slow.dropped.is_cancelled());
         assert!(!fast.dropped.is_cancelled());
         assert_eq!(f.subscribers(), 1);
+    }
+
+    /// Over the backlog, a client that took output within the stall time stays (it is only
+    /// slower than a burst), up to the hard limit.
+    #[tokio::test]
+    async fn a_client_that_reads_stays_up_to_the_hard_limit() {
+        let f = Arc::new(Fanout::with_limits(10, 30, Duration::from_secs(3600)));
+        let s = f.subscribe().unwrap();
+        for i in 1..=7 {
+            f.publish(b"abcd", 4 * i);
+        }
+        assert!(
+            !s.dropped.is_cancelled(),
+            "28 bytes queued, under the hard limit"
+        );
+        f.publish(b"abcd", 32);
+        assert!(
+            s.dropped.is_cancelled(),
+            "32 bytes queued, over the hard limit"
+        );
     }
 }
