@@ -635,6 +635,10 @@ async fn relay(
     tty: bool,
 ) -> anyhow::Result<AttachEnd> {
     use tokio::signal::unix::{SignalKind, signal};
+    let mut winch = signal(SignalKind::window_change())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     let (mut from_proc, mut to_proc) = stream.into_split();
     let mut input = stdin_chunks()?;
     let detach = tokio_util::sync::CancellationToken::new();
@@ -662,10 +666,6 @@ async fn relay(
             drop(to_proc);
         })
     };
-    let mut winch = signal(SignalKind::window_change())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
     let mut stdout = tokio::io::stdout();
     let mut buf = vec![0u8; 32 * 1024];
     let end = loop {

@@ -215,6 +215,17 @@ async fn list_shows_running_and_recent_processes_and_json_parses() {
     assert_eq!(mine.len(), 2, "{mine:?}");
     assert!(mine.iter().all(|p| p["session_id"] == "sess-abc123"));
 
+    // A process moved to another session by a reset that kept it (`owner`) is listed there.
+    std::fs::write(
+        e.home().join("procs").join(&term.id).join("owner"),
+        r#"{"session_id":"sess-new"}"#,
+    )
+    .unwrap();
+    let moved = ps_json(&e, &["--session", "sess-new"]);
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(moved[0]["id"], term.id.as_str());
+    assert_eq!(ps_json(&e, &["--session", "sess-abc"]).len(), 1);
+
     // Read-only: the starting directory is still there, and no exit was marked reported.
     assert!(starting.join("spec.json").exists());
     for p in &all {

@@ -38,6 +38,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
 }
 
+/// `owner`: the session a process moved to (see [`ProcDir::owner`]).
+#[derive(serde::Deserialize)]
+struct Owner {
+    session_id: Option<String>,
+}
+
 /// Reads one process directory (blocking): `None` while it has no `meta.json`.
 fn read_one(pd: &ProcDir, id: &str) -> Result<Option<ProcInfo>, ProcError> {
     let Some(meta) = read_json::<Meta>(&pd.meta())? else {
@@ -51,7 +57,13 @@ fn read_one(pd: &ProcDir, id: &str) -> Result<Option<ProcInfo>, ProcError> {
         )));
     }
     let status = status_of(pd)?;
-    Ok(Some(info(&meta, status)))
+    let mut p = info(&meta, status);
+    // A reset that kept the session's processes moved this one; unreadable means not moved,
+    // as for the manager.
+    if let Ok(Some(owner)) = read_json::<Owner>(&pd.owner()) {
+        p.session_id = owner.session_id;
+    }
+    Ok(Some(p))
 }
 
 impl Observer {
