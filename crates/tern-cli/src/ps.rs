@@ -674,7 +674,11 @@ async fn relay(
             r = from_proc.read(&mut buf) => match r {
                 Ok(0) | Err(_) => break AttachEnd::StreamEnded,
                 Ok(n) => {
-                    match stdout.write_all(&buf[..n]).await.and(stdout.flush().await) {
+                    let wrote = match stdout.write_all(&buf[..n]).await {
+                        Ok(()) => stdout.flush().await,
+                        Err(e) => Err(e),
+                    };
+                    match wrote {
                         Ok(()) => {}
                         // Nobody reads our output any more: leave, the process runs on.
                         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break AttachEnd::Detached,
