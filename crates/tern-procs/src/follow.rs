@@ -504,14 +504,15 @@ mod tests {
     #[test]
     fn an_incomplete_window_is_not_trusted_for_an_ended_process() {
         let f = Followed::default();
-        *f.window.lock().unwrap() = Some(Window::at(0));
+        *f.window.lock().unwrap() = Some(Window::at(10));
         f.window.lock().unwrap().as_mut().unwrap().push(b"hello");
-        assert_eq!(f.read(0, 10, true).unwrap().data, b"hello");
-        assert!(f.read(0, 10, false).is_none());
+        assert_eq!(f.read(10, 10, true).unwrap().data, b"hello");
+        assert!(f.read(10, 10, false).is_none());
         f.window.lock().unwrap().as_mut().unwrap().complete = true;
         assert_eq!(f.tail(3, false).unwrap().data, b"llo");
-        assert_eq!(f.bounds(false), Some((0, 5)));
+        assert_eq!(f.bounds(false), Some((10, 15)));
         assert!(f.tail(6, false).is_none(), "more than the window holds");
+        assert!(f.read(16, 1, false).is_none(), "past the end");
     }
 
     fn scanner(patterns: &[&str]) -> Scanner {
@@ -538,7 +539,7 @@ mod tests {
         assert_eq!(b.matches[0].line, "ERROR: disk");
         assert_eq!(b.matches[0].pattern, "ERROR");
         assert_eq!(b.matches[1].pattern, "^done$");
-        assert_eq!(s.line_start, 3 + 20 + 6 + 6);
+        assert_eq!(s.line_start, 3 + 21 + 6 + 6);
     }
 
     #[test]
