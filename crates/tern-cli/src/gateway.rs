@@ -244,6 +244,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         if let tern_procs::Backend::Ssh(t) = &cfg.backend {
             tracing::info!(host = %t.display(), "background processes run over ssh");
         }
+        cfg.watch_interval = p.watch_interval();
         let manager = tern_procs::ProcessManager::open(cfg)
             .await
             .with_context(|| format!("opening {}", home.root.join("procs").display()))?;
@@ -286,6 +287,9 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     });
     if let Some(manager) = procs {
         gw.set_procs(manager, eff.config.processes.keep_finished());
+    }
+    if let Some(after) = eff.config.gateway.idle_reset() {
+        gw.set_idle_reset(after);
     }
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 

@@ -248,6 +248,9 @@ pub struct ProcessesConfig {
     pub log_max_bytes: u64,
     /// Where background processes run: `"local"` or `"ssh"` (on `[processes.ssh]`'s host).
     pub backend: ProcessBackend,
+    /// Watch-pattern notifications per process at most one per this duration (`"30s"`);
+    /// the matches in between are told together.
+    pub watch_interval: String,
     /// `[processes.ssh]`: the host of `backend = "ssh"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ssh: Option<SshConfig>,
@@ -260,6 +263,7 @@ impl Default for ProcessesConfig {
             keep_finished: "30m".to_owned(),
             log_max_bytes: 64 * 1024 * 1024,
             backend: ProcessBackend::Local,
+            watch_interval: "30s".to_owned(),
             ssh: None,
         }
     }
@@ -269,6 +273,11 @@ impl ProcessesConfig {
     /// `keep_finished` as a duration (checked when the file is loaded).
     pub fn keep_finished(&self) -> std::time::Duration {
         parse_duration(&self.keep_finished).unwrap_or(std::time::Duration::from_secs(30 * 60))
+    }
+
+    /// `watch_interval` as a duration (checked when the file is loaded).
+    pub fn watch_interval(&self) -> std::time::Duration {
+        parse_duration(&self.watch_interval).unwrap_or(std::time::Duration::from_secs(30))
     }
 }
 
@@ -375,6 +384,10 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// On shutdown, how long running turns get to finish before they are interrupted.
     pub drain_timeout_secs: u64,
+    /// A session idle this long (a duration such as `"24h"`) is reset: finalized, with an
+    /// empty successor. `"off"` (the default) never. Sessions with running background
+    /// processes, open waits or a running turn are exempt.
+    pub idle_reset: String,
 }
 
 impl Default for GatewayConfig {
@@ -384,7 +397,18 @@ impl Default for GatewayConfig {
             max_concurrent_turns: 16,
             max_body_bytes: 1_048_576,
             drain_timeout_secs: 30,
+            idle_reset: "off".to_owned(),
         }
+    }
+}
+
+impl GatewayConfig {
+    /// `idle_reset` as a duration; `None` when off (checked when the file is loaded).
+    pub fn idle_reset(&self) -> Option<std::time::Duration> {
+        if self.idle_reset.trim() == "off" {
+            return None;
+        }
+        parse_duration(&self.idle_reset).ok()
     }
 }
 
@@ -1009,6 +1033,14 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             c.gateway.max_body_bytes
         )));
     }
+    if c.gateway.idle_reset.trim() != "off"
+        && let Err(e) = parse_duration(&c.gateway.idle_reset)
+    {
+        return Err(ConfigError::Invalid(format!(
+            "gateway.idle_reset in {}: {e} (or \"off\")",
+            eff.config_path.display()
+        )));
+    }
     let p = &c.processes;
     if p.max_running < 1 || p.log_max_bytes < 4096 {
         return Err(ConfigError::Invalid(format!(
@@ -1016,11 +1048,16 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
             eff.config_path.display()
         )));
     }
-    if let Err(e) = parse_duration(&p.keep_finished) {
-        return Err(ConfigError::Invalid(format!(
-            "processes.keep_finished in {}: {e}",
-            eff.config_path.display()
-        )));
+    for (name, value) in [
+        ("keep_finished", &p.keep_finished),
+        ("watch_interval", &p.watch_interval),
+    ] {
+        if let Err(e) = parse_duration(value) {
+            return Err(ConfigError::Invalid(format!(
+                "processes.{name} in {}: {e}",
+                eff.config_path.display()
+            )));
+        }
     }
     ssh::validate_backend(p.backend, p.ssh.as_ref(), &eff.config_path)?;
     validate_hooks(eff)?;
@@ -2526,6 +2563,20 @@ retry_base_ms = 10
     }
 
     #[test]
+    fn idle_reset_is_off_by_default_and_checked() {
+        let (_d, home) = temp_home();
+        assert_eq!(load(&home, &no_env).unwrap().config.gateway.idle_reset(), None);
+        write_config(&home, "[gateway]\nidle_reset = \"2h\"\n");
+        assert_eq!(
+            load(&home, &no_env).unwrap().config.gateway.idle_reset(),
+            Some(std::time::Duration::from_secs(7200))
+        );
+        write_config(&home, "[gateway]\nidle_reset = \"sometimes\"\n");
+        let e = load(&home, &no_env).unwrap_err().to_string();
+        assert!(e.contains("gateway.idle_reset"), "{e}");
+    }
+
+    #[test]
     fn processes_have_defaults_and_are_checked() {
         let (_d, home) = temp_home();
         let c = load(&home, &no_env).unwrap().config.processes;
@@ -2533,14 +2584,16 @@ retry_base_ms = 10
         assert_eq!(c.keep_finished(), std::time::Duration::from_secs(1800));
         write_config(
             &home,
-            "[processes]\nmax_running = 3\nkeep_finished = \"2h\"\n",
+            "[processes]\nmax_running = 3\nkeep_finished = \"2h\"\nwatch_interval = \"5s\"\n",
         );
         let c = load(&home, &no_env).unwrap().config.processes;
         assert_eq!(c.max_running, 3);
         assert_eq!(c.keep_finished(), std::time::Duration::from_secs(7200));
+        assert_eq!(c.watch_interval(), std::time::Duration::from_secs(5));
         for bad in [
             "max_running = 0",
             "keep_finished = \"soon\"",
+            "watch_interval = \"often\"",
             "log_max_bytes = 1",
         ] {
             write_config(&home, &format!("[processes]\n{bad}\n"));
