@@ -13,21 +13,22 @@
 //! 1. traps INT and TERM for itself (a trapped signal is reset in children, so the command
 //!    still gets them; ignoring them would be inherited): it outlives the command to clean up
 //!    and pass its status on, and a Ctrl-C to a REPL does not end the session;
-//! 2. writes its pid to `~/.tern/procs/ID/pgid` — sshd starts every session with `setsid`, with
-//!    or without a PTY, so the pid of the shell it starts is the remote process group id;
-//! 3. `cd`s to the working directory, and unless a TERM or INT came meanwhile (then it exits
-//!    143 or 130 at once: the signal would otherwise be lost, as the command did not run yet)
-//!    runs `bash -c COMMAND` (or `sh`), removes `~/.tern/procs/ID`, and exits with the
-//!    command's status, which ssh returns (255 is ssh's own failure; its message, kept by
-//!    `LogLevel=ERROR`, is in the process's log).
+//! 2. `cd`s to the working directory;
+//! 3. writes its pid to `~/.tern/procs/ID/pgid` — sshd starts every session with `setsid`, with
+//!    or without a PTY, so the pid of the shell it starts is the remote process group id —
+//!    as late as it can, just before the command starts;
+//! 4. unless a TERM or INT came meanwhile (then it exits 143 or 130 at once: the signal would
+//!    otherwise be lost, as the command did not run yet) runs `bash -c COMMAND` (or `sh`),
+//!    removes `~/.tern/procs/ID`, and exits with the command's status, which ssh returns (255
+//!    is ssh's own failure; its message, kept by `LogLevel=ERROR`, is in the process's log).
 //!
 //! A signal that lands in the instant between that check and the command's start is taken by
 //! the shell's trap; the command then gets the KILL after the grace period.
 //!
 //! **Kill** ([`SshTarget::kill`], run by the supervisor for `kill` and for a SIGTERM to
 //! itself): a second `ssh` sends TERM to the remote process group (retried while the pgid
-//! file is not written yet), after the grace period KILL (and removes the directory, as the
-//! shell cannot then); if the local `ssh` client is still there a second later, it gets KILL
+//! file is not written yet), the grace period after it KILL (and removes the directory, as
+//! the shell cannot then); if the local `ssh` client is still there a second later, it gets KILL
 //! too. The local client is left alone until then, so the output up to the end and the
 //! command's status still arrive. When the remote kill cannot reach the host, the local client
 //! gets TERM at once (over a PTY, sshd then hangs up the remote session).
@@ -57,6 +58,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a hung connection may stay silent before ssh gives up (interval × count).
 const ALIVE_INTERVAL_SECS: u32 = 15;
 const ALIVE_COUNT: u32 = 4;
+/// How long a kill keeps trying to reach a remote command that has not started yet (its
+/// shell has not recorded the process group) before it goes on to the KILL.
+const START_WAIT: Duration = Duration::from_secs(15);
 /// Exit code of a remote helper script meaning "no such process there".
 const NOT_THERE: i32 = 3;
 
@@ -273,9 +277,10 @@ impl SshTarget {
         match self.run(&script).await? {
             (Some(0), _) => Ok(()),
             (Some(255), err) => Err(ProcError::Spawn(format!(
-                "cannot reach {} over ssh: {}",
+                "cannot reach {} over ssh: {}{}",
                 self.display(),
-                if err.is_empty() { "ssh failed" } else { &err }
+                if err.is_empty() { "ssh failed" } else { &err },
+                hint(&err)
             ))),
             (_, err) => Err(ProcError::Invalid(format!(
                 "working directory does not exist on {}: {} ({err})",
@@ -311,8 +316,9 @@ impl SshTarget {
     }
 
     /// The supervisor's kill of process `id`: TERM to the remote group (retried while its
-    /// pgid is not recorded yet), KILL after `grace`, then KILL to the local ssh client if it
-    /// still runs. `alive` says whether the local child still runs; `local` signals its group.
+    /// pgid is not recorded yet, up to [`START_WAIT`]), KILL `grace` after the TERM, then KILL
+    /// to the local ssh client if it still runs. `alive` says whether the local child still
+    /// runs; `local` signals its group.
     pub async fn kill(
         self,
         id: String,
@@ -320,16 +326,19 @@ impl SshTarget {
         alive: impl Fn() -> bool,
         local: impl Fn(Signal) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + grace;
+        let start = tokio::time::Instant::now();
+        // The grace is the command's, from the TERM it got.
+        let mut deadline = start + grace;
         loop {
             match self.signal(&id, Signal::SIGTERM).await {
                 Ok(true) => {
                     tracing::info!("sent TERM to the remote process group");
+                    deadline = tokio::time::Instant::now() + grace;
                     break;
                 }
-                Ok(false) if alive() && tokio::time::Instant::now() < deadline => {
+                Ok(false) if alive() && start.elapsed() < START_WAIT.max(grace) => {
                     // The remote shell has not recorded its pgid yet (a kill right after
-                    // the spawn): try again shortly.
+                    // the spawn, a slow host): try again shortly.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
                 Ok(false) => break,
@@ -360,6 +369,20 @@ impl SshTarget {
     }
 }
 
+/// What to do about the usual ssh failures (it runs with `BatchMode=yes`: nobody can answer
+/// a question).
+fn hint(stderr: &str) -> &'static str {
+    if stderr.contains("Host key verification failed") {
+        " (the host's key is not in known_hosts: connect once with `ssh` to add it, or set \
+         options = [\"StrictHostKeyChecking=accept-new\"] in [processes.ssh])"
+    } else if stderr.contains("Permission denied") {
+        " (no key was accepted: ssh cannot ask for a password here; set identity_file or \
+         load the key into an ssh agent)"
+    } else {
+        ""
+    }
+}
+
 /// The `cd` of a remote working directory: `~` and `~/…` are the remote home, which a
 /// quoted path could not say.
 fn cd(workdir: &str) -> String {
@@ -379,11 +402,11 @@ pub fn remote_command(id: &str, workdir: &str, command: &str) -> String {
     let script = format!(
         "trap 'k=130' INT\n\
          trap 'k=143' TERM\n\
-         d=\"$HOME/.tern/procs/\"{id}\n\
-         mkdir -p \"$d\" && echo $$ > \"$d/pgid\" || exit 1\n\
-         {cd} || {{ rm -rf \"$d\"; exit 1; }}\n\
+         {cd} || exit 1\n\
          export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n\
          s=$(command -v bash) || s=sh\n\
+         d=\"$HOME/.tern/procs/\"{id}\n\
+         mkdir -p \"$d\" && echo $$ > \"$d/pgid\" || exit 1\n\
          [ -z \"$k\" ] || {{ rm -rf \"$d\"; exit $k; }}\n\
          \"$s\" -c {command}\n\
          rc=$?\n\

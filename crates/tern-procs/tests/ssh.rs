@@ -319,8 +319,8 @@ async fn python_in_a_remote_pty() {
         .unwrap();
     assert!(p.pty);
     // A terminal on the remote side, of the type the local PTY announces.
-    poll_until(&mgr, &p.id, "tty:xterm-256color").await;
-    poll_until(&mgr, &p.id, ">>> ").await;
+    let out = poll_until(&mgr, &p.id, ">>> ").await;
+    assert!(out.contains("tty:xterm-256color\n"), "{out:?}");
     mgr.submit(&p.id, "print(6*7)").await.unwrap();
     let out = poll_until(&mgr, &p.id, "42").await;
     assert!(out.lines().any(|l| l == "42"), "{out:?}");
@@ -532,6 +532,37 @@ async fn unreachable_hosts_and_missing_directories_fail_the_spawn() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 
+    // An unknown host key, and a key the host does not accept: ssh cannot ask, the error
+    // says what to do.
+    let mut strict = sshd.target();
+    strict.options = vec![
+        format!(
+            "UserKnownHostsFile={}",
+            d.path().join("empty_known_hosts").display()
+        ),
+        "GlobalKnownHostsFile=/dev/null".into(),
+        "StrictHostKeyChecking=yes".into(),
+        "IdentitiesOnly=yes".into(),
+    ];
+    let mut stranger = sshd.target();
+    let other_key = d.path().join("other_key");
+    keygen(&other_key);
+    stranger.identity_file = Some(other_key);
+    for (target, says) in [
+        (strict, "StrictHostKeyChecking=accept-new"),
+        (stranger, "set identity_file"),
+    ] {
+        let mgr = ProcessManager::open(ssh_config(d.path(), target))
+            .await
+            .unwrap();
+        let e = mgr
+            .spawn(req("echo never", Path::new(""), false))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{e}");
+    }
+
     // A bad target is refused when the manager opens.
     let mut bad = sshd.target();
     bad.host = "-oProxyCommand=touch /tmp/x".into();
@@ -548,23 +579,26 @@ async fn a_lost_connection_exits_255_with_ssh_s_message_in_the_log() {
     let d = tempfile::tempdir().unwrap();
     let _reap = Reap(d.path().to_path_buf());
     let mgr = ssh_manager(d.path(), &sshd).await;
-    // The command kills the sshd process serving its own connection (the parent of the
-    // remote shell, whose pid is `$PPID` of `bash -c`).
+    // The command kills the sshd process serving its own connection: the parent of the
+    // remote shell (whose pid is `$PPID` of `bash -c`), field 4 of its /proc stat. Only once
+    // its first line arrived here: sshd could not forward it after the kill.
     let p = mgr
         .spawn(req(
-            "echo started; kill -9 $(ps -o ppid= -p $PPID); sleep 1",
+            "echo started; read -r go; read -r _ _ _ sshd _ < /proc/$PPID/stat; kill -9 $sshd; \
+             sleep 1",
             Path::new(""),
             false,
         ))
         .await
         .unwrap();
+    poll_until(&mgr, &p.id, "started\n").await;
+    mgr.submit(&p.id, "go").await.unwrap();
     let w = mgr
         .wait(&p.id, LONG, &CancellationToken::new())
         .await
         .unwrap();
     assert_eq!(exit_code(&w.info.status), Some(255));
     let out = mgr.poll(&p.id).await.unwrap().output;
-    assert!(out.contains("started\n"), "{out:?}");
     assert!(out.contains("closed by remote host"), "{out:?}");
 }
 
