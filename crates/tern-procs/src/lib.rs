@@ -17,6 +17,7 @@
 //! the gateway's manager, and [`attach`] to a PTY process's live terminal.
 
 pub mod attach;
+pub mod follow;
 pub mod layout;
 pub mod log;
 pub mod manager;
@@ -30,6 +31,7 @@ pub mod tools;
 
 use std::path::{Path, PathBuf};
 
+pub use follow::{MatchedLine, WatchBatch, WatchSink};
 pub use layout::{Backend, ExitRecord, Meta, Spec};
 pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,

@@ -40,6 +40,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
+use crate::follow::{Follow, Followed, WatchSink};
 use crate::layout::{
     Backend, ExitRecord, MAX_SOCKET_PATH, Meta, ProcDir, Spec, new_id, read_json, valid_id,
     write_atomic, write_json_atomic,
@@ -89,6 +90,9 @@ pub struct ManagerConfig {
     pub pty_size: (u16, u16),
     /// Where processes run (default: here). With ssh, a spawn's `workdir` is a remote path.
     pub backend: Backend,
+    /// Watch-pattern notifications per process at most one per this (default 30 s); the
+    /// matches in between are told together.
+    pub watch_interval: Duration,
 }
 
 impl ManagerConfig {
@@ -104,6 +108,7 @@ impl ManagerConfig {
             log_max_read: 64 * 1024,
             pty_size: (120, 40),
             backend: Backend::Local,
+            watch_interval: Duration::from_secs(30),
         }
     }
 }
@@ -247,6 +252,47 @@ struct Entry {
     pd: ProcDir,
     /// How far `poll` has read; persisted in `polled`.
     polled: tokio::sync::Mutex<u64>,
+    /// The in-memory window, while a follower runs ([`crate::follow`]).
+    followed: Arc<Followed>,
+    /// The session it belongs to: the spec's, or the one it moved to (`owner`).
+    owner: Owner,
+}
+
+/// The session a process belongs to, shared with its follower.
+pub(crate) type Owner = Arc<Mutex<Option<String>>>;
+
+/// What `owner` holds.
+#[derive(Serialize, serde::Deserialize)]
+struct OwnerRecord {
+    session_id: Option<String>,
+}
+
+impl Entry {
+    fn new(meta: Meta, pd: ProcDir, polled: u64) -> Self {
+        // A moved process's `owner` wins over its spec; unreadable means not moved.
+        let owner = read_json::<OwnerRecord>(&pd.owner())
+            .ok()
+            .flatten()
+            .map_or_else(|| meta.spec.session_id.clone(), |o| o.session_id);
+        Self {
+            meta,
+            pd,
+            polled: tokio::sync::Mutex::new(polled),
+            followed: Arc::default(),
+            owner: Arc::new(Mutex::new(owner)),
+        }
+    }
+
+    fn session(&self) -> Option<String> {
+        self.owner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn info(&self, status: ProcStatus) -> ProcInfo {
+        ProcInfo {
+            session_id: self.session(),
+            ..info(&self.meta, status)
+        }
+    }
 }
 
 /// What happened to a process: for hooks and notifications.
@@ -264,6 +310,8 @@ pub struct ProcessManager {
     procs: Mutex<HashMap<String, Arc<Entry>>>,
     /// Where events go, once someone asked for them.
     events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProcEvent>>>,
+    /// Where watch-pattern matches go (set before [`ProcessManager::events`]).
+    watch_sink: Mutex<Option<Arc<dyn WatchSink>>>,
     /// Ends the watchers when the manager is dropped.
     shutdown: CancellationToken,
 }
@@ -303,6 +351,9 @@ fn read_polled(pd: &ProcDir) -> u64 {
         .unwrap_or(0)
 }
 
+/// How long the exit report waits for the follower's last matches.
+const FOLLOWER_FINISH: Duration = Duration::from_secs(10);
+
 /// Follows one process until it is no longer running; `None` when its exit was reported
 /// already.
 async fn until_ended(entry: &Entry) -> Option<ProcStatus> {
@@ -340,11 +391,19 @@ async fn report_exit(
     status: ProcStatus,
     tx: &tokio::sync::mpsc::UnboundedSender<ProcEvent>,
 ) {
+    if status == ProcStatus::Lost && entry.meta.spec.backend == Backend::Local {
+        let meta = entry.meta.clone();
+        let _ = blocking(move || {
+            end_orphan(&meta);
+            Ok(())
+        })
+        .await;
+    }
     let path = entry.pd.reported();
     if let Err(e) = blocking(move || write_atomic(&path, b"")).await {
         tracing::warn!(id = %entry.meta.spec.id, "cannot record that the exit was reported: {e}");
     }
-    let _ = tx.send(ProcEvent::Exited(info(&entry.meta, status)));
+    let _ = tx.send(ProcEvent::Exited(entry.info(status)));
 }
 
 impl ProcessManager {
@@ -376,6 +435,7 @@ impl ProcessManager {
             cfg,
             procs: Mutex::new(procs),
             events: Mutex::new(None),
+            watch_sink: Mutex::new(None),
             shutdown: CancellationToken::new(),
         })
     }
@@ -403,16 +463,74 @@ impl ProcessManager {
             return;
         };
         let shutdown = self.shutdown.clone();
+        let sink = self
+            .watch_sink
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let interval = self.cfg.watch_interval;
         tokio::spawn(async move {
+            let follower = Self::follow(&entry, sink, interval, &shutdown).await;
             let ended = tokio::select! {
                 () = shutdown.cancelled() => return,
                 s = until_ended(&entry) => s,
             };
+            if follower {
+                // The last matches before the exit; bounded, as a sink may be failing.
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = entry.followed.done.cancelled() => {}
+                    () = tokio::time::sleep(FOLLOWER_FINISH) => {
+                        tracing::warn!(id = %entry.meta.spec.id, "the output follower did not finish; the exit is reported anyway");
+                    }
+                }
+            }
             // Not cancelled half-way: the record and the event go together.
             if let Some(status) = ended {
                 report_exit(&entry, status, &tx).await;
             }
         });
+    }
+
+    /// Sets where watch-pattern matches go; call it before [`Self::events`].
+    pub fn set_watch_sink(&self, sink: Arc<dyn WatchSink>) {
+        *self.watch_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(sink);
+    }
+
+    /// Starts the follower of `entry` (window and watch patterns) when there is something
+    /// to follow: a running process, or unreported output still to match. True if started.
+    async fn follow(
+        entry: &Arc<Entry>,
+        sink: Option<Arc<dyn WatchSink>>,
+        interval: Duration,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let pd = entry.pd.clone();
+        let (status, reported) =
+            match blocking(move || Ok((status_of(&pd)?, pd.reported().exists()))).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(id = %entry.meta.spec.id, "cannot read the status: {e}");
+                    return false;
+                }
+            };
+        let spec = &entry.meta.spec;
+        let watching = sink.is_some() && !spec.watch_patterns.is_empty();
+        if !(status.is_running() || (watching && !reported)) {
+            return false;
+        }
+        let f = Follow {
+            pd: entry.pd.clone(),
+            info: entry.info(status),
+            owner: Arc::clone(&entry.owner),
+            patterns: crate::follow::compile(&spec.id, &spec.watch_patterns),
+            sink,
+            interval,
+            followed: Arc::clone(&entry.followed),
+            shutdown: shutdown.clone(),
+        };
+        tokio::spawn(crate::follow::run(f));
+        true
     }
 
     /// Removes processes that exited more than `keep` ago (their directories and logs);
@@ -424,8 +542,24 @@ impl ProcessManager {
         for e in self.entries() {
             let pd = e.pd.clone();
             let status = blocking(move || status_of(&pd)).await?;
-            let ProcStatus::Exited { ended_at_ms, .. } = status else {
-                continue;
+            let ended_at_ms = match status {
+                ProcStatus::Exited { ended_at_ms, .. } => ended_at_ms,
+                // A lost one counts from when its loss was reported (until then it is kept:
+                // its exit is still to be told).
+                ProcStatus::Lost => {
+                    let reported = e.pd.reported();
+                    match blocking(move || {
+                        Ok(std::fs::metadata(&reported).and_then(|m| m.modified()).ok())
+                    })
+                    .await?
+                    {
+                        Some(t) => t
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                        None => continue,
+                    }
+                }
+                ProcStatus::Running => continue,
             };
             if ended_at_ms > cutoff {
                 continue;
@@ -472,6 +606,31 @@ impl ProcessManager {
         killed
     }
 
+    /// Moves `from`'s running processes to the session `to` (a reset that keeps them):
+    /// they are listed, touched and notified as `to`'s from now on, also after a restart.
+    /// Returns their ids.
+    pub async fn move_session(&self, from: &str, to: &str) -> Result<Vec<String>, ProcError> {
+        let mut moved = Vec::new();
+        for e in self.entries() {
+            if e.session().as_deref() != Some(from) {
+                continue;
+            }
+            let pd = e.pd.clone();
+            if !blocking(move || status_of(&pd)).await?.is_running() {
+                continue;
+            }
+            let path = e.pd.owner();
+            let rec = OwnerRecord {
+                session_id: Some(to.to_owned()),
+            };
+            blocking(move || write_json_atomic(&path, &rec)).await?;
+            *e.owner.lock().unwrap_or_else(|p| p.into_inner()) = Some(to.to_owned());
+            moved.push(e.meta.spec.id.clone());
+        }
+        moved.sort();
+        Ok(moved)
+    }
+
     pub fn config(&self) -> &ManagerConfig {
         &self.cfg
     }
@@ -497,7 +656,7 @@ impl ProcessManager {
     async fn info_of(entry: &Arc<Entry>) -> Result<ProcInfo, ProcError> {
         let pd = entry.pd.clone();
         let status = blocking(move || status_of(&pd)).await?;
-        Ok(info(&entry.meta, status))
+        Ok(entry.info(status))
     }
 
     /// Every known process, oldest first.
@@ -571,11 +730,7 @@ impl ProcessManager {
         };
         match self.start_supervisor(&pd, spec).await {
             Ok(meta) => {
-                let entry = Arc::new(Entry {
-                    meta,
-                    pd,
-                    polled: tokio::sync::Mutex::new(0),
-                });
+                let entry = Arc::new(Entry::new(meta, pd, 0));
                 self.procs
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -676,13 +831,27 @@ impl ProcessManager {
         let pd = entry.pd.clone();
         let from = *polled;
         let max = self.cfg.poll_max_bytes;
-        let (slice, skipped) = blocking(move || {
-            let total = read_range(&pd.log_dir(), u64::MAX, 0)?.total;
-            let start = from.max(total.saturating_sub(max as u64));
-            let slice = read_range(&pd.log_dir(), start, max)?;
-            Ok((slice, start.saturating_sub(from)))
-        })
-        .await?;
+        let running = info.status.is_running();
+        // The window when it holds the newest output from `from` on; the log otherwise.
+        let windowed = entry.followed.bounds(running).and_then(|(_, end)| {
+            let start = from.max(end.saturating_sub(max as u64));
+            entry.followed.read(start, max, running)
+        });
+        let (slice, skipped) = match windowed {
+            Some(slice) => {
+                let skipped = slice.start.saturating_sub(from);
+                (slice, skipped)
+            }
+            None => {
+                blocking(move || {
+                    let total = read_range(&pd.log_dir(), u64::MAX, 0)?.total;
+                    let start = from.max(total.saturating_sub(max as u64));
+                    let slice = read_range(&pd.log_dir(), start, max)?;
+                    Ok((slice, start.saturating_sub(from)))
+                })
+                .await?
+            }
+        };
         let skip = if skipped > 0 || slice.start > from {
             leading_continuation_len(&slice.data)
         } else {
@@ -718,16 +887,25 @@ impl ProcessManager {
             .unwrap_or(self.cfg.log_max_read)
             .clamp(1, self.cfg.log_max_read);
         let dir = entry.pd.log_dir();
-        let slice = blocking(move || {
-            let from = match offset {
-                Some(o) => o,
-                None => read_range(&dir, u64::MAX, 0)?
-                    .total
-                    .saturating_sub(limit as u64),
-            };
-            read_range(&dir, from, limit)
-        })
-        .await?;
+        let running = Self::info_of(&entry).await?.status.is_running();
+        let windowed = match offset {
+            Some(o) => entry.followed.read(o, limit, running),
+            None => entry.followed.tail(limit, running),
+        };
+        let slice = if let Some(s) = windowed {
+            s
+        } else {
+            blocking(move || {
+                let from = match offset {
+                    Some(o) => o,
+                    None => read_range(&dir, u64::MAX, 0)?
+                        .total
+                        .saturating_sub(limit as u64),
+                };
+                read_range(&dir, from, limit)
+            })
+            .await?
+        };
         let rotated = offset.is_some_and(|o| slice.start > o);
         let skip = if offset.is_none() || rotated {
             leading_continuation_len(&slice.data)
@@ -879,11 +1057,7 @@ fn adopt_all(root: &Path) -> Result<Vec<Entry>, ProcError> {
         match read_json::<Meta>(&pd.meta()) {
             Ok(Some(meta)) if meta.spec.id == id => {
                 let polled = read_polled(&pd);
-                out.push(Entry {
-                    meta,
-                    pd,
-                    polled: tokio::sync::Mutex::new(polled),
-                });
+                out.push(Entry::new(meta, pd, polled));
             }
             Ok(Some(_)) => tracing::warn!(dir = %pd.dir.display(), "meta.json names another id"),
             Ok(None) => {
@@ -900,4 +1074,43 @@ fn adopt_all(root: &Path) -> Result<Vec<Entry>, ProcError> {
         }
     }
     Ok(out)
+}
+
+/// A lost process's supervisor died without ending its child, which may still run with its
+/// group: TERM then KILL it, but only when the pid still names that child — a process group
+/// leader that started within a few seconds of the recorded start (pids are reused).
+fn end_orphan(meta: &Meta) {
+    let pid = meta.child_pid;
+    let Some(started_ms) = process_start_ms(pid) else {
+        return;
+    };
+    let leader = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)))
+        .is_ok_and(|g| g.as_raw() == pid);
+    if !leader || (started_ms - meta.started_at_ms).abs() > 5_000 {
+        return;
+    }
+    let group = nix::unistd::Pid::from_raw(pid);
+    tracing::warn!(id = %meta.spec.id, pid, "its supervisor is gone; ending the orphaned process group");
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    if process_start_ms(pid) == Some(started_ms) {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// When `pid` started (ms since the epoch), from `/proc` (Linux); `None` when it is gone.
+fn process_start_ms(pid: i32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields follow the last ')'.
+    let after = &stat[stat.rfind(')')? + 2..];
+    // Field 22 (starttime, clock ticks after boot) is the 20th after the name.
+    let ticks: i64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    // SAFETY: sysconf reads a configuration value; it has no preconditions.
+    let hz: i64 = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz } else { 100 };
+    Some(btime * 1000 + ticks * 1000 / hz)
 }

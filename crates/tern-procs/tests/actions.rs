@@ -382,9 +382,30 @@ async fn a_killed_supervisor_is_reported_lost() {
     // A new manager sees the same.
     let again = manager(d.path()).await;
     assert_eq!(again.get(&p.id).await.unwrap().status, ProcStatus::Lost);
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(p.pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    // Its child outlived it; the manager that reports the loss ends the orphan's group.
+    assert!(
+        !support::gone(p.pid),
+        "the orphan runs until the loss is reported"
+    );
+    let mut events = again.events();
+    match tokio::time::timeout(std::time::Duration::from_secs(30), events.recv()).await {
+        Ok(Some(tern_procs::ProcEvent::Exited(i))) => assert_eq!(i.status, ProcStatus::Lost),
+        other => panic!("{other:?}"),
+    }
+    eventually("the orphan to be ended", || async {
+        support::gone(p.pid).then_some(())
+    })
+    .await;
+    // Lost ones are removed after the retention too, counted from the report.
+    assert!(
+        again
+            .prune(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        again.prune(std::time::Duration::ZERO).await.unwrap(),
+        [p.id.clone()]
+    );
 }
