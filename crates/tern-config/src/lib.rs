@@ -2565,7 +2565,10 @@ retry_base_ms = 10
     #[test]
     fn idle_reset_is_off_by_default_and_checked() {
         let (_d, home) = temp_home();
-        assert_eq!(load(&home, &no_env).unwrap().config.gateway.idle_reset(), None);
+        assert_eq!(
+            load(&home, &no_env).unwrap().config.gateway.idle_reset(),
+            None
+        );
         write_config(&home, "[gateway]\nidle_reset = \"2h\"\n");
         assert_eq!(
             load(&home, &no_env).unwrap().config.gateway.idle_reset(),

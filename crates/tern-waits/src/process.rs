@@ -164,7 +164,12 @@ impl ProcessWaits {
         if w.status != WaitStatus::Pending {
             return Ok(false);
         }
-        if self.store.wait_ready(&w.id, &w.request, None).await?.is_none() {
+        if self
+            .store
+            .wait_ready(&w.id, &w.request, None)
+            .await?
+            .is_none()
+        {
             return Ok(false);
         }
         tracing::info!(wait = %w.id, session = %w.session_id, "watch patterns matched; the session is to be notified");
