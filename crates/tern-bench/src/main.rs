@@ -7,9 +7,11 @@
 //! a 10,000-message session and time loading its transcript.
 //!
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
-//! [gateway|inbox|waits] [--runs N] [--tern PATH]` (`inbox`, `waits`: see their modules)
+//! [gateway|inbox|waits] [--runs N] [--tern PATH]` (`inbox`, `waits`: see their modules;
+//! `procs [--size 1G] [--concurrency 64] [--runs 3]`: see its module)
 
 mod inbox;
+mod procs;
 mod waits;
 
 use std::path::{Path, PathBuf};
@@ -43,7 +45,9 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--runs" => runs = it.next().context("--runs needs a number")?.parse()?,
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
-                println!("tern-bench [gateway|inbox|waits|load|serve] [--runs N] [--tern PATH]");
+                println!(
+                    "tern-bench [gateway|inbox|waits|procs|load|serve] [--runs N] [--tern PATH]"
+                );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -286,6 +290,8 @@ async fn main() -> anyhow::Result<()> {
             let args = parse_args_from(2)?;
             return waits::bench_waits(&args).await;
         }
+        // Blocking throughout (child processes, waits, file reads): off the runtime.
+        Some("procs") => return tokio::task::spawn_blocking(|| procs::bench_procs(2)).await?,
         _ => {}
     }
     let args = parse_args()?;

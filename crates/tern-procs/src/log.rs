@@ -5,13 +5,18 @@
 //! and a new one started, and the oldest segments are deleted so at most the cap stays on
 //! disk. Each segment is named by the absolute offset of its first byte (20 digits), so an
 //! offset means the same byte for ever, readers need no index, and rotation is a file create
-//! plus deletes. [`read_range`] serves `log` and `poll`: bytes `[offset, offset + limit)`
-//! across segments, moved forward when the start was rotated away.
+//! plus deletes. The deletes run on a helper thread (`Remover`): freeing a segment's pages
+//! takes the file system milliseconds, which the pump would otherwise not spend reading (so
+//! the cap can be exceeded, briefly, by what is written meanwhile; dropping the writer waits
+//! for them). [`read_range`] serves `log` and `poll`: bytes `[offset, offset + limit)` across
+//! segments, moved forward when the start was rotated away.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::thread::JoinHandle;
 
 use crate::ProcError;
 
@@ -30,6 +35,66 @@ pub struct LogWriter {
     segments: VecDeque<u64>,
     file: File,
     offset: u64,
+    remover: Remover,
+}
+
+/// Deletes rotated-out segments on a thread of its own, started at the first deletion (most
+/// logs never rotate). One deletion may wait while another runs; a further rotation waits
+/// for them, so the log never runs more than that ahead of its cap.
+#[derive(Default)]
+struct Remover {
+    tx: Option<SyncSender<PathBuf>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Remover {
+    fn remove(&mut self, path: PathBuf) {
+        if self.tx.is_none() {
+            let (tx, rx) = sync_channel::<PathBuf>(1);
+            let spawned = std::thread::Builder::new()
+                .name("log-remover".into())
+                .spawn(move || {
+                    for path in rx {
+                        remove_segment(&path);
+                    }
+                });
+            match spawned {
+                Ok(thread) => {
+                    self.tx = Some(tx);
+                    self.thread = Some(thread);
+                }
+                Err(e) => tracing::debug!("no log remover thread ({e}); deleting in place"),
+            }
+        }
+        match &self.tx {
+            // A send fails only if the thread is gone (it never ends while `tx` lives, short
+            // of a panic): the path comes back and is deleted here.
+            Some(tx) => {
+                if let Err(e) = tx.send(path) {
+                    remove_segment(&e.0);
+                }
+            }
+            None => remove_segment(&path),
+        }
+    }
+}
+
+impl Drop for Remover {
+    /// Waits for the deletions asked for, so a finished log is within its cap.
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn remove_segment(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot delete the old log segment {}: {e}", path.display()),
+    }
 }
 
 impl LogWriter {
@@ -46,6 +111,7 @@ impl LogWriter {
             segments: VecDeque::from([0]),
             file,
             offset: 0,
+            remover: Remover::default(),
         })
     }
 
@@ -83,11 +149,7 @@ impl LogWriter {
                 > self.max_bytes
         {
             if let Some(old) = self.segments.pop_front() {
-                match std::fs::remove_file(self.dir.join(segment_name(old))) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
+                self.remover.remove(self.dir.join(segment_name(old)));
             }
         }
         Ok(())
@@ -217,6 +279,8 @@ mod tests {
             all.extend_from_slice(line.as_bytes());
         }
         assert_eq!(w.offset(), 100_000);
+        // Dropping the writer waits for the deletions still running.
+        drop(w);
         let segs = segments(&dir).unwrap();
         let on_disk: u64 = segs
             .iter()
@@ -252,6 +316,7 @@ mod tests {
         for chunk in all.chunks(65_536 + 17) {
             w.write(chunk).unwrap();
         }
+        drop(w);
         let segs = segments(&dir).unwrap();
         for (_, p) in &segs {
             assert!(std::fs::metadata(p).unwrap().len() <= 16 * 1024);

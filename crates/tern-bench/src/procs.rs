@@ -1,0 +1,672 @@
+//! `tern-bench procs`: what capturing a background process's output costs (issue 6).
+//!
+//! Flow: write a source file once (`--size` bytes of pseudo-random text lines, 20 to 160
+//! bytes each, so nothing is all zeros) and read it once so it is in the page cache → then,
+//! `--runs` times, each mode in turn, all with the same generator `dd if=SRC bs=128K
+//! count=N iflag=count_bytes status=none` (plain read/write of 128 KiB, cat's buffer size):
+//!
+//! - **plain**: `bash -c 'GEN > FILE'` as our child, wall time from spawn to exit, CPU from
+//!   `wait4`'s rusage; the file's size is checked. For reference also `cat SRC > FILE`,
+//!   which coreutils turns into `copy_file_range` (no copy through user space), and
+//!   `script -q -c GEN /dev/null > FILE`: util-linux's `script` relaying a PTY to the file,
+//!   the baseline for PTY mode (the file gets ONLCR's `\r` before each newline too).
+//! - **pipe** / **pty**: a process directory with `spec.json` (the default 64 MiB log cap)
+//!   and the release `tern supervise DIR` as our child, as the manager starts it. Wall time
+//!   from spawning the supervisor to its exit, which comes after `exit.json`. When it has
+//!   exited, `waitid(WNOWAIT)` leaves it a zombie whose `/proc/PID/stat` still has its own
+//!   CPU time (all threads: the capture) and its reaped children's (the generator); then
+//!   `wait4` reaps it. `exit.json` must say code 0 and `output_bytes` = the bytes written
+//!   (in a PTY, plus one `\r` per newline: the terminal's ONLCR), and the log's last 4 KiB
+//!   must be the source's.
+//! - **concurrent**: `--concurrency` processes of each kind at once, each writing
+//!   `size / concurrency` bytes; wall time from the first spawn to the last exit.
+//!
+//! Prints a Markdown table of medians (MB = 10^6 bytes) with the ratio to the plain redirect.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use tern_procs::layout::{ExitRecord, new_id, read_json};
+
+const GIB: f64 = (1u64 << 30) as f64;
+/// The generator's buffer: what `cat` uses for pipes (coreutils' `io_blksize`).
+const BLOCK: &str = "128K";
+/// The manager's default log cap (`[processes] log_max_bytes`).
+const LOG_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The modes, in the order they run and are printed.
+const MODES: [&str; 9] = [
+    "plain",
+    "cat",
+    "script",
+    "pipe",
+    "pipe-kept",
+    "pty",
+    "plain-n",
+    "pipe-n",
+    "pty-n",
+];
+
+struct Opts {
+    size: u64,
+    concurrency: usize,
+    runs: usize,
+    tern: PathBuf,
+    dir: Option<PathBuf>,
+    /// Only these modes (row keys), for profiling one of them.
+    modes: Option<Vec<String>>,
+}
+
+fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let (num, mult) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("not a size: {s} (bytes, or with K, M or G)"))?;
+    n.checked_mul(mult).context("size too large")
+}
+
+fn parse_opts(skip: usize) -> anyhow::Result<Opts> {
+    let mut o = Opts {
+        size: 1 << 30,
+        concurrency: 64,
+        runs: 3,
+        tern: std::env::current_exe()?
+            .parent()
+            .context("the bench binary has no directory")?
+            .join("tern"),
+        dir: None,
+        modes: None,
+    };
+    let mut it = std::env::args().skip(skip);
+    while let Some(a) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--size" => o.size = parse_size(&val()?)?,
+            "--concurrency" => o.concurrency = val()?.parse()?,
+            "--runs" => o.runs = val()?.parse()?,
+            "--tern" => o.tern = val()?.into(),
+            "--dir" => o.dir = Some(val()?.into()),
+            "--modes" => o.modes = Some(val()?.split(',').map(str::to_owned).collect()),
+            "-h" | "--help" => {
+                println!(
+                    "tern-bench procs [--size BYTES|NK|NM|NG] [--concurrency N] [--runs N] \
+                     [--tern PATH] [--dir DIR] [--modes plain,cat,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    if let Some(m) = o
+        .modes
+        .iter()
+        .flatten()
+        .find(|m| !MODES.contains(&m.as_str()))
+    {
+        bail!("unknown mode {m}; the modes are {}", MODES.join(", "));
+    }
+    if o.size == 0 || o.concurrency == 0 || o.runs == 0 {
+        bail!("--size, --concurrency and --runs must be positive");
+    }
+    if !o.tern.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p tern-cli`",
+            o.tern.display()
+        );
+    }
+    Ok(o)
+}
+
+/// Bytes, wall time and CPU of one measured run (of one process or of a concurrent batch).
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    bytes: u64,
+    wall: Duration,
+    /// Everything: the supervisor(s) and the generator(s), or the shell(s) of the plain run.
+    cpu_total: f64,
+    /// The supervisor(s) only (zero for plain runs).
+    cpu_capture: f64,
+}
+
+impl Sample {
+    fn mbps(&self) -> f64 {
+        self.bytes as f64 / self.wall.as_secs_f64() / 1e6
+    }
+    fn per_gib(&self, cpu: f64) -> f64 {
+        cpu * GIB / self.bytes as f64
+    }
+}
+
+/// The source: pseudo-random lowercase text in lines of 20 to 160 bytes.
+fn write_source(path: &Path, size: u64) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        // xorshift64*: fast and good enough for filler text.
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut line = Vec::with_capacity(161);
+    let mut left = size;
+    while left > 0 {
+        let len = 20 + (next() % 141) as usize;
+        line.clear();
+        for _ in 0..len - 1 {
+            line.push(b'a' + (next() % 26) as u8);
+        }
+        line.push(b'\n');
+        let take = line.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        f.write_all(&line[..take])?;
+        left -= take as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Newlines in the first `n` bytes of `path` (reads it, which also warms the page cache).
+fn newlines(path: &Path, n: u64) -> anyhow::Result<u64> {
+    let mut f = std::fs::File::open(path)?.take(n);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut count = 0u64;
+    loop {
+        let got = f.read(&mut buf)?;
+        if got == 0 {
+            return Ok(count);
+        }
+        count += buf[..got].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+}
+
+/// Reads `len` bytes of `path` at `offset`.
+fn read_at(path: &Path, offset: u64, len: usize) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path)?.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
+}
+
+fn sh_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+fn generator(src: &Path, bytes: u64) -> String {
+    format!(
+        "dd if={} bs={BLOCK} count={bytes} iflag=count_bytes status=none",
+        sh_quote(src)
+    )
+}
+
+/// The script a process runs: the generator (its output redirected to `out` for the plain
+/// runs), then bash's `times` into `cpu` — the generator's CPU to the millisecond, which
+/// `/proc/PID/stat`'s 10 ms ticks would not give for short runs — and the generator's status.
+fn script(src: &Path, bytes: u64, out: Option<&Path>, cpu: &Path) -> String {
+    let redirect = out
+        .map(|o| format!(" > {}", sh_quote(o)))
+        .unwrap_or_default();
+    format!(
+        "{}{}{redirect}; s=$?; times > {}; exit $s",
+        std::env::var("XPREFIX").unwrap_or_default(),
+        generator(src, bytes),
+        sh_quote(cpu)
+    )
+}
+
+fn rusage_cpu(u: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Reaps `pid` (our child; any child with -1) with `wait4`: its pid, exit status and CPU
+/// seconds, its reaped descendants included.
+fn reap(pid: libc::pid_t) -> anyhow::Result<(libc::pid_t, libc::c_int, f64)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: our children are not reaped elsewhere (std's Child never waits on them, and
+        // the Child values are forgotten); the pointers are to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r > 0 {
+            return Ok((r, status, rusage_cpu(&usage)));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            bail!("wait4 {pid}: {e}");
+        }
+    }
+}
+
+/// The CPU seconds bash's `times` wrote (the shell's own and its children's, each user and
+/// system, to the millisecond).
+fn times_cpu(path: &Path) -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string(path)?;
+    let mut total = 0.0;
+    for t in text.split_whitespace() {
+        // `1m2.345s`
+        let (m, s) = t
+            .strip_suffix('s')
+            .and_then(|t| t.split_once('m'))
+            .with_context(|| format!("unexpected `times` output: {text}"))?;
+        total += m.parse::<f64>()? * 60.0 + s.parse::<f64>()?;
+    }
+    Ok(total)
+}
+
+/// What a plain run writes to its file.
+#[derive(Clone, Copy, PartialEq)]
+enum Plain {
+    /// `GEN > FILE`.
+    Gen,
+    /// `cat SRC > FILE` (only with the whole source).
+    Cat,
+    /// `script -q -c GEN /dev/null > FILE`: the generator in a PTY, relayed by `script`.
+    Script,
+}
+
+/// Runs `n` copies of a plain run at once; each file must hold `each` bytes (plus
+/// `newlines` `\r`s through `script`'s PTY).
+fn plain(
+    dir: &Path,
+    n: usize,
+    src: &Path,
+    (each, newlines): (u64, u64),
+    kind: Plain,
+) -> anyhow::Result<Sample> {
+    let outs: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("plain-{i}.out"))).collect();
+    let cpu_file = dir.join("plain.cpu");
+    let t0 = Instant::now();
+    let mut pids = Vec::new();
+    for out in &outs {
+        let cmd = match kind {
+            Plain::Gen => script(src, each, Some(out), &cpu_file),
+            Plain::Cat => format!("cat {} > {}", sh_quote(src), sh_quote(out)),
+            Plain::Script => format!(
+                "script -q -e -c {} /dev/null > {}",
+                sh_quote(Path::new(&generator(src, each))),
+                sh_quote(out)
+            ),
+        };
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(cmd)
+            .stdin(Stdio::null())
+            .spawn()?;
+        pids.push(child.id() as libc::pid_t);
+        std::mem::forget(child);
+    }
+    let mut cpu = 0.0;
+    let mut wall = Duration::ZERO;
+    for pid in pids {
+        let (_, status, c) = reap(pid)?;
+        wall = t0.elapsed();
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!("the plain redirect ended with status {status}");
+        }
+        cpu += c;
+    }
+    let want = each + if kind == Plain::Script { newlines } else { 0 };
+    for out in &outs {
+        let len = std::fs::metadata(out)?.len();
+        if len != want {
+            bail!("{} has {len} bytes, not {want}", out.display());
+        }
+        std::fs::remove_file(out)?;
+    }
+    let _ = std::fs::remove_file(&cpu_file);
+    Ok(Sample {
+        bytes: each * n as u64,
+        wall,
+        cpu_total: cpu,
+        cpu_capture: 0.0,
+    })
+}
+
+/// One supervised process being started.
+struct Sup {
+    dir: PathBuf,
+    pid: libc::pid_t,
+    stdout: std::process::ChildStdout,
+}
+
+fn write_spec(dir: &Path, command: &str, pty: bool, log_max: u64) -> anyhow::Result<()> {
+    let id = new_id()?;
+    std::fs::create_dir_all(dir)?;
+    // Written as JSON rather than through `Spec`, so fields added later with defaults do not
+    // break the bench; these are the fields the manager writes.
+    let spec = json!({
+        "id": id,
+        "command": command,
+        "workdir": dir,
+        "pty": pty,
+        "session_id": null,
+        "cols": 120,
+        "rows": 40,
+        "log_max_bytes": log_max,
+        "kill_grace_ms": 5000,
+    });
+    std::fs::write(dir.join("spec.json"), serde_json::to_vec_pretty(&spec)?)?;
+    Ok(())
+}
+
+fn start_supervisor(tern: &Path, dir: &Path) -> anyhow::Result<Sup> {
+    let stderr = std::fs::File::create(dir.join("supervisor.log"))?;
+    let mut child = Command::new(tern)
+        .arg("supervise")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("cannot start {}", tern.display()))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let pid = child.id() as libc::pid_t;
+    // Reaped by `reap`, not by std.
+    std::mem::forget(child);
+    Ok(Sup {
+        dir: dir.to_path_buf(),
+        pid,
+        stdout,
+    })
+}
+
+fn check_ready(sup: Sup) -> anyhow::Result<()> {
+    let mut line = String::new();
+    BufReader::new(sup.stdout).read_line(&mut line)?;
+    let v: serde_json::Value = serde_json::from_str(&line).with_context(|| {
+        let log = std::fs::read_to_string(sup.dir.join("supervisor.log")).unwrap_or_default();
+        format!("no readiness line from the supervisor: {}", log.trim())
+    })?;
+    if v["ok"] != true {
+        bail!("the supervisor failed to start: {v}");
+    }
+    Ok(())
+}
+
+/// What a supervised process must have captured: `bytes` of the source, in a PTY with a
+/// `\r` before each of its `newlines`.
+struct Expect<'a> {
+    src: &'a Path,
+    bytes: u64,
+    newlines: u64,
+    pty: bool,
+    /// The log cap.
+    log_max: u64,
+}
+
+fn check_exit(dir: &Path, e: &Expect) -> anyhow::Result<()> {
+    let rec: ExitRecord = read_json(&dir.join("exit.json"))?
+        .with_context(|| format!("{} has no exit.json", dir.display()))?;
+    if rec.code != Some(0) {
+        bail!("{} exited with {rec:?}", dir.display());
+    }
+    let want = e.bytes + if e.pty { e.newlines } else { 0 };
+    if rec.output_bytes != want {
+        bail!(
+            "{}: output_bytes {} but {want} were written",
+            dir.display(),
+            rec.output_bytes
+        );
+    }
+    // The end of the log must be the end of the source (ONLCR applied in a PTY).
+    let tail_len = e.bytes.min(4096);
+    let mut expected = read_at(e.src, e.bytes - tail_len, tail_len as usize)?;
+    if e.pty {
+        expected = expected
+            .iter()
+            .flat_map(|&b| {
+                if b == b'\n' {
+                    vec![b'\r', b'\n']
+                } else {
+                    vec![b]
+                }
+            })
+            .collect();
+    }
+    let got = tern_procs::log::read_range(&dir.join("log"), want - tail_len, tail_len as usize)?;
+    if got.total != want || !expected.ends_with(&got.data) || got.data.len() != tail_len as usize {
+        bail!("{}: the log's end is not the source's", dir.display());
+    }
+    Ok(())
+}
+
+/// Runs `n` supervised processes at once, each writing `e.bytes`.
+fn supervised(tern: &Path, dir: &Path, n: usize, e: &Expect) -> anyhow::Result<Sample> {
+    let dirs: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("p{i}"))).collect();
+    for d in &dirs {
+        write_spec(
+            d,
+            &script(e.src, e.bytes, None, &d.join("generator.cpu")),
+            e.pty,
+            e.log_max,
+        )?;
+    }
+    let t0 = Instant::now();
+    let mut sups = Vec::new();
+    for d in &dirs {
+        sups.push(start_supervisor(tern, d)?);
+    }
+    let mut pids: Vec<libc::pid_t> = sups.iter().map(|s| s.pid).collect();
+    for s in sups {
+        check_ready(s)?;
+    }
+    let mut cpu_total = 0.0;
+    let mut wall = Duration::ZERO;
+    while !pids.is_empty() {
+        let (pid, status, cpu) = reap(if n == 1 { pids[0] } else { -1 })?;
+        wall = t0.elapsed();
+        let Some(i) = pids.iter().position(|&p| p == pid) else {
+            bail!("an unexpected child {pid} exited");
+        };
+        pids.swap_remove(i);
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!(
+                "the supervisor ended with {:?}",
+                std::process::ExitStatus::from_raw(status)
+            );
+        }
+        cpu_total += cpu;
+    }
+    let mut cpu_gen = 0.0;
+    for d in &dirs {
+        check_exit(d, e)?;
+        cpu_gen += times_cpu(&d.join("generator.cpu"))?;
+        std::fs::remove_dir_all(d)?;
+    }
+    Ok(Sample {
+        bytes: e.bytes * n as u64,
+        wall,
+        cpu_total,
+        cpu_capture: cpu_total - cpu_gen,
+    })
+}
+
+/// Lets the written files reach the disk between runs (not timed), so one run's writeback
+/// does not land in the next.
+fn settle() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    crate::pct(&v, 0.5)
+}
+
+fn fmt_bytes(b: u64) -> String {
+    if b % (1 << 30) == 0 {
+        format!("{} GiB", b >> 30)
+    } else if b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else {
+        format!("{b} bytes")
+    }
+}
+
+pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
+    let o = parse_opts(skip)?;
+    let tmp = match &o.dir {
+        Some(d) => tempfile::tempdir_in(d)?,
+        None => tempfile::tempdir()?,
+    };
+    let dir = tmp.path();
+    let src = dir.join("source.txt");
+    let part = o.size / o.concurrency as u64;
+    if part == 0 {
+        bail!("--size must be at least --concurrency bytes");
+    }
+    eprintln!("procs: writing a {} source file", fmt_bytes(o.size));
+    write_source(&src, o.size)?;
+    let (nl_all, nl_part) = (newlines(&src, o.size)?, newlines(&src, part)?);
+    settle();
+
+    // A log cap above the output: nothing is deleted, the disk keeps as much as the file.
+    let keep_all = (2 * o.size).max(LOG_MAX_BYTES);
+    let keep_all_label = format!(
+        "pipe mode, log cap {}: the whole output kept, as in the file",
+        fmt_bytes(keep_all)
+    );
+    let labels: [&str; MODES.len()] = [
+        "plain redirect: `GEN > file`",
+        "`cat SRC > file` (copy_file_range, for reference)",
+        "PTY baseline: `script -q -c GEN /dev/null > file` (util-linux)",
+        "pipe mode (`tern supervise`, default log cap)",
+        &keep_all_label,
+        "PTY mode (`tern supervise`, `pty: true`)",
+        "plain redirect",
+        "pipe mode",
+        "PTY mode",
+    ];
+    let rows: Vec<(&str, &str)> = MODES.into_iter().zip(labels).collect();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); rows.len()];
+    let one = |pty, log_max| Expect {
+        src: &src,
+        bytes: o.size,
+        newlines: nl_all,
+        pty,
+        log_max,
+    };
+    let many = |pty| Expect {
+        src: &src,
+        bytes: part,
+        newlines: nl_part,
+        pty,
+        log_max: LOG_MAX_BYTES,
+    };
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work)?;
+    for run in 1..=o.runs {
+        for (k, (key, _)) in rows.iter().enumerate() {
+            if o.modes
+                .as_ref()
+                .is_some_and(|m| !m.iter().any(|m| m == key))
+            {
+                continue;
+            }
+            let s = match *key {
+                "plain" => plain(&work, 1, &src, (o.size, nl_all), Plain::Gen)?,
+                "cat" => plain(&work, 1, &src, (o.size, nl_all), Plain::Cat)?,
+                "script" => plain(&work, 1, &src, (o.size, nl_all), Plain::Script)?,
+                "pipe" => supervised(&o.tern, &work, 1, &one(false, LOG_MAX_BYTES))?,
+                "pipe-kept" => supervised(&o.tern, &work, 1, &one(false, keep_all))?,
+                "pty" => supervised(&o.tern, &work, 1, &one(true, LOG_MAX_BYTES))?,
+                "plain-n" => plain(&work, o.concurrency, &src, (part, nl_part), Plain::Gen)?,
+                "pipe-n" => supervised(&o.tern, &work, o.concurrency, &many(false))?,
+                _ => supervised(&o.tern, &work, o.concurrency, &many(true))?,
+            };
+            eprintln!(
+                "procs: run {run}, {key}: {:.0} MB/s, {:.2} s, CPU {:.2} s ({:.2} s capture)",
+                s.mbps(),
+                s.wall.as_secs_f64(),
+                s.cpu_total,
+                s.cpu_capture
+            );
+            samples[k].push(s);
+            settle();
+        }
+    }
+
+    let med = |k: usize, f: &dyn Fn(&Sample) -> f64| median(samples[k].iter().map(f).collect());
+    let range = |k: usize| {
+        let v: Vec<f64> = samples[k].iter().map(Sample::mbps).collect();
+        (
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(0.0, f64::max),
+        )
+    };
+    println!(
+        "## Output capture: {} through one process, {} × {} at once ({} runs, median)\n",
+        fmt_bytes(o.size),
+        o.concurrency,
+        fmt_bytes(part),
+        o.runs
+    );
+    println!(
+        "Each process: `bash -c 'dd if=SRC bs={BLOCK} count=N iflag=count_bytes status=none \
+         [> FILE]; s=$?; times > CPU; exit $s'` (N = {} or {}; `> FILE` in the plain runs only)\n",
+        o.size, part
+    );
+    println!(
+        "| mode | throughput | (min–max) | CPU s/GiB, all | CPU s/GiB, capture | vs plain |\n|---|---|---|---|---|---|"
+    );
+    // Rows from here on are the concurrent ones, compared with the concurrent plain row.
+    const SINGLE: usize = 6;
+    let plain_of = |k: usize| if k >= SINGLE { SINGLE } else { 0 };
+    for (k, (key, label)) in rows.iter().enumerate() {
+        if samples[k].is_empty() {
+            continue;
+        }
+        if k == SINGLE {
+            println!(
+                "| **{} processes at once, {} each** | | | | | |",
+                o.concurrency,
+                fmt_bytes(part)
+            );
+        }
+        let mbps = med(k, &Sample::mbps);
+        let (lo, hi) = range(k);
+        let all = med(k, &|s| s.per_gib(s.cpu_total));
+        let capture = if key.starts_with("pipe") || key.starts_with("pty") {
+            format!("{:.2}", med(k, &|s| s.per_gib(s.cpu_capture)))
+        } else {
+            "—".into()
+        };
+        let mut ratio = if samples[plain_of(k)].is_empty() {
+            "—".to_owned()
+        } else {
+            format!("{:.0} %", 100.0 * mbps / med(plain_of(k), &Sample::mbps))
+        };
+        // PTY mode is also set beside its own baseline, `script` (row 2).
+        if *key == "pty" && !samples[2].is_empty() {
+            ratio += &format!(
+                " ({:.0} % of `script`)",
+                100.0 * mbps / med(2, &Sample::mbps)
+            );
+        }
+        println!(
+            "| {label} | **{mbps:.0} MB/s** | {lo:.0}–{hi:.0} | {all:.2} | {capture} | {ratio} |"
+        );
+    }
+    println!(
+        "\nEvery supervised process exited with code 0 and captured every byte \
+         (pipe: {} per process of the single run; PTY: {} with ONLCR's `\\r`s); log cap {} \
+         (segments of {}, the oldest deleted).",
+        o.size,
+        o.size + nl_all,
+        fmt_bytes(LOG_MAX_BYTES),
+        fmt_bytes(LOG_MAX_BYTES / 4)
+    );
+    Ok(())
+}
