@@ -1667,6 +1667,7 @@ poll_interval = "10s"
                 max_concurrent_turns: 2,
                 max_body_bytes: 4096,
                 drain_timeout_secs: 0,
+                idle_reset: "off".to_owned(),
             }
         );
         // Trailing slash stripped.

@@ -406,6 +406,6 @@ async fn a_killed_supervisor_is_reported_lost() {
     );
     assert_eq!(
         again.prune(std::time::Duration::ZERO).await.unwrap(),
-        [p.id.clone()]
+        std::slice::from_ref(&p.id)
     );
 }
