@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ProcError;
 use crate::layout::{ProcDir, now_ms, read_json, write_json_atomic};
 use crate::log::{LogSlice, read_range};
+use crate::manager::blocking;
 use crate::output::for_model;
 
 /// Bytes of the newest output each followed process keeps in memory.
@@ -212,14 +213,6 @@ pub(crate) fn compile(id: &str, patterns: &[String]) -> Vec<(String, Regex)> {
             },
         )
         .collect()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
-) -> Result<T, ProcError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
 }
 
 /// The scanning side: the partial line and the pending batch.

@@ -322,7 +322,7 @@ impl Drop for ProcessManager {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
 ) -> Result<T, ProcError> {
     tokio::task::spawn_blocking(f)
@@ -833,7 +833,7 @@ impl ProcessManager {
         let max = self.cfg.poll_max_bytes;
         let running = info.status.is_running();
         // The window when it holds the newest output from `from` on; the log otherwise.
-        let windowed = entry.followed.bounds(running).and_then(|(_, end)| {
+        let windowed = Self::fresh_window(&entry, running).await?.and_then(|end| {
             let start = from.max(end.saturating_sub(max as u64));
             entry.followed.read(start, max, running)
         });
@@ -874,6 +874,30 @@ impl ProcessManager {
         })
     }
 
+    /// The end offset of the in-memory window when reads may use it: a follower runs and its
+    /// window has caught up with the log on disk. The follower reads the log a moment after
+    /// the supervisor writes it (up to its idle interval later); a read in between must not
+    /// miss output that is already in the log (`tern ps log` would show it), so a lagging
+    /// window gives way to the disk. Costs a directory listing and a `stat`, not a read.
+    async fn fresh_window(entry: &Entry, running: bool) -> Result<Option<u64>, ProcError> {
+        let Some((_, end)) = entry.followed.bounds(running) else {
+            return Ok(None);
+        };
+        if !running {
+            // Trusted only once complete (`bounds`): it holds the process's last byte.
+            return Ok(Some(end));
+        }
+        let dir = entry.pd.log_dir();
+        let on_disk = blocking(move || Ok(read_range(&dir, u64::MAX, 0)?.total)).await?;
+        Ok((end >= on_disk).then_some(end))
+    }
+
+    /// How far the in-memory window has read the process's log (`None` without a follower
+    /// or before its first read): for diagnostics and tests.
+    pub fn window_end(&self, id: &str) -> Result<Option<u64>, ProcError> {
+        Ok(self.entry(id)?.followed.bounds(true).map(|(_, end)| end))
+    }
+
     /// Up to `limit` bytes (clamped to `log_max_read`) of the full log from `offset`; without
     /// an offset, the last `limit` bytes.
     pub async fn log(
@@ -888,9 +912,10 @@ impl ProcessManager {
             .clamp(1, self.cfg.log_max_read);
         let dir = entry.pd.log_dir();
         let running = Self::info_of(&entry).await?.status.is_running();
-        let windowed = match offset {
-            Some(o) => entry.followed.read(o, limit, running),
-            None => entry.followed.tail(limit, running),
+        let windowed = match (Self::fresh_window(&entry, running).await?, offset) {
+            (None, _) => None,
+            (Some(_), Some(o)) => entry.followed.read(o, limit, running),
+            (Some(_), None) => entry.followed.tail(limit, running),
         };
         let slice = if let Some(s) = windowed {
             s

@@ -227,13 +227,10 @@ async fn reads_of_recent_output_come_from_memory() {
         .spawn(req("echo hello-window; read x", d.path(), false))
         .await
         .unwrap();
+    // A read may come from the disk until the follower has caught up: wait for the window.
+    let written = "hello-window\n".len() as u64;
     eventually("the output in the window", || async {
-        m.log(&p.id, None, None)
-            .await
-            .unwrap()
-            .output
-            .contains("hello-window")
-            .then_some(())
+        (m.window_end(&p.id).unwrap() >= Some(written)).then_some(())
     })
     .await;
     // Take the log away on disk: the window still answers.
@@ -277,5 +274,41 @@ async fn the_window_keeps_up_with_a_fast_writer() {
     let disk = bare.log(&p.id, Some(tail.start), Some(2000)).await.unwrap();
     assert_eq!(disk.output, tail.output);
     assert_eq!(disk.start, tail.start);
+    kill_all(&m).await;
+}
+
+#[tokio::test]
+async fn reads_are_never_behind_the_log_on_disk() {
+    let d = tempfile::tempdir().unwrap();
+    let m = watching(d.path(), Duration::ZERO, Arc::new(Recorder::default())).await;
+    let _ev = m.events();
+    let p = m
+        .spawn(req(
+            "echo first; read x; echo second-$x; read y",
+            d.path(),
+            false,
+        ))
+        .await
+        .unwrap();
+    eventually("the window", || async {
+        (m.window_end(&p.id).unwrap() >= Some("first\n".len() as u64)).then_some(())
+    })
+    .await;
+    assert!(m.poll(&p.id).await.unwrap().output.contains("first"));
+    // The follower is idle now; new output reaches the disk before it looks again.
+    m.submit(&p.id, "now").await.unwrap();
+    let log_dir = d.path().join("procs").join(&p.id).join("log");
+    eventually("the answer on disk", || async {
+        let on_disk = tern_procs::log::read_range(&log_dir, 0, 1 << 16).unwrap();
+        String::from_utf8_lossy(&on_disk.data)
+            .contains("second-now\n")
+            .then_some(())
+    })
+    .await;
+    // Whatever the follower has read by now, a read shows what is on disk.
+    let tail = m.log(&p.id, None, None).await.unwrap();
+    assert!(tail.output.contains("second-now"), "{tail:?}");
+    let polled = m.poll(&p.id).await.unwrap();
+    assert!(polled.output.contains("second-now"), "{polled:?}");
     kill_all(&m).await;
 }
