@@ -314,6 +314,10 @@ pub struct ProcessManager {
     watch_sink: Mutex<Option<Arc<dyn WatchSink>>>,
     /// Ends the watchers when the manager is dropped.
     shutdown: CancellationToken,
+    /// Held by a spawn from the running cap's check until its process is listed, so
+    /// concurrent tool calls cannot start more than `max_running` between them. (A local
+    /// start is a few milliseconds: the supervisor's exec and its readiness line.)
+    spawning: tokio::sync::Mutex<()>,
 }
 
 impl Drop for ProcessManager {
@@ -437,6 +441,7 @@ impl ProcessManager {
             events: Mutex::new(None),
             watch_sink: Mutex::new(None),
             shutdown: CancellationToken::new(),
+            spawning: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -697,6 +702,12 @@ impl ProcessManager {
                 workdir.display()
             )));
         }
+        if let Backend::Ssh(t) = &self.cfg.backend {
+            // An unreachable host or a missing directory fails here, clearly, rather than
+            // as a process that exits with 255. Before the cap's lock: it can take seconds.
+            t.preflight(&workdir.to_string_lossy()).await?;
+        }
+        let _spawning = self.spawning.lock().await;
         let running = self
             .list()
             .await?
@@ -705,11 +716,6 @@ impl ProcessManager {
             .count();
         if running >= self.cfg.max_running {
             return Err(ProcError::TooMany(self.cfg.max_running));
-        }
-        if let Backend::Ssh(t) = &self.cfg.backend {
-            // An unreachable host or a missing directory fails here, clearly, rather than
-            // as a process that exits with 255.
-            t.preflight(&workdir.to_string_lossy()).await?;
         }
 
         let root = self.cfg.root.clone();

@@ -291,6 +291,32 @@ async fn wait_times_out_and_is_interrupted() {
 }
 
 #[tokio::test]
+async fn concurrent_spawns_stay_under_the_cap() {
+    let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
+    let mut cfg = config(d.path());
+    cfg.max_running = 3;
+    let mgr = std::sync::Arc::new(tern_procs::ProcessManager::open(cfg).await.unwrap());
+    // Eight tool calls at once, as the agent runs a turn's calls concurrently.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (mgr, dir) = (mgr.clone(), d.path().to_path_buf());
+        calls.spawn(async move { mgr.spawn(req("sleep 300", &dir, false)).await });
+    }
+    let results = calls.join_all().await;
+    let started = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(started, 3);
+    for r in &results {
+        if let Err(e) = r {
+            assert!(matches!(e, ProcError::TooMany(3)), "{e}");
+        }
+    }
+    let running = mgr.list().await.unwrap();
+    assert_eq!(running.iter().filter(|p| p.status.is_running()).count(), 3);
+    kill_all(&mgr).await;
+}
+
+#[tokio::test]
 async fn list_cap_and_bad_requests() {
     let d = tempfile::tempdir().unwrap();
     let _reap = Reap(d.path().to_path_buf());
