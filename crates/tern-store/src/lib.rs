@@ -381,17 +381,29 @@ impl Store {
     }
 
     /// Idle sessions with messages, last updated before `before_ms` (oldest first, at most
-    /// `limit`): the candidates for an idle reset. Empty ones (a fresh successor) are left
-    /// alone, so a reset never chains into more resets.
-    pub async fn idle_sessions(&self, before_ms: i64, limit: i64) -> Result<Vec<Session>> {
+    /// `limit`, after the `(updated_at, id)` given): the candidates for an idle reset. Empty
+    /// ones (a fresh successor) are left alone, so a reset never chains into more resets.
+    pub async fn idle_sessions(
+        &self,
+        before_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Vec<Session>> {
+        // Keyset paging by (updated_at, id): a caller that skips some sessions (the idle
+        // reset's exempt ones) pages past them instead of being handed them again.
+        let (after_ms, after_id) = after.unwrap_or((i64::MIN, ""));
         let rows = sqlx::query(concat!(
             "SELECT ",
             session_cols!(),
             " FROM sessions WHERE status = 'idle' AND updated_at < ? \
+              AND (updated_at > ? OR (updated_at = ? AND id > ?)) \
               AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) \
               ORDER BY updated_at, id LIMIT ?"
         ))
         .bind(before_ms)
+        .bind(after_ms)
+        .bind(after_ms)
+        .bind(after_id)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;

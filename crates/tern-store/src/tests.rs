@@ -290,3 +290,45 @@ async fn a_wait_is_created_once_made_ready_once_and_delivered_once() {
     );
     assert_eq!(s.session_waits(&sess.id, false).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn idle_sessions_page_past_the_ones_skipped() {
+    let (_d, s) = store().await;
+    let empty = s.create_session(new_session("api")).await.unwrap();
+    let mut with_messages = Vec::new();
+    for _ in 0..5 {
+        let x = s.create_session(new_session("api")).await.unwrap();
+        s.append_message(&x.id, &NewMessage::new(Role::User, "hi"))
+            .await
+            .unwrap();
+        with_messages.push(s.session(&x.id).await.unwrap());
+    }
+    let running = s.create_session(new_session("api")).await.unwrap();
+    s.append_message(&running.id, &NewMessage::new(Role::User, "hi"))
+        .await
+        .unwrap();
+    s.set_status(&running.id, SessionStatus::Running)
+        .await
+        .unwrap();
+    let cutoff = now_ms() + 1;
+    // Pages of two, each after the last one seen, cover every candidate once, in order.
+    let mut seen = Vec::new();
+    let mut after: Option<(i64, String)> = None;
+    loop {
+        let page = s
+            .idle_sessions(cutoff, after.as_ref().map(|(t, id)| (*t, id.as_str())), 2)
+            .await
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some((last.updated_at, last.id.clone()));
+        seen.extend(page.into_iter().map(|x| x.id));
+    }
+    let mut want: Vec<&Session> = with_messages.iter().collect();
+    want.sort_by(|a, b| (a.updated_at, &a.id).cmp(&(b.updated_at, &b.id)));
+    assert_eq!(seen, want.iter().map(|x| x.id.clone()).collect::<Vec<_>>());
+    assert!(!seen.contains(&empty.id) && !seen.contains(&running.id));
+    // Nothing updated since the cutoff.
+    let oldest = want[0].updated_at;
+    assert!(s.idle_sessions(oldest, None, 10).await.unwrap().is_empty());
+}
