@@ -2,7 +2,9 @@
 //! faked: the model starts `sleep 1; echo done` in the background with `notify_on_complete`,
 //! its turn ends, and when the process exits the session is resumed once with the exit code
 //! and the last line; a process that ends while its launching turn still runs is told once,
-//! after that turn; a watch pattern's match resumes the session while the process runs.
+//! after that turn; a watch pattern's match resumes the session while the process runs; a
+//! process that ends while the gateway is down (kill -9) is told once after the restart, and
+//! not again after a second one.
 
 mod common;
 
@@ -209,4 +211,103 @@ async fn a_watch_pattern_match_resumes_the_session_while_the_process_runs() {
     let procs = e.home().join("procs");
     assert_eq!(std::fs::read_dir(&procs).unwrap().count(), 1);
     api.delete(&session).await;
+}
+
+/// The one process directory under `$TERN_HOME/procs`.
+fn process_dir(e: &Env) -> std::path::PathBuf {
+    let mut dirs: Vec<_> = std::fs::read_dir(e.home().join("procs"))
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.remove(0)
+}
+
+#[tokio::test]
+async fn an_exit_while_the_gateway_is_down_is_told_once_after_the_restart() {
+    let e = Env::with_model().await;
+    let go = e.work().join("go");
+    let command = format!(
+        "echo waiting; while [ ! -e '{}' ]; do sleep 0.05; done; echo finished; exit 3",
+        go.display()
+    );
+    e.fake().set_responder(move |body| {
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match last["role"].as_str() {
+            Some("user") if text == "start" => Reply::tool_call(
+                "call_start",
+                "terminal",
+                json!({"command": command, "background": true, "notify_on_complete": true})
+                    .to_string(),
+            ),
+            Some("user") if text.starts_with(EXIT_TAG) => Reply::text("noted"),
+            Some("tool") => Reply::text("launched"),
+            _ => Reply::text("?"),
+        }
+    });
+    let mut gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    let v = api.chat(&session, "start").await;
+    assert_eq!(v["message"]["content"], "launched", "{v}");
+
+    // kill -9 the gateway; the process ends while no gateway runs.
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    drop(gw);
+    let dir = process_dir(&e);
+    std::fs::write(&go, "").unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            if dir.join("exit.json").exists() {
+                Ok(())
+            } else {
+                Err("the process has not ended".to_owned())
+            }
+        },
+    )
+    .await;
+
+    let told = |msgs: &[Value]| {
+        msgs.iter()
+            .filter(|m| m["role"] == "user" && content(m).starts_with(EXIT_TAG))
+            .map(|m| content(m).to_owned())
+            .collect::<Vec<_>>()
+    };
+    let mut gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let msgs = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let msgs = api.messages(&session).await;
+            if msgs.last().is_some_and(|m| content(m) == "noted") {
+                Ok(msgs)
+            } else {
+                Err(format!("not resumed after the restart: {msgs:?}"))
+            }
+        },
+    )
+    .await;
+    let exits = told(&msgs);
+    assert_eq!(exits.len(), 1, "{msgs:?}");
+    assert!(exits[0].contains("exited with code 3"), "{}", exits[0]);
+    assert!(exits[0].contains("finished"), "{}", exits[0]);
+
+    // Another kill -9 and restart tell it no more.
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    drop(gw);
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    api.until_resumed(&session).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = api.messages(&session).await;
+    assert_eq!(told(&after).len(), 1, "{after:?}");
+    assert_eq!(after.len(), msgs.len(), "{after:?}");
 }
