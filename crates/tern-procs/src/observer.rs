@@ -17,7 +17,7 @@ use crate::ProcError;
 use crate::attach::Attached;
 use crate::layout::{Meta, ProcDir, read_json, valid_id};
 use crate::log::{LogSlice, read_range};
-use crate::manager::{KillOutcome, ProcInfo, info, status_of};
+use crate::manager::{KillOutcome, ProcInfo, blocking, info, status_of};
 use crate::protocol::{Request, call};
 
 /// How often a wait looks at the status again (between the supervisor's last answer and the
@@ -28,14 +28,6 @@ const SETTLE: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug)]
 pub struct Observer {
     root: PathBuf,
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
-) -> Result<T, ProcError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
 }
 
 /// `owner`: the session a process moved to (see [`ProcDir::owner`]).

@@ -15,9 +15,10 @@
 //! - the **pump** thread reads the pipe or the PTY and appends to the log ([`LogWriter`]);
 //! - the **reaper** thread waits for the child (`waitid` with `WNOWAIT`, then marks it reaped
 //!   under the lock that signalling takes, then reaps it, so a signal never reaches a reused
-//!   process group id);
+//!   process group id; after a kill it keeps the exited leader unreaped until the rest of its
+//!   group is gone or has had its KILL at the end of the grace period);
 //! - the socket server answers `write`, `submit`, `close`, `kill` (TERM to the group, KILL
-//!   after the grace period), `wait`, and for a PTY `resize` and `attach` (the connection
+//!   after the grace period to all that is left of it), `wait`, and for a PTY `resize` and `attach` (the connection
 //!   then streams the live output, which the pump also hands to [`crate::attach`]'s fanout,
 //!   and takes terminal input) ([`crate::protocol`]); SIGTERM or SIGINT to the supervisor
 //!   kills the child the same way; SIGHUP is ignored.
@@ -33,7 +34,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -275,6 +276,44 @@ fn spawn_pty(spec: &Spec) -> Result<Child, ProcError> {
     })
 }
 
+/// Waits until no process but the exited leader is left in group `pgid`, or `deadline`
+/// passes; then KILLs whatever is left. Call it only while the leader is unreaped.
+fn end_group(pgid: Pid, deadline: Instant) {
+    while group_has_others(pgid) {
+        if Instant::now() >= deadline {
+            tracing::info!("sent KILL to what was left of the group after the grace period");
+            let _ = killpg(pgid, Signal::SIGKILL);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a live process other than the leader is in group `pgid` (Linux `/proc`; zombies
+/// waiting for their parent do not count).
+fn group_has_others(pgid: Pid) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != pgid.as_raw())
+        .any(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // Fields after the command name (which may hold spaces and parentheses):
+            // state, ppid, pgrp.
+            let mut f = stat
+                .rfind(')')
+                .map_or("", |i| &stat[i + 1..])
+                .split_whitespace();
+            let state = f.next();
+            let pgrp = f.nth(1).and_then(|g| g.parse::<i32>().ok());
+            state != Some("Z") && pgrp == Some(pgid.as_raw())
+        })
+}
+
 /// What the socket handlers share.
 struct State {
     pty: bool,
@@ -283,6 +322,10 @@ struct State {
     kill_grace: Duration,
     /// Set (under this lock) just before the child is reaped; signals are sent under it.
     reaped: Mutex<bool>,
+    /// When a kill's grace ends (set under `reaped`'s lock with the TERM): the reaper then
+    /// keeps the exited leader unreaped — holding its group id — until the rest of the group
+    /// is gone or has had its KILL.
+    kill_deadline: Mutex<Option<Instant>>,
     stdin: Arc<Mutex<Option<Box<dyn Write + Send>>>>,
     exit: watch::Receiver<Option<ExitRecord>>,
     /// The ssh backend's host and the process id: kills go to the remote process group.
@@ -331,8 +374,17 @@ impl State {
             ));
             return true;
         }
-        if !self.signal_group(Signal::SIGTERM) {
-            return false;
+        {
+            let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+            if *reaped {
+                return false;
+            }
+            if let Err(e) = killpg(self.pgid, Signal::SIGTERM) {
+                tracing::debug!("killpg TERM: {e}");
+                return false;
+            }
+            *self.kill_deadline.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Instant::now() + grace);
         }
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
@@ -498,6 +550,7 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         child_pid: meta.child_pid,
         kill_grace: Duration::from_millis(meta.spec.kill_grace_ms),
         reaped: Mutex::new(false),
+        kill_deadline: Mutex::new(None),
         stdin: Arc::new(Mutex::new(Some(stdin))),
         exit: exit_rx,
         remote: match &meta.spec.backend {
@@ -568,6 +621,18 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
                 }
                 let status = {
                     let mut reaped = state.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                    let deadline = *state
+                        .kill_deadline
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if let Some(deadline) = deadline {
+                        // Killed: the leader may have gone on TERM while others in its
+                        // group ignore it. They get the rest of the grace, then KILL; the
+                        // unreaped leader keeps the group id from being reused meanwhile.
+                        drop(reaped);
+                        end_group(pid, deadline);
+                        reaped = state.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                    }
                     *reaped = true;
                     loop {
                         match waitpid(pid, None) {

@@ -260,6 +260,40 @@ async fn kill_sends_term_to_the_group_then_kill() {
     })
     .await;
 
+    // The leader goes on TERM, a child in its group ignores it: the child gets the rest of
+    // the grace and then KILL, although the leader was gone by then.
+    let p = mgr
+        .spawn(req(
+            "(trap '' TERM; exec sleep 300) & echo $! > deaf.pid; echo ready; wait",
+            d.path(),
+            false,
+        ))
+        .await
+        .unwrap();
+    poll_until(&mgr, &p.id, "ready").await;
+    let deaf: i32 = std::fs::read_to_string(d.path().join("deaf.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let k = mgr.kill(&p.id).await.unwrap();
+    assert!(
+        matches!(
+            k.info.status,
+            ProcStatus::Exited {
+                signal: Some(15),
+                ..
+            }
+        ),
+        "{:?}",
+        k.info.status
+    );
+    // The exit is recorded once the group is gone: the child is gone already.
+    assert!(
+        gone(deaf),
+        "a TERM-deaf child outlived the kill of its group"
+    );
+
     // Killing a finished process signals nothing.
     let again = mgr.kill(&p.id).await.unwrap();
     assert!(!again.signalled);
