@@ -100,7 +100,7 @@ fn parse_opts(skip: usize) -> anyhow::Result<Opts> {
             "-h" | "--help" => {
                 println!(
                     "tern-bench procs [--size BYTES|NK|NM|NG] [--concurrency N] [--runs N] \
-                     [--tern PATH] [--dir DIR] [--modes plain,cat,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n]"
+                     [--tern PATH] [--dir DIR] [--modes plain,cat,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n,memory]"
                 );
                 std::process::exit(0);
             }
@@ -111,9 +111,12 @@ fn parse_opts(skip: usize) -> anyhow::Result<Opts> {
         .modes
         .iter()
         .flatten()
-        .find(|m| !MODES.contains(&m.as_str()))
+        .find(|m| !MODES.contains(&m.as_str()) && *m != "memory")
     {
-        bail!("unknown mode {m}; the modes are {}", MODES.join(", "));
+        bail!(
+            "unknown mode {m}; the modes are {} and memory",
+            MODES.join(", ")
+        );
     }
     if o.size == 0 || o.concurrency == 0 || o.runs == 0 {
         bail!("--size, --concurrency and --runs must be positive");
@@ -667,6 +670,73 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         o.size + nl_all,
         fmt_bytes(LOG_MAX_BYTES),
         fmt_bytes(LOG_MAX_BYTES / 4)
+    );
+    if o.modes
+        .as_ref()
+        .is_none_or(|m| m.iter().any(|m| m == "memory"))
+    {
+        idle_memory(&o.tern, &work, o.concurrency)?;
+    }
+    Ok(())
+}
+
+/// `Rss`, `Pss` and `Anonymous` of `pid` in KiB (`/proc/PID/smaps_rollup`).
+fn memory_kib(pid: libc::pid_t) -> anyhow::Result<[u64; 3]> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .with_context(|| format!("no {name} in smaps_rollup"))?;
+        Ok(line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()?)
+    };
+    Ok([field("Rss:")?, field("Pss:")?, field("Anonymous:")?])
+}
+
+/// What `n` supervisors cost at rest: each runs `sleep 600` (half of them in a PTY); their
+/// memory is read once they are ready, then they are stopped with SIGTERM (which kills
+/// their children) and reaped.
+fn idle_memory(tern: &Path, dir: &Path, n: usize) -> anyhow::Result<()> {
+    let mut sups = Vec::new();
+    for i in 0..n {
+        let d = dir.join(format!("idle{i}"));
+        write_spec(&d, "sleep 600", i % 2 == 1, LOG_MAX_BYTES)?;
+        sups.push(start_supervisor(tern, &d)?);
+    }
+    let pids: Vec<libc::pid_t> = sups.iter().map(|s| s.pid).collect();
+    let dirs: Vec<PathBuf> = sups.iter().map(|s| s.dir.clone()).collect();
+    for s in sups {
+        check_ready(s)?;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut mem = Vec::new();
+    for &pid in &pids {
+        mem.push(memory_kib(pid)?);
+    }
+    for &pid in &pids {
+        // SAFETY: kill has no memory preconditions; the pid is our unreaped child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    for &pid in &pids {
+        reap(pid)?;
+    }
+    for d in &dirs {
+        std::fs::remove_dir_all(d)?;
+    }
+    let col = |k: usize| median(mem.iter().map(|m| m[k] as f64).collect()) / 1024.0;
+    let pss_total: u64 = mem.iter().map(|m| m[1]).sum();
+    println!(
+        "
+{n} idle supervisors (`sleep 600`, half in a PTY), each: RSS {:.1} MiB median, of which \
+         {:.1} MiB anonymous (the rest are the `tern` binary's pages, shared by all of them); \
+         PSS of all {n} together: **{:.1} MiB**.",
+        col(0),
+        col(2),
+        pss_total as f64 / 1024.0
     );
     Ok(())
 }
