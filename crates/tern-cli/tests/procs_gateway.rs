@@ -5,7 +5,9 @@
 //! `process_exited` are seen by a command hook, once each. Ten processes (some in a PTY)
 //! survive kill -9 of the gateway with gap-free logs and working stdin, and the one that
 //! ended meanwhile has its exit code. `keep_processes` on reset and delete; the idle reset
-//! spares sessions with running processes.
+//! spares sessions with running processes; `[processes] keep_finished` and `log_max_bytes`
+//! from config.toml take effect (a finished process's directory goes after its retention, a
+//! log stays under its cap).
 
 mod common;
 
@@ -448,4 +450,64 @@ async fn ten_processes_survive_kill_9_of_the_gateway() {
     }
     let _ = sleeper;
     api.delete(&session).await;
+}
+
+#[tokio::test]
+async fn finished_processes_are_removed_after_keep_finished_and_logs_stay_under_their_cap() {
+    let e = Env::with_model().await;
+    script_model(e.fake());
+    e.config("[processes]\nkeep_finished = \"2s\"\nlog_max_bytes = 16384\n");
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    // About 490 KB of numbered lines, then the end.
+    let started = turn(
+        &api,
+        &session,
+        &format!(
+            "call terminal {}",
+            json!({"command": "seq 1 80000; echo the-end", "background": true})
+        ),
+    )
+    .await;
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    let dir = e.home().join("procs").join(&id);
+    let waited = process(
+        &api,
+        &session,
+        json!({"action": "wait", "session_id": id, "timeout": 60}),
+    )
+    .await;
+    assert_eq!(waited["exit_code"], 0, "{waited}");
+    // The log holds the newest output within the cap from the config.
+    let on_disk: u64 = std::fs::read_dir(dir.join("log"))
+        .unwrap()
+        .map(|f| f.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(on_disk <= 16384, "{on_disk} bytes on disk");
+    let tail = process(&api, &session, json!({"action": "log", "session_id": id})).await;
+    assert!(
+        tail["output"]
+            .as_str()
+            .unwrap()
+            .ends_with("80000\nthe-end\n"),
+        "{tail}"
+    );
+    // Listed while kept; gone, directory and all, once the retention is over.
+    let list = process(&api, &session, json!({"action": "list"})).await;
+    assert_eq!(list["processes"].as_array().unwrap().len(), 1, "{list}");
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || {
+            if dir.exists() {
+                Err(format!("{} still there", dir.display()))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let list = process(&api, &session, json!({"action": "list"})).await;
+    assert_eq!(list["processes"].as_array().unwrap().len(), 0, "{list}");
 }

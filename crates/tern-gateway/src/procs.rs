@@ -28,8 +28,9 @@ use tokio_util::sync::CancellationToken;
 use crate::Gateway;
 use crate::error::ApiError;
 
-/// How often finished processes are looked at for removal.
-const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// How often finished processes are looked at for removal at most: a quarter of
+/// `keep_finished`, between these bounds (a process outlives its retention by at most that).
+const PRUNE_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 
 /// The manager and how long finished processes are kept.
 pub(crate) struct GatewayProcs {
@@ -133,7 +134,7 @@ impl Gateway {
         let keep = p.keep_finished;
         let stop = stop.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(PRUNE_EVERY);
+            let mut tick = tokio::time::interval((keep / 4).clamp(PRUNE_EVERY.0, PRUNE_EVERY.1));
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,

@@ -202,3 +202,28 @@ async fn processes_outlive_a_manager_killed_with_sigkill() {
     }
     check_adopted(d.path(), &work, &ids).await;
 }
+
+#[tokio::test]
+async fn poll_goes_on_where_it_stopped_after_a_restart() {
+    let d = tempfile::tempdir().unwrap();
+    let _reap = Reap(d.path().to_path_buf());
+    let first = manager(d.path()).await;
+    let p = first
+        .spawn(req(
+            "echo before; read x; echo after-$x; read y",
+            d.path(),
+            false,
+        ))
+        .await
+        .unwrap();
+    poll_until(&first, &p.id, "before").await;
+    drop(first);
+
+    let second = manager(d.path()).await;
+    second.submit(&p.id, "restart").await.unwrap();
+    let seen = poll_until(&second, &p.id, "after-restart").await;
+    // What the first manager's poll returned is not returned again.
+    assert!(!seen.contains("before"), "{seen:?}");
+    assert_eq!(seen, "after-restart\n");
+    kill_all(&second).await;
+}
