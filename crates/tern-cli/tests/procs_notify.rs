@@ -4,7 +4,8 @@
 //! and the last line; a process that ends while its launching turn still runs is told once,
 //! after that turn; a watch pattern's match resumes the session while the process runs; a
 //! process that ends while the gateway is down (kill -9) is told once after the restart, and
-//! not again after a second one.
+//! not again after a second one; so is one whose exit was marked reported just before the
+//! crash (the wait armed at spawn, found by the start-up sweep).
 
 mod common;
 
@@ -226,6 +227,18 @@ fn process_dir(e: &Env) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn an_exit_while_the_gateway_is_down_is_told_once_after_the_restart() {
+    exit_while_the_gateway_is_down(false).await;
+}
+
+/// The gateway died after recording that the exit was reported (`reported`) and before the
+/// wait was made ready: no exit event comes again, and the start-up sweep finds the wait
+/// armed at spawn still pending.
+#[tokio::test]
+async fn an_exit_reported_just_before_a_crash_is_told_by_the_sweep() {
+    exit_while_the_gateway_is_down(true).await;
+}
+
+async fn exit_while_the_gateway_is_down(reported_before_the_crash: bool) {
     let e = Env::with_model().await;
     let go = e.work().join("go");
     let command = format!(
@@ -272,6 +285,9 @@ async fn an_exit_while_the_gateway_is_down_is_told_once_after_the_restart() {
         },
     )
     .await;
+    if reported_before_the_crash {
+        std::fs::write(dir.join("reported"), "").unwrap();
+    }
 
     let told = |msgs: &[Value]| {
         msgs.iter()
