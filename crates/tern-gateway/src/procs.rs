@@ -13,8 +13,9 @@
 //! matching lines to [`GatewayWatch`], which records each as a ready durable wait.
 //!
 //! `notify_on_complete` (see `tern_waits::process`): an exit makes the process's wait ready
-//! and wakes the resumer, which resumes the session once; at start, a sweep does the same
-//! for pending process waits whose process ended while no exit event could be acted on.
+//! and wakes the resumer, which resumes the session once; at start and with each retention
+//! sweep, a sweep does the same for pending process waits whose process ended while no exit
+//! event could be acted on (or acting on it failed).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -98,7 +99,8 @@ impl Gateway {
         Ok(())
     }
 
-    /// Hook events from the manager's events, and the retention sweep; both end with `stop`.
+    /// Hook events from the manager's events, and the retention sweep (with a sweep for
+    /// exits not yet notified); both end with `stop`.
     pub(crate) fn spawn_procs_upkeep(self: &Arc<Self>, stop: &CancellationToken) {
         let Some(p) = self.procs.get() else {
             return;
@@ -133,12 +135,23 @@ impl Gateway {
         let manager = Arc::clone(&p.manager);
         let keep = p.keep_finished;
         let stop = stop.clone();
+        let gw = Arc::downgrade(self);
+        let waits = ProcessWaits::new(self.store.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval((keep / 4).clamp(PRUNE_EVERY.0, PRUNE_EVERY.1));
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
                     _ = tick.tick() => {}
+                }
+                // An exit whose notification failed at run time (a store error) is retried
+                // here rather than at the next start; before the prune, which would make
+                // its process `lost`.
+                if let Some(gw) = gw.upgrade() {
+                    let resumer = gw.resumer();
+                    if let Err(e) = waits.sweep(&manager, resumer.as_deref()).await {
+                        tracing::warn!(error = %e, "cannot look for processes that ended unnotified");
+                    }
                 }
                 if let Err(e) = manager.prune(keep).await {
                     tracing::warn!(error = %e, "cannot remove finished processes");

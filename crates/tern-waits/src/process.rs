@@ -180,7 +180,8 @@ impl ProcessWaits {
     }
 
     /// Every pending process wait whose process is no longer running becomes ready (at
-    /// gateway start, next to the resumer's recovery). Returns how many did.
+    /// gateway start, next to the resumer's recovery, and then now and then). Returns how
+    /// many did.
     pub async fn sweep(
         &self,
         mgr: &ProcessManager,
@@ -205,7 +206,7 @@ impl ProcessWaits {
         if n > 0 {
             tracing::info!(
                 waits = n,
-                "process exits found at start were made ready for delivery"
+                "process exits found by the sweep were made ready for delivery"
             );
         }
         Ok(n)
