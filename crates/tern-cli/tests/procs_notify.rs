@@ -40,6 +40,23 @@ fn script_model(fake: &FakeModel) {
     });
 }
 
+/// The session's messages once the last one is `text` (the model's answer to a resume).
+async fn until_last(api: &Api, session: &str, text: &str) -> Vec<Value> {
+    wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let msgs = api.messages(session).await;
+            if msgs.last().is_some_and(|m| content(m) == text) {
+                Ok(msgs)
+            } else {
+                Err(format!("not resumed with {text:?}: {msgs:?}"))
+            }
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_finished_process_resumes_its_session_once() {
     let e = Env::with_model().await;
@@ -122,19 +139,7 @@ async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
     let session = api.create_session().await;
     let v = api.chat(&session, "start").await;
     assert_eq!(v["message"]["content"], "launched", "{v}");
-    let msgs = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        async || {
-            let msgs = api.messages(&session).await;
-            if msgs.last().is_some_and(|m| content(m) == "noted") {
-                Ok(msgs)
-            } else {
-                Err(format!("not resumed: {msgs:?}"))
-            }
-        },
-    )
-    .await;
+    let msgs = until_last(&api, &session, "noted").await;
     api.until_resumed(&session).await;
     let texts: Vec<String> = msgs.iter().map(|m| content(m).to_owned()).collect();
     let launched = texts.iter().position(|t| t == "launched").unwrap();
@@ -177,19 +182,7 @@ async fn a_watch_pattern_match_resumes_the_session_while_the_process_runs() {
     let session = api.create_session().await;
     let v = api.chat(&session, "serve").await;
     assert_eq!(v["message"]["content"], "launched", "{v}");
-    let msgs = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        async || {
-            let msgs = api.messages(&session).await;
-            if msgs.last().is_some_and(|m| content(m) == "it is up") {
-                Ok(msgs)
-            } else {
-                Err(format!("not resumed: {msgs:?}"))
-            }
-        },
-    )
-    .await;
+    let msgs = until_last(&api, &session, "it is up").await;
     let told: Vec<&str> = msgs
         .iter()
         .map(content)
@@ -297,19 +290,7 @@ async fn exit_while_the_gateway_is_down(reported_before_the_crash: bool) {
     };
     let mut gw = e.gateway();
     let api = Api::new(&gw, e.key());
-    let msgs = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        async || {
-            let msgs = api.messages(&session).await;
-            if msgs.last().is_some_and(|m| content(m) == "noted") {
-                Ok(msgs)
-            } else {
-                Err(format!("not resumed after the restart: {msgs:?}"))
-            }
-        },
-    )
-    .await;
+    let msgs = until_last(&api, &session, "noted").await;
     let exits = told(&msgs);
     assert_eq!(exits.len(), 1, "{msgs:?}");
     assert!(exits[0].contains("exited with code 3"), "{}", exits[0]);

@@ -192,6 +192,24 @@ async fn poll_caps_its_output_and_says_what_it_skipped() {
     assert_eq!(poll.skipped_bytes, 3893 - 100);
 }
 
+/// Spawns `command`, which writes a child's pid to `pid_file` and then `ready`; the process
+/// and that pid.
+async fn spawn_with_child(
+    mgr: &tern_procs::ProcessManager,
+    dir: &std::path::Path,
+    command: &str,
+    pid_file: &str,
+) -> (tern_procs::ProcInfo, i32) {
+    let p = mgr.spawn(req(command, dir, false)).await.unwrap();
+    poll_until(mgr, &p.id, "ready").await;
+    let pid = std::fs::read_to_string(dir.join(pid_file))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (p, pid)
+}
+
 #[tokio::test]
 async fn kill_sends_term_to_the_group_then_kill() {
     let d = tempfile::tempdir().unwrap();
@@ -228,20 +246,13 @@ async fn kill_sends_term_to_the_group_then_kill() {
     .await;
 
     // A group that ignores TERM gets KILL after the grace period.
-    let p = mgr
-        .spawn(req(
-            "trap '' TERM; sleep 300 & echo $! > bg2.pid; echo ready; wait",
-            d.path(),
-            false,
-        ))
-        .await
-        .unwrap();
-    poll_until(&mgr, &p.id, "ready").await;
-    let bg: i32 = std::fs::read_to_string(d.path().join("bg2.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (p, bg) = spawn_with_child(
+        &mgr,
+        d.path(),
+        "trap '' TERM; sleep 300 & echo $! > bg2.pid; echo ready; wait",
+        "bg2.pid",
+    )
+    .await;
     let k = mgr.kill(&p.id).await.unwrap();
     assert!(
         matches!(
@@ -262,20 +273,13 @@ async fn kill_sends_term_to_the_group_then_kill() {
 
     // The leader goes on TERM, a child in its group ignores it: the child gets the rest of
     // the grace and then KILL, although the leader was gone by then.
-    let p = mgr
-        .spawn(req(
-            "(trap '' TERM; exec sleep 300) & echo $! > deaf.pid; echo ready; wait",
-            d.path(),
-            false,
-        ))
-        .await
-        .unwrap();
-    poll_until(&mgr, &p.id, "ready").await;
-    let deaf: i32 = std::fs::read_to_string(d.path().join("deaf.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (p, deaf) = spawn_with_child(
+        &mgr,
+        d.path(),
+        "(trap '' TERM; exec sleep 300) & echo $! > deaf.pid; echo ready; wait",
+        "deaf.pid",
+    )
+    .await;
     let k = mgr.kill(&p.id).await.unwrap();
     assert!(
         matches!(
