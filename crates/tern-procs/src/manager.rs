@@ -357,6 +357,10 @@ fn read_polled(pd: &ProcDir) -> u64 {
 
 /// How long the exit report waits for the follower's last matches.
 const FOLLOWER_FINISH: Duration = Duration::from_secs(10);
+/// How long a new supervisor gets for its readiness line. It only sets up files and starts
+/// the child, so this is generous; the bound matters because spawns wait for each other
+/// (the running cap's lock).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Follows one process until it is no longer running; `None` when its exit was reported
 /// already.
@@ -796,13 +800,27 @@ impl ProcessManager {
             .take()
             .ok_or_else(|| ProcError::Spawn("the supervisor has no stdout".into()))?;
         let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line).await;
+        let read =
+            tokio::time::timeout(READY_TIMEOUT, BufReader::new(stdout).read_line(&mut line)).await;
+        if read.is_err()
+            && let Some(pid) = child.id()
+        {
+            // A SIGTERM makes it kill its child, if it started one, and exit.
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
         // Reap the supervisor whenever it ends (while this runtime lives; after that, init).
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
         let ready: Option<Response> = match read {
-            Ok(n) if n > 0 => serde_json::from_str(&line).ok(),
+            Ok(Ok(n)) if n > 0 => serde_json::from_str(&line).ok(),
+            Err(_) => {
+                return Err(ProcError::Spawn(format!(
+                    "the supervisor was not ready within {} s; stopped",
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
             _ => None,
         };
         match ready {
