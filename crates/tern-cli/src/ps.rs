@@ -13,6 +13,8 @@
 //!   offset names the same byte for ever, rotation neither loses nor repeats bytes (unless the
 //!   reader falls a whole log cap behind; then it says how much it skipped).
 //! - `kill ID`: the supervisor's `kill` (TERM to the group, KILL after the grace), then `wait`.
+//! - `send ID TEXT` (`--raw`, `--close`, `-` for stdin): the supervisor's `submit`, `write`
+//!   or `close`, as the model's `process` tool sends them (long text in 1 MiB writes).
 //! - `attach ID` (PTY processes): the supervisor's `attach` stream; the log's tail up to the
 //!   stream's first byte is shown first, so the context has no gap and no repeat. Raw mode
 //!   (when stdin is a terminal), `resize` at start and on SIGWINCH, Ctrl-] detaches.
@@ -22,10 +24,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use tern_config::Home;
 use tern_procs::output::{complete_utf8_len, for_model};
+use tern_procs::protocol::Request;
 use tern_procs::{Observer, ProcError, ProcInfo, ProcStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -107,6 +110,20 @@ pub enum PsCommand {
         #[arg(long, value_name = "SECS")]
         grace: Option<f64>,
     },
+    /// Send input to a process's stdin: TEXT and Enter (a line), as the model's `submit` does
+    Send {
+        /// The process id (or the start of it)
+        id: String,
+        /// What to send; `-` reads it from this command's stdin
+        #[arg(required_unless_present = "close")]
+        text: Option<String>,
+        /// Send TEXT as it is, without Enter
+        #[arg(long)]
+        raw: bool,
+        /// Then close the process's stdin (the end of its input); alone, only that
+        #[arg(long)]
+        close: bool,
+    },
     /// Attach this terminal to a PTY process (Ctrl-] detaches; it keeps running)
     Attach {
         /// The process id (or the start of it)
@@ -141,6 +158,26 @@ pub async fn run(home: Option<PathBuf>, args: PsArgs) -> anyhow::Result<ExitCode
                 .transpose()?;
             let id = resolve(&obs, &id).await?;
             kill(&obs, &id, grace).await
+        }
+        Some(PsCommand::Send {
+            id,
+            text,
+            raw,
+            close,
+        }) => {
+            let text = match text.as_deref() {
+                Some("-") => Some(
+                    tokio::task::spawn_blocking(|| {
+                        let mut buf = String::new();
+                        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf).map(|_| buf)
+                    })
+                    .await?
+                    .context("cannot read the text from stdin (is it UTF-8?)")?,
+                ),
+                other => other.map(str::to_owned),
+            };
+            let id = resolve(&obs, &id).await?;
+            send(&obs, &id, text, raw, close).await
         }
         Some(PsCommand::Attach { id }) => {
             let id = resolve(&obs, &id).await?;
@@ -463,6 +500,62 @@ async fn kill(obs: &Observer, id: &str, grace: Option<Duration>) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// Most text one request carries (the supervisor takes lines of up to 4 MiB, escapes
+/// included); longer text goes in several writes.
+const SEND_CHUNK: usize = 1 << 20;
+
+async fn send(
+    obs: &Observer,
+    id: &str,
+    text: Option<String>,
+    raw: bool,
+    close: bool,
+) -> anyhow::Result<ExitCode> {
+    let p = obs.get(id).await?;
+    if !p.status.is_running() {
+        bail!("{}: its input is gone", status_sentence(&p));
+    }
+    let not_running = |e: ProcError| match e {
+        ProcError::NotRunning(_) => anyhow!("{id} ended before it took the input"),
+        e => e.into(),
+    };
+    if let Some(text) = text {
+        let mut chunks = chunks(&text, SEND_CHUNK).peekable();
+        while let Some(chunk) = chunks.next() {
+            let data = chunk.to_owned();
+            let req = if chunks.peek().is_none() && !raw {
+                Request::Submit { data }
+            } else {
+                Request::Write { data }
+            };
+            obs.input(id, req).await.map_err(not_running)?;
+        }
+    }
+    if close {
+        obs.input(id, Request::Close).await.map_err(not_running)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `text` in pieces of at most `max` bytes, cut at character boundaries; one empty piece
+/// for empty text (a bare Enter).
+fn chunks(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        if r.len() <= max {
+            rest = None;
+            return Some(r);
+        }
+        let mut cut = max;
+        while !r.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        rest = Some(&r[cut..]);
+        Some(&r[..cut])
+    })
+}
+
 /// The terminal's settings, put back when dropped (on every way out of `attach`).
 struct RawMode {
     saved: nix::sys::termios::Termios,
@@ -708,6 +801,20 @@ async fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_text_is_sent_in_pieces_cut_between_characters() {
+        assert_eq!(chunks("", 4).collect::<Vec<_>>(), [""]);
+        assert_eq!(chunks("abcd", 4).collect::<Vec<_>>(), ["abcd"]);
+        assert_eq!(
+            chunks("abcdefghij", 4).collect::<Vec<_>>(),
+            ["abcd", "efgh", "ij"]
+        );
+        // "é" is two bytes: never split.
+        let pieces: Vec<_> = chunks("aéééb", 4).collect();
+        assert_eq!(pieces, ["aé", "éé", "b"]);
+        assert_eq!(pieces.concat(), "aéééb");
+    }
 
     #[test]
     fn spans_are_short() {

@@ -696,3 +696,92 @@ async fn attach_in_a_real_terminal_is_raw_resizes_and_restores_the_terminal() {
     assert!(mgr.get(&p.id).await.unwrap().status.is_running());
     mgr.kill(&p.id).await.unwrap();
 }
+
+#[tokio::test]
+async fn send_writes_lines_raw_text_and_the_end_of_input() {
+    let e = Env::new();
+    let _reap = Reap(e.home());
+    let mgr = manager(&e).await;
+    let p = mgr
+        .spawn(req(
+            &e,
+            r#"while IFS= read -r l; do echo "got:$l"; done; echo eof; exit 4"#,
+            false,
+        ))
+        .await
+        .unwrap();
+    let out = e.run(&["ps", "send", &p.id, "hello there"]);
+    assert_ok(&out);
+    until_logged(&mgr, &p.id, "got:hello there\n").await;
+    // Raw text waits for the rest of its line.
+    assert_ok(&e.run(&["ps", "send", &p.id, "--raw", "half-"]));
+    assert_ok(&e.run(&["ps", "send", &p.id, "line"]));
+    until_logged(&mgr, &p.id, "got:half-line\n").await;
+    // `-` reads the text from stdin; an id prefix will do.
+    let mut child = e
+        .tern()
+        .args(["ps", "send", &p.id[..9], "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("from stdin ✓".as_bytes())
+        .unwrap();
+    assert_ok(&finish(child));
+    until_logged(&mgr, &p.id, "got:from stdin ✓\n").await;
+    // --close ends the input: the loop ends and the process exits.
+    assert_ok(&e.run(&["ps", "send", &p.id, "--close"]));
+    let done = mgr
+        .wait(&p.id, LONG, &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            done.info.status,
+            ProcStatus::Exited {
+                exit_code: Some(4),
+                ..
+            }
+        ),
+        "{:?}",
+        done.info.status
+    );
+    let log = mgr.log(&p.id, Some(0), None).await.unwrap().output;
+    assert_eq!(
+        log,
+        "got:hello there\ngot:half-line\ngot:from stdin ✓\neof\n"
+    );
+    // An ended process and an empty call are refused clearly.
+    let out = e.run(&["ps", "send", &p.id, "late"]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("exited with code 4"),
+        "{}",
+        stderr(&out)
+    );
+    let out = e.run(&["ps", "send", &p.id]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("<TEXT>"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn send_types_a_line_into_a_pty_program() {
+    let e = Env::new();
+    let _reap = Reap(e.home());
+    let mgr = manager(&e).await;
+    let p = mgr.spawn(req(&e, "python3 -i -q", true)).await.unwrap();
+    until_logged(&mgr, &p.id, ">>> ").await;
+    assert_ok(&e.run(&["ps", "send", &p.id, "print(6 * 7)"]));
+    until_logged(&mgr, &p.id, "42").await;
+    assert_ok(&e.run(&["ps", "send", &p.id, "--close"]));
+    let done = mgr
+        .wait(&p.id, LONG, &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!done.info.status.is_running());
+}

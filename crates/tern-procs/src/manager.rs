@@ -47,7 +47,7 @@ use crate::layout::{
 };
 use crate::log::read_range;
 use crate::output::{complete_utf8_len, for_model, leading_continuation_len};
-use crate::protocol::{Request, Response, call};
+use crate::protocol::{Request, Response, call, call_ok};
 
 /// How the supervisor is started: `program args… DIR`.
 #[derive(Clone, Debug)]
@@ -1046,14 +1046,7 @@ impl ProcessManager {
     }
 
     async fn request(&self, id: &str, req: Request) -> Result<(), ProcError> {
-        let entry = self.entry(id)?;
-        match call(&entry.pd.socket(), &req).await? {
-            None => Err(ProcError::NotRunning(id.to_owned())),
-            Some(r) if r.ok => Ok(()),
-            Some(r) => Err(ProcError::Refused(
-                r.error.unwrap_or_else(|| "refused".into()),
-            )),
-        }
+        call_ok(&self.entry(id)?.pd.socket(), id, &req).await
     }
 }
 

@@ -18,7 +18,7 @@ use crate::attach::Attached;
 use crate::layout::{Meta, ProcDir, read_json, valid_id};
 use crate::log::{LogSlice, read_range};
 use crate::manager::{KillOutcome, ProcInfo, blocking, info, status_of};
-use crate::protocol::{Request, call};
+use crate::protocol::{Request, call, call_ok};
 
 /// How often a wait looks at the status again (between the supervisor's last answer and the
 /// release of its lock the status can still read running for an instant).
@@ -214,13 +214,19 @@ impl Observer {
 
     /// Sets the terminal size of a PTY process.
     pub async fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<(), ProcError> {
-        match call(&self.dir(id).socket(), &Request::Resize { cols, rows }).await? {
-            None => Err(ProcError::NotRunning(id.to_owned())),
-            Some(r) if r.ok => Ok(()),
-            Some(r) => Err(ProcError::Refused(
-                r.error.unwrap_or_else(|| "refused".into()),
-            )),
+        call_ok(&self.dir(id).socket(), id, &Request::Resize { cols, rows }).await
+    }
+
+    /// Sends input to the process's stdin: [`Request::Write`], [`Request::Submit`] (the text
+    /// and Enter) or [`Request::Close`] (the end of input); other requests are refused.
+    pub async fn input(&self, id: &str, req: Request) -> Result<(), ProcError> {
+        if !matches!(
+            req,
+            Request::Write { .. } | Request::Submit { .. } | Request::Close
+        ) {
+            return Err(ProcError::Invalid("not an input request".into()));
         }
+        call_ok(&self.dir(id).socket(), id, &req).await
     }
 
     /// Attaches to a PTY process's terminal ([`crate::attach`]).

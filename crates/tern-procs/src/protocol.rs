@@ -114,6 +114,18 @@ pub async fn call(socket: &Path, req: &Request) -> Result<Option<Response>, Proc
     }
 }
 
+/// Sends `req` to process `id`'s supervisor for a plain yes: `NotRunning` when nobody
+/// answers (the process ended), `Refused` with the supervisor's reason.
+pub async fn call_ok(socket: &Path, id: &str, req: &Request) -> Result<(), ProcError> {
+    match call(socket, req).await? {
+        None => Err(ProcError::NotRunning(id.to_owned())),
+        Some(r) if r.ok => Ok(()),
+        Some(r) => Err(ProcError::Refused(
+            r.error.unwrap_or_else(|| "refused".into()),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
