@@ -12,10 +12,9 @@
 //!   the baseline for PTY mode (the file gets ONLCR's `\r` before each newline too).
 //! - **pipe** / **pty**: a process directory with `spec.json` (the default 64 MiB log cap)
 //!   and the release `tern supervise DIR` as our child, as the manager starts it. Wall time
-//!   from spawning the supervisor to its exit, which comes after `exit.json`. When it has
-//!   exited, `waitid(WNOWAIT)` leaves it a zombie whose `/proc/PID/stat` still has its own
-//!   CPU time (all threads: the capture) and its reaped children's (the generator); then
-//!   `wait4` reaps it. `exit.json` must say code 0 and `output_bytes` = the bytes written
+//!   from spawning the supervisor to its exit, which comes after `exit.json`. `wait4` reaps
+//!   it and gives its CPU time (all its threads: the capture) plus that of the children it
+//!   reaped (the generator's shell). `exit.json` must say code 0 and `output_bytes` = the bytes written
 //!   (in a PTY, plus one `\r` per newline: the terminal's ONLCR), and the log's last 4 KiB
 //!   must be the source's.
 //! - **concurrent**: `--concurrency` processes of each kind at once, each writing
@@ -212,15 +211,14 @@ fn generator(src: &Path, bytes: u64) -> String {
 }
 
 /// The script a process runs: the generator (its output redirected to `out` for the plain
-/// runs), then bash's `times` into `cpu` — the generator's CPU to the millisecond, which
-/// `/proc/PID/stat`'s 10 ms ticks would not give for short runs — and the generator's status.
+/// runs), then bash's `times` into `cpu` — the generator's CPU, to tell it from the
+/// supervisor's in the total `wait4` gives — and the generator's status.
 fn script(src: &Path, bytes: u64, out: Option<&Path>, cpu: &Path) -> String {
     let redirect = out
         .map(|o| format!(" > {}", sh_quote(o)))
         .unwrap_or_default();
     format!(
-        "{}{}{redirect}; s=$?; times > {}; exit $s",
-        std::env::var("XPREFIX").unwrap_or_default(),
+        "{}{redirect}; s=$?; times > {}; exit $s",
         generator(src, bytes),
         sh_quote(cpu)
     )

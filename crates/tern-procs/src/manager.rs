@@ -359,7 +359,7 @@ fn read_polled(pd: &ProcDir) -> u64 {
 const FOLLOWER_FINISH: Duration = Duration::from_secs(10);
 /// How long a new supervisor gets for its readiness line. It only sets up files and starts
 /// the child, so this is generous; the bound matters because spawns wait for each other
-/// (the running cap's lock).
+/// (the running cap's lock). One that misses it is killed with its child.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Follows one process until it is no longer running; `None` when its exit was reported
@@ -802,12 +802,16 @@ impl ProcessManager {
         let mut line = String::new();
         let read =
             tokio::time::timeout(READY_TIMEOUT, BufReader::new(stdout).read_line(&mut line)).await;
-        if read.is_err()
-            && let Some(pid) = child.id()
-        {
-            // A SIGTERM makes it kill its child, if it started one, and exit.
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        if read.is_err() {
+            // Its signal handlers come after readiness, so the child (if it was started: its
+            // meta.json says) is ended here, then the supervisor. Its reaper starts after
+            // readiness too: the child is unreaped, so its group id is still its own.
+            let meta_path = pd.meta();
+            if let Ok(Some(meta)) = blocking(move || read_json::<Meta>(&meta_path)).await {
+                let group = nix::unistd::Pid::from_raw(meta.child_pid);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.start_kill();
         }
         // Reap the supervisor whenever it ends (while this runtime lives; after that, init).
         tokio::spawn(async move {
@@ -817,7 +821,7 @@ impl ProcessManager {
             Ok(Ok(n)) if n > 0 => serde_json::from_str(&line).ok(),
             Err(_) => {
                 return Err(ProcError::Spawn(format!(
-                    "the supervisor was not ready within {} s; stopped",
+                    "the supervisor was not ready within {} s; it and its command were killed",
                     READY_TIMEOUT.as_secs()
                 )));
             }
@@ -914,6 +918,16 @@ impl ProcessManager {
         let dir = entry.pd.log_dir();
         let on_disk = blocking(move || Ok(read_range(&dir, u64::MAX, 0)?.total)).await?;
         Ok((end >= on_disk).then_some(end))
+    }
+
+    /// Whether the process's exit has been reported (the `reported` marker, written before
+    /// the `Exited` event): true also for a process no longer kept; false while it runs.
+    pub async fn exit_reported(&self, id: &str) -> Result<bool, ProcError> {
+        let Ok(entry) = self.entry(id) else {
+            return Ok(true);
+        };
+        let path = entry.pd.reported();
+        blocking(move || Ok(path.exists())).await
     }
 
     /// How far the in-memory window has read the process's log (`None` without a follower

@@ -199,6 +199,13 @@ impl ProcessWaits {
                 }
                 continue;
             }
+            // An exit the manager has not reported yet is its own to tell: it waits for the
+            // process's last watch matches first, and its `Exited` event readies the wait.
+            // The sweep is for exits reported without that (a crash or an error between).
+            let process_id = request_field(&w, "process_id").unwrap_or_default();
+            if !mgr.exit_reported(&process_id).await? {
+                continue;
+            }
             if self.make_ready(mgr, &w, None, resumer).await? {
                 n += 1;
             }
