@@ -264,11 +264,18 @@ async fn the_window_keeps_up_with_a_fast_writer() {
         .spawn(req("seq 1 500000; read x", d.path(), false))
         .await
         .unwrap();
-    let tail = eventually("the last line in the window", || async {
-        let t = m.log(&p.id, None, Some(2000)).await.unwrap();
-        t.output.ends_with("499999\n500000\n").then_some(t)
+    // The window itself reaches the end of the output (reads would fall back to the disk
+    // while it lags), and then answers the read.
+    let total: u64 = (1..=500_000u64)
+        .map(|n| n.to_string().len() as u64 + 1)
+        .sum();
+    eventually("the window at the end of the output", || async {
+        (m.window_end(&p.id).unwrap() == Some(total)).then_some(())
     })
     .await;
+    let tail = m.log(&p.id, None, Some(2000)).await.unwrap();
+    assert!(tail.output.ends_with("499999\n500000\n"), "{tail:?}");
+    assert_eq!(tail.total, total);
     // The same bytes as on disk, at the same offsets.
     let bare = support::manager(d.path()).await;
     let disk = bare.log(&p.id, Some(tail.start), Some(2000)).await.unwrap();
