@@ -330,6 +330,30 @@ async fn python_in_a_remote_pty() {
     poll_until(&mgr, &p.id, "KeyboardInterrupt").await;
     mgr.submit(&p.id, "print('still', 'here')").await.unwrap();
     poll_until(&mgr, &p.id, "still here").await;
+    // A person attaches (as `tern ps attach` does): keys reach the remote program and its
+    // answer comes back on the stream; closing the stream detaches, the program runs on.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let obs = tern_procs::Observer::new(d.path().join("procs"));
+        let mut att = obs.attach(&p.id).await.unwrap();
+        att.stream.write_all(b"print(111 * 3)\r").await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        tokio::time::timeout(LONG, async {
+            while !String::from_utf8_lossy(&seen).contains("333") {
+                let n = att.stream.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "the stream ended: {:?}",
+                    String::from_utf8_lossy(&seen)
+                );
+                seen.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await
+        .unwrap();
+    }
+    assert!(mgr.get(&p.id).await.unwrap().status.is_running());
     // `close` is the terminal's end of input, across ssh too.
     mgr.close(&p.id).await.unwrap();
     let w = mgr
