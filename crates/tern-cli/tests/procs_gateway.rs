@@ -268,12 +268,23 @@ async fn idle_sessions_are_reset_unless_they_have_running_processes() {
         },
     )
     .await;
-    let ends = hook_events(&events);
-    assert!(
-        ends.iter()
-            .any(|v| v["session_id"] == idle.as_str() && v["reason"] == "expired"),
-        "{ends:?}"
-    );
+    // Hooks run on tasks of their own: the event may land a moment after the reset.
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || {
+            let ends = hook_events(&events);
+            if ends
+                .iter()
+                .any(|v| v["session_id"] == idle.as_str() && v["reason"] == "expired")
+            {
+                Ok(())
+            } else {
+                Err(format!("no session_end (expired) for {idle}: {ends:?}"))
+            }
+        },
+    )
+    .await;
     // Well past the idle time, the one with a running process and the empty one are not.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_ne!(api.session(&busy).await["status"], "ended");
