@@ -386,7 +386,12 @@ impl Asking {
             .unwrap()
             .read_to_string(&mut out)
             .unwrap();
-        let err: Vec<String> = self.stderr.try_iter().collect();
+        // The reader thread may still be passing the last lines on: read to its end (the
+        // end of stderr, now that the process has exited).
+        let mut err = Vec::new();
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(30)) {
+            err.push(line);
+        }
         (status.code(), out, err.join("\n"))
     }
 }
