@@ -97,7 +97,9 @@ pub async fn call(socket: &Path, req: &Request) -> Result<Option<Response>, Proc
         .map_err(|e| ProcError::Protocol(format!("cannot encode a request: {e}")))?;
     line.push(b'\n');
     if let Err(e) = wr.write_all(&line).await {
-        return if e.kind() == std::io::ErrorKind::BrokenPipe {
+        // The supervisor closed the socket between our connect and write: it is ending (the
+        // process exited), as when the connect itself is refused.
+        return if is_gone(&e) {
             Ok(None)
         } else {
             Err(ProcError::io(socket, e))
@@ -109,9 +111,20 @@ pub async fn call(socket: &Path, req: &Request) -> Result<Option<Response>, Proc
         Ok(_) => serde_json::from_str(&answer).map(Some).map_err(|e| {
             ProcError::Protocol(format!("the supervisor answered nonsense: {e}: {answer}"))
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+        Err(e) if is_gone(&e) => Ok(None),
         Err(e) => Err(ProcError::io(socket, e)),
     }
+}
+
+/// An error that means the supervisor closed the connection (it is gone or going).
+fn is_gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::NotConnected
+    )
 }
 
 /// Sends `req` to process `id`'s supervisor for a plain yes: `NotRunning` when nobody
@@ -129,6 +142,29 @@ pub async fn call_ok(socket: &Path, id: &str, req: &Request) -> Result<(), ProcE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A supervisor that is ending: it accepts, then closes without an answer (with the
+    /// request unread, which resets the connection). Its callers read that as "gone".
+    #[tokio::test]
+    async fn a_connection_closed_unanswered_means_gone() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            for _ in 0..2 {
+                let (s, _) = listener.accept().await.unwrap();
+                drop(s);
+            }
+        });
+        for _ in 0..2 {
+            let r = call(&path, &Request::Wait).await.unwrap();
+            assert!(r.is_none());
+        }
+        server.await.unwrap();
+        // No socket at all: gone too.
+        std::fs::remove_file(&path).unwrap();
+        assert!(call(&path, &Request::Ping).await.unwrap().is_none());
+    }
 
     #[test]
     fn requests_have_a_stable_shape() {
