@@ -7,7 +7,8 @@
 //!
 //! - **plain**: `bash -c 'GEN > FILE'` as our child, wall time from spawn to exit, CPU from
 //!   `wait4`'s rusage; the file's size is checked. For reference also `cat SRC > FILE`,
-//!   which coreutils turns into `copy_file_range` (no copy through user space), and
+//!   which coreutils turns into `copy_file_range` (no copy through user space), `GEN | cat >
+//!   FILE`, the same output relayed through a pipe as the supervisor relays it, and
 //!   `script -q -c GEN /dev/null > FILE`: util-linux's `script` relaying a PTY to the file,
 //!   the baseline for PTY mode (the file gets ONLCR's `\r` before each newline too).
 //! - **pipe** / **pty**: a process directory with `spec.json` (the default 64 MiB log cap)
@@ -39,9 +40,10 @@ const BLOCK: &str = "128K";
 const LOG_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The modes, in the order they run and are printed.
-const MODES: [&str; 9] = [
+const MODES: [&str; 10] = [
     "plain",
     "cat",
+    "relay",
     "script",
     "pipe",
     "pipe-kept",
@@ -99,7 +101,7 @@ fn parse_opts(skip: usize) -> anyhow::Result<Opts> {
             "-h" | "--help" => {
                 println!(
                     "tern-bench procs [--size BYTES|NK|NM|NG] [--concurrency N] [--runs N] \
-                     [--tern PATH] [--dir DIR] [--modes plain,cat,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n,memory]"
+                     [--tern PATH] [--dir DIR] [--modes plain,cat,relay,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n,memory]"
                 );
                 std::process::exit(0);
             }
@@ -272,6 +274,8 @@ enum Plain {
     Gen,
     /// `cat SRC > FILE` (only with the whole source).
     Cat,
+    /// `GEN | cat > FILE`: the generator's output through a pipe, relayed by `cat`.
+    Relay,
     /// `script -q -c GEN /dev/null > FILE`: the generator in a PTY, relayed by `script`.
     Script,
 }
@@ -293,6 +297,7 @@ fn plain(
         let cmd = match kind {
             Plain::Gen => script(src, each, Some(out), &cpu_file),
             Plain::Cat => format!("cat {} > {}", sh_quote(src), sh_quote(out)),
+            Plain::Relay => format!("{} | cat > {}", generator(src, each), sh_quote(out)),
             Plain::Script => format!(
                 "script -q -e -c {} /dev/null > {}",
                 sh_quote(Path::new(&generator(src, each))),
@@ -542,6 +547,7 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
     let labels: [&str; MODES.len()] = [
         "plain redirect: `GEN > file`",
         "`cat SRC > file` (copy_file_range, for reference)",
+        "pipe baseline: `GEN | cat > file`",
         "PTY baseline: `script -q -c GEN /dev/null > file` (util-linux)",
         "pipe mode (`tern supervise`, default log cap)",
         &keep_all_label,
@@ -579,6 +585,7 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
             let s = match *key {
                 "plain" => plain(&work, 1, &src, (o.size, nl_all), Plain::Gen)?,
                 "cat" => plain(&work, 1, &src, (o.size, nl_all), Plain::Cat)?,
+                "relay" => plain(&work, 1, &src, (o.size, nl_all), Plain::Relay)?,
                 "script" => plain(&work, 1, &src, (o.size, nl_all), Plain::Script)?,
                 "pipe" => supervised(&o.tern, &work, 1, &one(false, LOG_MAX_BYTES))?,
                 "pipe-kept" => supervised(&o.tern, &work, 1, &one(false, keep_all))?,
@@ -623,7 +630,7 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         "| mode | throughput | (min–max) | CPU s/GiB, all | CPU s/GiB, capture | vs plain |\n|---|---|---|---|---|---|"
     );
     // Rows from here on are the concurrent ones, compared with the concurrent plain row.
-    const SINGLE: usize = 6;
+    const SINGLE: usize = 7;
     let plain_of = |k: usize| if k >= SINGLE { SINGLE } else { 0 };
     for (k, (key, label)) in rows.iter().enumerate() {
         if samples[k].is_empty() {
@@ -649,12 +656,17 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         } else {
             format!("{:.0} %", 100.0 * mbps / med(plain_of(k), &Sample::mbps))
         };
-        // PTY mode is also set beside its own baseline, `script` (row 2).
-        if *key == "pty" && !samples[2].is_empty() {
-            ratio += &format!(
-                " ({:.0} % of `script`)",
-                100.0 * mbps / med(2, &Sample::mbps)
-            );
+        // The single-process modes are also set beside the relay through the same kind of
+        // channel: a pipe to `cat`, a PTY to `script`.
+        let base = match *key {
+            "pipe" | "pipe-kept" => Some((2, "`GEN | cat`")),
+            "pty" => Some((3, "`script`")),
+            _ => None,
+        };
+        if let Some((b, name)) = base
+            && !samples[b].is_empty()
+        {
+            ratio += &format!(" ({:.0} % of {name})", 100.0 * mbps / med(b, &Sample::mbps));
         }
         println!(
             "| {label} | **{mbps:.0} MB/s** | {lo:.0}–{hi:.0} | {all:.2} | {capture} | {ratio} |"
