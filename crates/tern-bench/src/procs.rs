@@ -53,6 +53,11 @@ const MODES: [&str; 10] = [
     "pty-n",
 ];
 
+/// The position of `mode` in [`MODES`] (and so in the rows and samples).
+fn idx(mode: &str) -> usize {
+    MODES.iter().position(|m| *m == mode).unwrap_or(usize::MAX)
+}
+
 struct Opts {
     size: u64,
     concurrency: usize,
@@ -547,7 +552,8 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
     let labels: [&str; MODES.len()] = [
         "plain redirect: `GEN > file`",
         "`cat SRC > file` (copy_file_range, for reference)",
-        "pipe baseline: `GEN | cat > file`",
+        // `\|`: a bare `|` would end the Markdown table's cell.
+        "pipe baseline: `GEN \\| cat > file`",
         "PTY baseline: `script -q -c GEN /dev/null > file` (util-linux)",
         "pipe mode (`tern supervise`, default log cap)",
         &keep_all_label,
@@ -630,13 +636,13 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         "| mode | throughput | (min–max) | CPU s/GiB, all | CPU s/GiB, capture | vs plain |\n|---|---|---|---|---|---|"
     );
     // Rows from here on are the concurrent ones, compared with the concurrent plain row.
-    const SINGLE: usize = 7;
-    let plain_of = |k: usize| if k >= SINGLE { SINGLE } else { 0 };
+    let single = idx("plain-n");
+    let plain_of = |k: usize| if k >= single { single } else { idx("plain") };
     for (k, (key, label)) in rows.iter().enumerate() {
         if samples[k].is_empty() {
             continue;
         }
-        if k == SINGLE {
+        if k == single {
             println!(
                 "| **{} processes at once, {} each** | | | | | |",
                 o.concurrency,
@@ -659,8 +665,8 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         // The single-process modes are also set beside the relay through the same kind of
         // channel: a pipe to `cat`, a PTY to `script`.
         let base = match *key {
-            "pipe" | "pipe-kept" => Some((2, "`GEN | cat`")),
-            "pty" => Some((3, "`script`")),
+            "pipe" | "pipe-kept" => Some((idx("relay"), "`GEN \\| cat`")),
+            "pty" => Some((idx("script"), "`script`")),
             _ => None,
         };
         if let Some((b, name)) = base
@@ -670,6 +676,19 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         }
         println!(
             "| {label} | **{mbps:.0} MB/s** | {lo:.0}–{hi:.0} | {all:.2} | {capture} | {ratio} |"
+        );
+    }
+    // The target's ratio run by run: the two ran back to back, under the same conditions.
+    let (plain_k, kept_k) = (idx("plain"), idx("pipe-kept"));
+    if samples[plain_k].len() == samples[kept_k].len() && !samples[plain_k].is_empty() {
+        let ratios: Vec<String> = samples[plain_k]
+            .iter()
+            .zip(&samples[kept_k])
+            .map(|(p, k)| format!("{:.0} %", 100.0 * k.mbps() / p.mbps()))
+            .collect();
+        println!(
+            "\nPipe mode with the whole output kept, as a share of the plain redirect, run by run: {}.",
+            ratios.join(", ")
         );
     }
     println!(
