@@ -70,6 +70,12 @@ impl Drop for Reap {
     }
 }
 
+/// `out` ended with `code` and says `needle` on stderr.
+fn fails_with(out: &Output, code: i32, needle: impl AsRef<str>) {
+    assert_exit(out, code);
+    assert!(stderr(out).contains(needle.as_ref()), "{}", stderr(out));
+}
+
 /// Waits for `child` to exit, reading its output meanwhile; kills it and fails after
 /// [`LONG`].
 fn finish(child: Child) -> Output {
@@ -407,8 +413,7 @@ async fn kill_stops_a_process_and_the_gateway_still_reports_its_exit() {
     assert_ok(&out);
     assert!(stdout(&out).contains("already ended"), "{}", stdout(&out));
     let out = e.run(&["ps", "kill", &p.id, "--grace=-1"]);
-    assert_exit(&out, 1);
-    assert!(stderr(&out).contains("--grace"), "{}", stderr(&out));
+    fails_with(&out, 1, "--grace");
 }
 
 /// A process whose supervisor was killed is `lost`: listed so, and neither followed nor
@@ -435,11 +440,9 @@ async fn a_process_whose_supervisor_died_is_lost() {
             .any(|l| l.starts_with(&p.id) && l.contains("lost"))
     );
     let out = e.run(&["ps", "log", "-f", &p.id]);
-    assert_exit(&out, 1);
-    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+    fails_with(&out, 1, "lost");
     let out = e.run(&["ps", "kill", &p.id]);
-    assert_exit(&out, 1);
-    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+    fails_with(&out, 1, "lost");
 }
 
 /// Starts `tern ps attach ID` with piped stdin and stdout; stdout's bytes arrive on the
@@ -525,8 +528,7 @@ async fn attach_to_a_python_repl_types_and_detaches() {
         stderr(&out)
     );
     let out = e.run(&["ps", "attach", &p.id]);
-    assert_exit(&out, 1);
-    assert!(stderr(&out).contains("not running"), "{}", stderr(&out));
+    fails_with(&out, 1, "not running");
 }
 
 #[tokio::test]
@@ -758,15 +760,9 @@ async fn send_writes_lines_raw_text_and_the_end_of_input() {
     );
     // An ended process and an empty call are refused clearly.
     let out = e.run(&["ps", "send", &p.id, "late"]);
-    assert_exit(&out, 1);
-    assert!(
-        stderr(&out).contains("exited with code 4"),
-        "{}",
-        stderr(&out)
-    );
+    fails_with(&out, 1, "exited with code 4");
     let out = e.run(&["ps", "send", &p.id]);
-    assert_exit(&out, 2);
-    assert!(stderr(&out).contains("<TEXT>"), "{}", stderr(&out));
+    fails_with(&out, 2, "<TEXT>");
 }
 
 #[tokio::test]
