@@ -18,10 +18,10 @@
 //!   process group id; after a kill it keeps the exited leader unreaped until the rest of its
 //!   group is gone or has had its KILL at the end of the grace period);
 //! - the socket server answers `write`, `submit`, `close`, `kill` (TERM to the group, KILL
-//!   after the grace period to all that is left of it), `wait`, and for a PTY `resize` and `attach` (the connection
-//!   then streams the live output, which the pump also hands to [`crate::attach`]'s fanout,
-//!   and takes terminal input) ([`crate::protocol`]); SIGTERM or SIGINT to the supervisor
-//!   kills the child the same way; SIGHUP is ignored.
+//!   after the grace period to all that is left of it), `wait`, and for a PTY `resize` and
+//!   `attach` (the connection then streams the live output, which the pump also hands to
+//!   [`crate::attach`]'s fanout, and takes terminal input) ([`crate::protocol`]); SIGTERM or
+//!   SIGINT to the supervisor kills the child the same way; SIGHUP is ignored.
 //!
 //! When the child has exited: wait for the pump to reach the end of the output (bounded, as a
 //! background descendant may hold the pipe open) → write `exit.json` atomically → answer the
@@ -59,9 +59,9 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// How long connected clients get for their last answers before the supervisor exits.
 const GOODBYE_GRACE: Duration = Duration::from_secs(2);
 /// The output pipe's capacity (Linux's default is 64 KiB). A fast writer hands over more
-/// per wake-up, so the pump reads bigger chunks and both sides switch less (a third more
-/// throughput in `tern-bench procs`). Not larger: a pipe's capacity counts against the
-/// user's quota (`fs.pipe-user-pages-soft`, 64 MiB), and 64 processes use a quarter of it.
+/// per wake-up, so the pump reads bigger chunks and both sides switch less (see
+/// `docs/benchmarks.md`, issue 6). Not larger: a pipe's capacity counts against the user's
+/// quota (`fs.pipe-user-pages-soft`, 64 MiB), and 64 processes use a quarter of it.
 const PIPE_SIZE: usize = 256 * 1024;
 /// The pump's read buffer: a full pipe in one read.
 const PUMP_BUF: usize = 256 * 1024;
