@@ -13,7 +13,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Api, Env, wait_until};
+use common::{Api, Env, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -21,8 +21,7 @@ use tern_fake_model::{FakeModel, Reply};
 /// a tool result it answers with that result, so the test reads it from the reply.
 fn script_model(fake: &FakeModel) {
     fake.set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Api, Env, content, wait_until};
+use common::{Api, Env, content, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -19,8 +19,7 @@ const EXIT_TAG: &str = "[process exited]";
 
 fn script_model(fake: &FakeModel) {
     fake.set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(
@@ -113,8 +112,7 @@ const MATCH_TAG: &str = "[process output matched]";
 async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
     let e = Env::with_model().await;
     e.fake().set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match (last["role"].as_str(), last["tool_call_id"].as_str()) {
             (Some("user"), _) if text == "start" => Reply::tool_call(
@@ -158,8 +156,7 @@ async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
 async fn a_watch_pattern_match_resumes_the_session_while_the_process_runs() {
     let e = Env::with_model().await;
     e.fake().set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match last["role"].as_str() {
             Some("user") if text == "serve" => Reply::tool_call(
@@ -239,8 +236,7 @@ async fn exit_while_the_gateway_is_down(reported_before_the_crash: bool) {
         go.display()
     );
     e.fake().set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(

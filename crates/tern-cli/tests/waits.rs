@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, wait_until};
+use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -20,8 +20,7 @@ use tern_fake_model::{FakeModel, Reply};
 fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) {
     let ask_args = ask_args.to_string();
     fake.set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default();
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => Reply::tool_call(
@@ -356,8 +355,7 @@ async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_af
     {
         let answer = answer.clone();
         e.fake().set_responder(move |body| {
-            let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-            let last = msgs.last().cloned().unwrap_or(Value::Null);
+            let last = last_message(body);
             let text = last["content"].as_str().unwrap_or_default();
             match last["role"].as_str() {
                 Some("user") if text.starts_with(DECISION_TAG) => {

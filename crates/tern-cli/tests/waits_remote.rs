@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use common::{Api, DECISION_TAG, Env, Running, assert_ok, content, wait_until};
+use common::{Api, DECISION_TAG, Env, Running, assert_ok, content, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -78,8 +78,7 @@ async fn chat(gw: &Running, key: &str, message: &str) -> String {
 fn script_model(fake: &FakeModel, calls: Vec<(String, Value)>) {
     let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
     fake.set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => {

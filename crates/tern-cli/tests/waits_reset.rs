@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, wait_until};
+use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -48,8 +48,7 @@ impl Env {
 /// decision it says what it saw.
 fn script_model(fake: &FakeModel, summary: &'static str) {
     fake.set_responder(move |body| {
-        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = msgs.last().cloned().unwrap_or(Value::Null);
+        let last = last_message(body);
         let text = last["content"].as_str().unwrap_or_default();
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => {

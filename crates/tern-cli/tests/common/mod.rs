@@ -285,6 +285,15 @@ pub fn assert_ok(o: &Output) {
     );
 }
 
+/// The last message of a chat request the fake model got (`Null` when there is none).
+pub fn last_message(body: &Value) -> Value {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 /// A message's text.
 pub fn content(m: &Value) -> &str {
     m["content"].as_str().unwrap_or_default()
