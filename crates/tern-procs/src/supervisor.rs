@@ -33,6 +33,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,9 @@ const GOODBYE_GRACE: Duration = Duration::from_secs(2);
 const PIPE_SIZE: usize = 256 * 1024;
 /// The pump's read buffer: a full pipe in one read.
 const PUMP_BUF: usize = 256 * 1024;
+/// Read buffers the pump's two halves pass around: the reader can run this far ahead of
+/// the log's writes.
+const PUMP_BUFS: usize = 4;
 
 /// Runs the supervisor for the process directory `dir` until its child has exited and the
 /// exit status is recorded. Prints the readiness line on stdout.
@@ -314,6 +318,45 @@ fn group_has_others(pgid: Pid) -> bool {
         })
 }
 
+/// The pump's reading half: reads the output into buffers and hands them to the writing
+/// half until the end of the output (or `stop`). Reading and writing on two threads lets the
+/// next read of the pipe run while the last chunk is copied into the log, so the child
+/// seldom waits on a full pipe (see `docs/benchmarks.md`, issue 6). Buffers are allocated
+/// as needed, up to [`PUMP_BUFS`], and come back through `free`: a quiet process keeps one.
+fn read_output(
+    output: &mut Box<dyn Read + Send>,
+    stop: &AtomicBool,
+    full: &SyncSender<(Vec<u8>, usize)>,
+    free: &Receiver<Vec<u8>>,
+) {
+    let mut allocated = 0;
+    loop {
+        let mut buf = match free.try_recv() {
+            Ok(buf) => buf,
+            Err(_) if allocated < PUMP_BUFS => {
+                allocated += 1;
+                vec![0u8; PUMP_BUF]
+            }
+            Err(_) => match free.recv() {
+                Ok(buf) => buf,
+                // The writing half is gone (it only ends after this one).
+                Err(_) => return,
+            },
+        };
+        let n = loop {
+            match output.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // EIO on a PTY: the terminal has no slave left, which is its EOF.
+                Ok(0) | Err(_) => return,
+                Ok(n) => break n,
+            }
+        };
+        if stop.load(Ordering::Acquire) || full.send((buf, n)).is_err() {
+            return;
+        }
+    }
+}
+
 /// What the socket handlers share.
 struct State {
     pty: bool,
@@ -561,35 +604,36 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         fanout: Arc::new(Fanout::new(CLIENT_BACKLOG)),
     });
 
-    // The pump: output → log, on a thread of its own (blocking reads of a pipe or a PTY).
+    // The pump: output → log, on two threads of its own (blocking reads of a pipe or a PTY,
+    // blocking file writes).
     let written = Arc::new(AtomicU64::new(0));
     let stop_pump = Arc::new(AtomicBool::new(false));
     let (pump_tx, pump_done) = oneshot::channel::<()>();
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(PUMP_BUFS);
+    let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PUMP_BUFS);
+    {
+        let stop = Arc::clone(&stop_pump);
+        std::thread::Builder::new()
+            .name("pump-read".into())
+            .spawn(move || read_output(&mut output, &stop, &full_tx, &free_rx))
+            .map_err(|e| ProcError::Spawn(format!("cannot start the pump thread: {e}")))?;
+    }
     {
         let written = Arc::clone(&written);
-        let stop = Arc::clone(&stop_pump);
         let fanout = Arc::clone(&state.fanout);
         std::thread::Builder::new()
-            .name("pump".into())
+            .name("pump-write".into())
             .spawn(move || {
-                let mut buf = vec![0u8; PUMP_BUF];
                 let mut warned = false;
-                loop {
-                    let n = match output.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        // EIO on a PTY: the terminal has no slave left, which is its EOF.
-                        Err(_) => break,
-                    };
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
+                // Ends when the reader has hit the end of the output and dropped its sender.
+                for (buf, n) in full_rx {
                     let wrote = log.write(&buf[..n]);
                     // After the log, so an attach's offset never points past it.
                     fanout.publish(&buf[..n], log.offset());
+                    // The reader has stopped when this fails; the buffer is not needed then.
+                    let _ = free_tx.send(buf);
                     if let Err(e) = wrote {
-                        // Keep reading, so the child never blocks on a full pipe.
+                        // The reader goes on, so the child never blocks on a full pipe.
                         if !warned {
                             tracing::warn!("cannot write the output log: {e}");
                             warned = true;
