@@ -4,8 +4,8 @@
 //! Flow in the supervisor:
 //!
 //! ```text
-//! pump thread: read the PTY → LogWriter::write → Fanout::publish(chunk, log end offset)
-//!                                                   └─ queue it for every subscriber (never blocks)
+//! pump: read the PTY ─(buffer)→ LogWriter::write → Fanout::publish(chunk, log end offset)
+//!                                                    └─ queue it for every subscriber (never blocks)
 //! `attach` request → Fanout::subscribe (offset = where the stream begins) → `ok` + offset
 //!   → serve(): queued chunks → socket        (ends: output ended, dropped, supervisor stops)
 //!              socket bytes  → the PTY input (ends: the client closed its side = detach)
@@ -54,7 +54,7 @@ const MAX_ANSWER: usize = 64 * 1024;
 
 type Chunk = Arc<[u8]>;
 
-/// The attached clients of one supervisor, fed by the pump thread.
+/// The attached clients of one supervisor, fed by the pump's writing thread.
 pub(crate) struct Fanout {
     inner: Mutex<Inner>,
     backlog: usize,

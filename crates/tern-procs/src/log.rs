@@ -1,15 +1,15 @@
 //! The output log: the child's whole output on disk, in segments, under a size cap.
 //!
-//! Flow: the supervisor's pump thread hands every chunk it reads to [`LogWriter::write`],
-//! which appends it to the current segment; a full segment (a quarter of the cap) is closed
-//! and a new one started, and the oldest segments are deleted so at most the cap stays on
-//! disk. Each segment is named by the absolute offset of its first byte (20 digits), so an
-//! offset means the same byte for ever, readers need no index, and rotation is a file create
-//! plus deletes. The deletes run on a helper thread (`Remover`): freeing a segment's pages
-//! takes the file system milliseconds, which the pump would otherwise not spend reading (so
-//! the cap can be exceeded, briefly, by what is written meanwhile; dropping the writer waits
-//! for them). [`read_range`] serves `log` and `poll`: bytes `[offset, offset + limit)` across
-//! segments, moved forward when the start was rotated away.
+//! Flow: the supervisor's pump hands every chunk it reads to [`LogWriter::write`] (on its
+//! writing thread), which appends it to the current segment; a full segment (a quarter of
+//! the cap) is closed and a new one started, and the oldest segments are deleted so at most
+//! the cap stays on disk. Each segment is named by the absolute offset of its first byte (20
+//! digits), so an offset means the same byte for ever, readers need no index, and rotation is
+//! a file create plus deletes. The deletes run on a helper thread (`Remover`): freeing a
+//! segment's pages takes the file system milliseconds, which the pump would otherwise not
+//! spend writing (so the cap can be exceeded, briefly, by what is written meanwhile; dropping
+//! the writer waits for them). [`read_range`] serves `log` and `poll`: bytes `[offset,
+//! offset + limit)` across segments, moved forward when the start was rotated away.
 
 use std::collections::VecDeque;
 use std::fs::File;

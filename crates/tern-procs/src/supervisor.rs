@@ -12,7 +12,8 @@
 //! print one readiness line ([`Response`]) on stdout for the manager, then point stdout at
 //! /dev/null. Then three things run side by side:
 //!
-//! - the **pump** thread reads the pipe or the PTY and appends to the log ([`LogWriter`]);
+//! - the **pump**: one thread reads the pipe or the PTY into a few buffers, another appends
+//!   them to the log ([`LogWriter`]), so the pipe is drained while a chunk is being written;
 //! - the **reaper** thread waits for the child (`waitid` with `WNOWAIT`, then marks it reaped
 //!   under the lock that signalling takes, then reaps it, so a signal never reaches a reused
 //!   process group id; after a kill it keeps the exited leader unreaped until the rest of its
@@ -322,7 +323,8 @@ fn group_has_others(pgid: Pid) -> bool {
 /// half until the end of the output (or `stop`). Reading and writing on two threads lets the
 /// next read of the pipe run while the last chunk is copied into the log, so the child
 /// seldom waits on a full pipe (see `docs/benchmarks.md`, issue 6). Buffers are allocated
-/// as needed, up to [`PUMP_BUFS`], and come back through `free`: a quiet process keeps one.
+/// when none has come back through `free`, up to [`PUMP_BUFS`]: a quiet process has one or
+/// two, and a buffer's pages become memory only as reads fill them.
 fn read_output(
     output: &mut Box<dyn Read + Send>,
     stop: &AtomicBool,
