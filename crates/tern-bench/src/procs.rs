@@ -543,7 +543,7 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
     let (nl_all, nl_part) = (newlines(&src, o.size)?, newlines(&src, part)?);
     settle();
 
-    // A log cap above the output: nothing is deleted, the disk keeps as much as the file.
+    // A log cap above the output: nothing is rotated out, the disk keeps as much as the file.
     let keep_all = (2 * o.size).max(LOG_MAX_BYTES);
     let keep_all_label = format!(
         "pipe mode, log cap {}: the whole output kept, as in the file",
@@ -694,7 +694,7 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
     println!(
         "\nEvery supervised process exited with code 0 and captured every byte \
          (pipe: {} per process of the single run; PTY: {} with ONLCR's `\\r`s); log cap {} \
-         (segments of {}, the oldest deleted).",
+         (segments of {}, the oldest reused at each rotation).",
         o.size,
         o.size + nl_all,
         fmt_bytes(LOG_MAX_BYTES),

@@ -45,8 +45,9 @@ async fn python_repl_answers_a_submitted_line() {
     // The raw log keeps what the terminal sent.
     let raw = std::fs::read_dir(d.path().join("procs").join(&p.id).join("log"))
         .unwrap()
-        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
-        .next()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().is_some_and(|n| n.len() == 20))
+        .map(|p| std::fs::read(p).unwrap())
         .unwrap();
     assert!(raw.windows(4).any(|w| w == b"42\r\n"));
 
