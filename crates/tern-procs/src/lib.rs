@@ -25,6 +25,7 @@ pub mod notify;
 pub mod observer;
 pub mod output;
 pub mod protocol;
+mod pump;
 pub mod ssh;
 pub mod supervisor;
 pub mod tools;

@@ -12,8 +12,9 @@
 //! print one readiness line ([`Response`]) on stdout for the manager, then point stdout at
 //! /dev/null. Then three things run side by side:
 //!
-//! - the **pump**: one thread reads the pipe or the PTY into a few buffers, another appends
-//!   them to the log ([`LogWriter`]), so the pipe is drained while a chunk is being written;
+//! - the **pump** ([`crate::pump`]): one thread reads the pipe or the PTY into a few buffers,
+//!   another appends them to the log ([`LogWriter`]), so the pipe is drained while a chunk is
+//!   being written;
 //! - the **reaper** thread waits for the child (`waitid` with `WNOWAIT`, then marks it reaped
 //!   under the lock that signalling takes, then reaps it, so a signal never reaches a reused
 //!   process group id; after a kill it keeps the exited leader unreaped until the rest of its
@@ -34,7 +35,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,11 +65,6 @@ const GOODBYE_GRACE: Duration = Duration::from_secs(2);
 /// `docs/benchmarks.md`, issue 6). Not larger: a pipe's capacity counts against the user's
 /// quota (`fs.pipe-user-pages-soft`, 64 MiB), and 64 processes use a quarter of it.
 const PIPE_SIZE: usize = 256 * 1024;
-/// The pump's read buffer: a full pipe in one read.
-const PUMP_BUF: usize = 256 * 1024;
-/// Read buffers the pump's two halves pass around: the reader can run this far ahead of
-/// the log's writes.
-const PUMP_BUFS: usize = 4;
 
 /// Runs the supervisor for the process directory `dir` until its child has exited and the
 /// exit status is recorded. Prints the readiness line on stdout.
@@ -319,46 +314,6 @@ fn group_has_others(pgid: Pid) -> bool {
         })
 }
 
-/// The pump's reading half: reads the output into buffers and hands them to the writing
-/// half until the end of the output (or `stop`). Reading and writing on two threads lets the
-/// next read of the pipe run while the last chunk is copied into the log, so the child
-/// seldom waits on a full pipe (see `docs/benchmarks.md`, issue 6). Buffers are allocated
-/// when none has come back through `free`, up to [`PUMP_BUFS`]: a quiet process has one or
-/// two, and a buffer's pages become memory only as reads fill them.
-fn read_output(
-    output: &mut Box<dyn Read + Send>,
-    stop: &AtomicBool,
-    full: &SyncSender<(Vec<u8>, usize)>,
-    free: &Receiver<Vec<u8>>,
-) {
-    let mut allocated = 0;
-    loop {
-        let mut buf = match free.try_recv() {
-            Ok(buf) => buf,
-            Err(_) if allocated < PUMP_BUFS => {
-                allocated += 1;
-                vec![0u8; PUMP_BUF]
-            }
-            Err(_) => match free.recv() {
-                Ok(buf) => buf,
-                // The writing half is gone (it only ends after this one).
-                Err(_) => return,
-            },
-        };
-        let n = loop {
-            match output.read(&mut buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // EIO on a PTY: the terminal has no slave left, which is its EOF.
-                Ok(0) | Err(_) => return,
-                Ok(n) => break n,
-            }
-        };
-        if stop.load(Ordering::Acquire) || full.send((buf, n)).is_err() {
-            return;
-        }
-    }
-}
-
 /// What the socket handlers share.
 struct State {
     pty: bool,
@@ -583,8 +538,8 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         meta,
         _lock,
         listener,
-        mut log,
-        mut output,
+        log,
+        output,
         stdin,
         _master: master,
     } = started;
@@ -606,52 +561,16 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         fanout: Arc::new(Fanout::new(CLIENT_BACKLOG)),
     });
 
-    // The pump: output → log, on two threads of its own (blocking reads of a pipe or a PTY,
-    // blocking file writes).
+    // The pump: output → log, on two threads of its own ([`crate::pump`]).
     let written = Arc::new(AtomicU64::new(0));
     let stop_pump = Arc::new(AtomicBool::new(false));
-    let (pump_tx, pump_done) = oneshot::channel::<()>();
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(PUMP_BUFS);
-    let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PUMP_BUFS);
-    {
-        let stop = Arc::clone(&stop_pump);
-        std::thread::Builder::new()
-            .name("pump-read".into())
-            .spawn(move || read_output(&mut output, &stop, &full_tx, &free_rx))
-            .map_err(|e| ProcError::Spawn(format!("cannot start the pump thread: {e}")))?;
-    }
-    {
-        let written = Arc::clone(&written);
-        let fanout = Arc::clone(&state.fanout);
-        std::thread::Builder::new()
-            .name("pump-write".into())
-            .spawn(move || {
-                let mut warned = false;
-                // Ends when the reader has hit the end of the output and dropped its sender.
-                for (buf, n) in full_rx {
-                    let wrote = log.write(&buf[..n]);
-                    // After the log, so an attach's offset never points past it.
-                    fanout.publish(&buf[..n], log.offset());
-                    // The reader has stopped when this fails; the buffer is not needed then.
-                    let _ = free_tx.send(buf);
-                    if let Err(e) = wrote {
-                        // The reader goes on, so the child never blocks on a full pipe.
-                        if !warned {
-                            tracing::warn!("cannot write the output log: {e}");
-                            warned = true;
-                        }
-                        continue;
-                    }
-                    written.store(log.offset(), Ordering::Release);
-                }
-                // Waits for the log's segment deletions, so the exit is recorded with the
-                // log within its cap.
-                drop(log);
-                fanout.close();
-                let _ = pump_tx.send(());
-            })
-            .map_err(|e| ProcError::Spawn(format!("cannot start the pump thread: {e}")))?;
-    }
+    let pump_done = crate::pump::start(
+        output,
+        log,
+        Arc::clone(&state.fanout),
+        Arc::clone(&written),
+        Arc::clone(&stop_pump),
+    )?;
 
     // The reaper: waits for the child without reaping, marks it, reaps it.
     let (status_tx, status_rx) = oneshot::channel::<WaitStatus>();
