@@ -12,6 +12,11 @@
 //!   FILE`, the same output relayed through a pipe as the supervisor relays it, and
 //!   `script -q -c GEN /dev/null > FILE`: util-linux's `script` relaying a PTY to the file,
 //!   the baseline for PTY mode (the file gets ONLCR's `\r` before each newline too).
+//! - **drain**, **relay-1**, **relay-2**: where a pipe's limits are, without tern: the bench
+//!   itself takes the generator's stdout (a 256 KiB pipe, as the supervisor's) and reads it
+//!   256 KiB at a time, dropping it, or writing it to a file from the same thread (the
+//!   supervisor's pump before 2ed90b1), or handing it to a writing thread (the pump now);
+//!   capture CPU from `RUSAGE_THREAD`.
 //! - **pipe** / **pty**: a process directory with `spec.json` (the default 64 MiB log cap)
 //!   and the release `tern supervise DIR` as our child, as the manager starts it. Wall time
 //!   from spawning the supervisor to its exit, which comes after `exit.json`. `wait4` reaps
@@ -42,11 +47,14 @@ const BLOCK: &str = "128K";
 const LOG_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The modes, in the order they run and are printed.
-const MODES: [&str; 10] = [
+const MODES: [&str; 13] = [
     "plain",
     "cat",
     "relay",
     "script",
+    "drain",
+    "relay-1",
+    "relay-2",
     "pipe",
     "pipe-kept",
     "pty",
@@ -104,11 +112,21 @@ fn parse_opts(skip: usize) -> anyhow::Result<Opts> {
             "--runs" => o.runs = val()?.parse()?,
             "--tern" => o.tern = val()?.into(),
             "--dir" => o.dir = Some(val()?.into()),
-            "--modes" => o.modes = Some(val()?.split(',').map(str::to_owned).collect()),
+            "--modes" => {
+                let modes: Vec<String> = val()?.split(',').map(str::to_owned).collect();
+                if let Some(m) = modes
+                    .iter()
+                    .find(|m| *m != "memory" && idx(m) == usize::MAX)
+                {
+                    bail!("unknown mode {m}: the modes are {},memory", MODES.join(","));
+                }
+                o.modes = Some(modes);
+            }
             "-h" | "--help" => {
                 println!(
                     "tern-bench procs [--size BYTES|NK|NM|NG] [--concurrency N] [--runs N] \
-                     [--tern PATH] [--dir DIR] [--modes plain,cat,relay,script,pipe,pipe-kept,pty,plain-n,pipe-n,pty-n,memory]"
+                     [--tern PATH] [--dir DIR] [--modes {},memory]",
+                    MODES.join(",")
                 );
                 std::process::exit(0);
             }
@@ -346,6 +364,119 @@ fn plain(
     })
 }
 
+/// How the bench itself takes a generator's pipe, in the reference modes.
+#[derive(Clone, Copy, PartialEq)]
+enum InProcess {
+    /// Read and drop.
+    Drain,
+    /// Read, then write to a file, in one thread.
+    OneThread,
+    /// Read in this thread, write in another, four buffers between them.
+    TwoThreads,
+}
+
+/// The CPU time of the calling thread so far.
+fn thread_cpu() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct, and the pointer is
+    // to a live local.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD asks about the calling thread only.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    rusage_cpu(&usage)
+}
+
+/// Runs the generator with its stdout in a pipe that the bench reads as `how` says; the file
+/// (unless drained) must hold `bytes`.
+fn in_process(dir: &Path, src: &Path, bytes: u64, how: InProcess) -> anyhow::Result<Sample> {
+    use std::os::fd::AsRawFd;
+    const BUF: usize = 256 * 1024;
+    let out = dir.join("relay.out");
+    let cpu_file = dir.join("relay.cpu");
+    let t0 = Instant::now();
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(script(src, bytes, None, &cpu_file))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let pid = child.id() as libc::pid_t;
+    let mut pipe = child.stdout.take().context("no stdout")?;
+    // Reaped by `reap`, not by std.
+    std::mem::forget(child);
+    // SAFETY: fcntl on a pipe this function owns; a refusal leaves the default size.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, BUF as libc::c_int) };
+    let mut file = match how {
+        InProcess::Drain => None,
+        _ => Some(std::fs::File::create(&out)?),
+    };
+    let cpu0 = thread_cpu();
+    let mut got = 0u64;
+    let mut writer_cpu = 0.0;
+    if how == InProcess::TwoThreads {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(4);
+        let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        for _ in 0..4 {
+            free_tx.send(vec![0u8; BUF])?;
+        }
+        let mut f = file.take().context("no file")?;
+        let writer = std::thread::spawn(move || -> std::io::Result<f64> {
+            let cpu0 = thread_cpu();
+            for (buf, n) in full_rx {
+                f.write_all(&buf[..n])?;
+                let _ = free_tx.send(buf);
+            }
+            Ok(thread_cpu() - cpu0)
+        });
+        while let Ok(mut buf) = free_rx.recv() {
+            let n = pipe.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+            full_tx.send((buf, n))?;
+        }
+        drop(full_tx);
+        writer_cpu = writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the writing thread panicked"))??;
+    } else {
+        let mut buf = vec![0u8; BUF];
+        loop {
+            let n = pipe.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+            if let Some(f) = &mut file {
+                f.write_all(&buf[..n])?;
+            }
+        }
+    }
+    let cpu_capture = thread_cpu() - cpu0 + writer_cpu;
+    let (_, status, cpu) = reap(pid)?;
+    let wall = t0.elapsed();
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("the generator ended with status {status}");
+    }
+    if got != bytes {
+        bail!("read {got} bytes from the pipe, not {bytes}");
+    }
+    if how != InProcess::Drain {
+        let len = std::fs::metadata(&out)?.len();
+        if len != bytes {
+            bail!("{} has {len} bytes, not {bytes}", out.display());
+        }
+        std::fs::remove_file(&out)?;
+    }
+    let _ = std::fs::remove_file(&cpu_file);
+    Ok(Sample {
+        bytes,
+        wall,
+        cpu_total: cpu + cpu_capture,
+        cpu_capture,
+    })
+}
+
 /// One supervised process being started.
 struct Sup {
     dir: PathBuf,
@@ -557,6 +688,9 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         // `\|`: a bare `|` would end the Markdown table's cell.
         "pipe baseline: `GEN \\| cat > file`",
         "PTY baseline: `script -q -c GEN /dev/null > file` (util-linux)",
+        "the pipe alone: read by the bench and dropped",
+        "the pipe → file by the bench, one thread reading and writing in turn",
+        "the pipe → file by the bench, a reading and a writing thread",
         "pipe mode (`tern supervise`, default log cap)",
         &keep_all_label,
         "PTY mode (`tern supervise`, `pty: true`)",
@@ -603,6 +737,9 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
                 "cat" => plain(&work, 1, &src, (o.size, nl_all), Plain::Cat)?,
                 "relay" => plain(&work, 1, &src, (o.size, nl_all), Plain::Relay)?,
                 "script" => plain(&work, 1, &src, (o.size, nl_all), Plain::Script)?,
+                "drain" => in_process(&work, &src, o.size, InProcess::Drain)?,
+                "relay-1" => in_process(&work, &src, o.size, InProcess::OneThread)?,
+                "relay-2" => in_process(&work, &src, o.size, InProcess::TwoThreads)?,
                 "pipe" => supervised(&o.tern, &work, 1, &one(false, LOG_MAX_BYTES))?,
                 "pipe-kept" => supervised(&o.tern, &work, 1, &one(false, keep_all))?,
                 "pty" => supervised(&o.tern, &work, 1, &one(true, LOG_MAX_BYTES))?,
@@ -662,7 +799,10 @@ pub fn bench_procs(skip: usize) -> anyhow::Result<()> {
         let mbps = med(k, &Sample::mbps);
         let (lo, hi) = range(k);
         let all = med(k, &|s| s.per_gib(s.cpu_total));
-        let capture = if key.starts_with("pipe") || key.starts_with("pty") {
+        let capture = if ["pipe", "pty", "relay-", "drain"]
+            .iter()
+            .any(|p| key.starts_with(p))
+        {
             format!("{:.2}", med(k, &|s| s.per_gib(s.cpu_capture)))
         } else {
             "—".into()
