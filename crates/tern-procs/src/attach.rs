@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! pump: read the PTY ─(buffer)→ LogWriter::write → Fanout::publish(chunk, log end offset)
-//!                                                    └─ queue it for every subscriber (never blocks)
+//!                                   └─ queue it for every subscriber (never blocks)
 //! `attach` request → Fanout::subscribe (offset = where the stream begins) → `ok` + offset
 //!   → serve(): queued chunks → socket        (ends: output ended, dropped, supervisor stops)
 //!              socket bytes  → the PTY input (ends: the client closed its side = detach)

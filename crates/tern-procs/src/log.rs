@@ -12,8 +12,8 @@
 //! `end`, 8 bytes holding the log's end offset, which the writer maps and moves with an
 //! atomic store after every write and before every rename (so it never runs ahead of the
 //! data, costs no system call, and a reader, mapping it too, never sees half a number).
-//! Segments beyond what one reuse frees are deleted on a helper thread (`Remover`). When the writer is dropped the current segment is cut to its
-//! real length.
+//! Segments beyond what one reuse frees are deleted on a helper thread (`Remover`). When the
+//! writer is dropped the current segment is cut to its real length.
 //!
 //! [`read_range`] serves `log` and `poll`: bytes `[offset, offset + limit)` across segments,
 //! moved forward when the start was rotated away. It lists the segments, then takes the end
