@@ -460,26 +460,38 @@ pub fn total(dir: &Path) -> Result<u64, ProcError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn reads_across_segments_and_rotation_keeps_the_cap() {
-        let d = tempfile::tempdir().unwrap();
-        let dir = d.path().join("log");
-        let mut w = LogWriter::create(&dir, 64 * 1024).unwrap();
-        // 16 KiB segments: 1,000 lines of 100 bytes go through several of them.
+    /// A log with a 64 KiB cap (16 KiB segments) that 1,000 lines of 100 bytes went through;
+    /// the lines.
+    fn thousand_lines(dir: &Path) -> (LogWriter, Vec<u8>) {
+        let mut w = LogWriter::create(dir, 64 * 1024).unwrap();
         let mut all = Vec::new();
         for i in 0..1000 {
             let line = format!("{i:099}\n");
             w.write(line.as_bytes()).unwrap();
             all.extend_from_slice(line.as_bytes());
         }
+        (w, all)
+    }
+
+    /// The bytes in the log's segment files.
+    fn on_disk(dir: &Path) -> u64 {
+        segments(dir)
+            .unwrap()
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
+            .sum()
+    }
+
+    #[test]
+    fn reads_across_segments_and_rotation_keeps_the_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("log");
+        let (w, all) = thousand_lines(&dir);
         assert_eq!(w.offset(), 100_000);
         // Dropping the writer waits for the deletions still running.
         drop(w);
         let segs = segments(&dir).unwrap();
-        let on_disk: u64 = segs
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
-            .sum();
+        let on_disk = on_disk(&dir);
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         assert!(segs.len() >= 3);
 
@@ -515,10 +527,7 @@ mod tests {
         for (_, p) in &segs {
             assert!(std::fs::metadata(p).unwrap().len() <= 16 * 1024);
         }
-        let on_disk: u64 = segs
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
-            .sum();
+        let on_disk = on_disk(&dir);
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         let s = read_range(&dir, 0, 1 << 20).unwrap();
         assert_eq!(s.total, 600_000);
@@ -532,13 +541,7 @@ mod tests {
     fn a_reused_segment_reads_only_what_was_written_into_it() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("log");
-        let mut w = LogWriter::create(&dir, 64 * 1024).unwrap();
-        let mut all = Vec::new();
-        for i in 0..1000 {
-            let line = format!("{i:099}\n");
-            w.write(line.as_bytes()).unwrap();
-            all.extend_from_slice(line.as_bytes());
-        }
+        let (w, all) = thousand_lines(&dir);
         let segs = segments(&dir).unwrap();
         assert_eq!(segs.len(), 4, "{segs:?}");
         let (last_start, last_path) = segs.last().unwrap().clone();
@@ -556,11 +559,7 @@ mod tests {
 
         drop(w);
         assert_eq!(std::fs::metadata(&last_path).unwrap().len(), held);
-        let on_disk: u64 = segments(&dir)
-            .unwrap()
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
-            .sum();
+        let on_disk = on_disk(&dir);
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         let s = read_range(&dir, 0, 1_000_000).unwrap();
         assert_eq!(s.data, &all[segs[0].0 as usize..]);
