@@ -12,8 +12,10 @@
 //! `end`, 8 bytes holding the log's end offset, which the writer maps and moves with an
 //! atomic store after every write and before every rename (so it never runs ahead of the
 //! data, costs no system call, and a reader, mapping it too, never sees half a number).
-//! Segments beyond what one reuse frees are deleted on a helper thread (`Remover`). When the
-//! writer is dropped the current segment is cut to its real length.
+//! Segments beyond what one reuse frees are deleted on a helper thread (`Remover`), and so
+//! are all rotated-out segments where the marker cannot be made (a file system without
+//! shared mappings). When the writer is dropped the current segment is cut to its real
+//! length.
 //!
 //! [`read_range`] serves `log` and `poll`: bytes `[offset, offset + limit)` across segments,
 //! moved forward when the start was rotated away. It lists the segments, then takes the end
@@ -56,6 +58,9 @@ pub struct LogWriter {
     end: Option<EndMarker>,
     /// Whether the current segment's file is a reused one, longer than what it holds.
     reused: bool,
+    /// Whether rotation may reuse segments: false once the end marker could not be made (a
+    /// file system without shared mappings); rotation then deletes, as before reuse.
+    reuse: bool,
     remover: Remover,
 }
 
@@ -134,6 +139,7 @@ impl LogWriter {
             offset: 0,
             end: None,
             reused: false,
+            reuse: true,
             remover: Remover::default(),
         })
     }
@@ -162,6 +168,31 @@ impl LogWriter {
         self.mark_end()
     }
 
+    /// Whether the end marker is there to bound a reused segment, making it at the first
+    /// reuse; if it cannot be made, reuse is off for good (with a warning) and rotation
+    /// deletes instead.
+    fn marker_ready(&mut self) -> bool {
+        if self.end.is_some() {
+            return true;
+        }
+        if !self.reuse {
+            return false;
+        }
+        match EndMarker::create(&self.dir, self.offset) {
+            Ok(end) => {
+                self.end = Some(end);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot make the log's end marker ({e}); rotated segments will be deleted, not reused"
+                );
+                self.reuse = false;
+                false
+            }
+        }
+    }
+
     /// Moves the end marker, if there is one, to the end of what is written.
     fn mark_end(&self) -> std::io::Result<()> {
         if let Some(end) = &self.end {
@@ -178,10 +209,7 @@ impl LogWriter {
         let (seg, max) = (self.segment_max, self.max_bytes);
         let outside = move |first: u64| start + seg - first > max;
         match self.segments.front().copied() {
-            Some(oldest) if outside(oldest) => {
-                if self.end.is_none() {
-                    self.end = Some(EndMarker::create(&self.dir, self.offset)?);
-                }
+            Some(oldest) if outside(oldest) && self.marker_ready() => {
                 // Before the rename: a reader that finds the new name must find the marker
                 // at its start, so none of the old bytes in it count yet.
                 self.mark_end()?;
@@ -463,7 +491,10 @@ mod tests {
     /// A log with a 64 KiB cap (16 KiB segments) that 1,000 lines of 100 bytes went through;
     /// the lines.
     fn thousand_lines(dir: &Path) -> (LogWriter, Vec<u8>) {
-        let mut w = LogWriter::create(dir, 64 * 1024).unwrap();
+        thousand_lines_into(LogWriter::create(dir, 64 * 1024).unwrap())
+    }
+
+    fn thousand_lines_into(mut w: LogWriter) -> (LogWriter, Vec<u8>) {
         let mut all = Vec::new();
         for i in 0..1000 {
             let line = format!("{i:099}\n");
@@ -563,6 +594,25 @@ mod tests {
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         let s = read_range(&dir, 0, 1_000_000).unwrap();
         assert_eq!(s.data, &all[segs[0].0 as usize..]);
+    }
+
+    /// Where the end marker cannot be made, rotation deletes the oldest segment instead of
+    /// reusing it: the cap holds, there is no marker, and every read is right.
+    #[test]
+    fn without_reuse_rotation_deletes_and_reads_stay_right() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("log");
+        let mut w = LogWriter::create(&dir, 64 * 1024).unwrap();
+        w.reuse = false;
+        let (w, all) = thousand_lines_into(w);
+        drop(w);
+        assert!(!dir.join(END_MARKER).exists());
+        let segs = segments(&dir).unwrap();
+        assert_eq!(segs.len(), 4, "{segs:?}");
+        assert!(on_disk(&dir) <= 64 * 1024);
+        let s = read_range(&dir, 0, 1_000_000).unwrap();
+        assert_eq!((s.start, s.total), (segs[0].0, 100_000));
+        assert_eq!(s.data, &all[s.start as usize..]);
     }
 
     /// The race the check is for, made certain: a segment opened for reading, then reused
