@@ -13,7 +13,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Api, Env, last_message, wait_until};
+use common::{Api, Env, content, last_message, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::{FakeModel, Reply};
 
@@ -22,7 +22,7 @@ use tern_fake_model::{FakeModel, Reply};
 fn script_model(fake: &FakeModel) {
     fake.set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(
                 "call_start",

@@ -20,7 +20,7 @@ const EXIT_TAG: &str = "[process exited]";
 fn script_model(fake: &FakeModel) {
     fake.set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(
                 "call_start",
@@ -113,7 +113,7 @@ async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
     let e = Env::with_model().await;
     e.fake().set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match (last["role"].as_str(), last["tool_call_id"].as_str()) {
             (Some("user"), _) if text == "start" => Reply::tool_call(
                 "call_start",
@@ -157,7 +157,7 @@ async fn a_watch_pattern_match_resumes_the_session_while_the_process_runs() {
     let e = Env::with_model().await;
     e.fake().set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match last["role"].as_str() {
             Some("user") if text == "serve" => Reply::tool_call(
                 "call_serve",
@@ -237,7 +237,7 @@ async fn exit_while_the_gateway_is_down(reported_before_the_crash: bool) {
     );
     e.fake().set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match last["role"].as_str() {
             Some("user") if text == "start" => Reply::tool_call(
                 "call_start",

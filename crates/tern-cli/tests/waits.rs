@@ -21,7 +21,7 @@ fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) {
     let ask_args = ask_args.to_string();
     fake.set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default();
+        let text = content(&last);
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => Reply::tool_call(
                 "call_go",
@@ -356,7 +356,7 @@ async fn kill_9_between_the_decision_and_its_answer_delivers_once_and_answers_af
         let answer = answer.clone();
         e.fake().set_responder(move |body| {
             let last = last_message(body);
-            let text = last["content"].as_str().unwrap_or_default();
+            let text = content(&last);
             match last["role"].as_str() {
                 Some("user") if text.starts_with(DECISION_TAG) => {
                     if answer.load(Ordering::SeqCst) {

@@ -79,7 +79,7 @@ fn script_model(fake: &FakeModel, calls: Vec<(String, Value)>) {
     let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
     fake.set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        let text = content(&last).to_owned();
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => {
                 Reply::text(format!("resumed with: {text}"))

@@ -49,7 +49,7 @@ impl Env {
 fn script_model(fake: &FakeModel, summary: &'static str) {
     fake.set_responder(move |body| {
         let last = last_message(body);
-        let text = last["content"].as_str().unwrap_or_default();
+        let text = content(&last);
         match last["role"].as_str() {
             Some("user") if text.starts_with(DECISION_TAG) => {
                 Reply::text(format!("resumed with: {text}"))
