@@ -491,13 +491,7 @@ async fn finished_processes_are_removed_after_keep_finished_and_logs_stay_under_
     .await;
     assert_eq!(waited["exit_code"], 0, "{waited}");
     // The log holds the newest output within the cap from the config.
-    let on_disk: u64 = std::fs::read_dir(dir.join("log"))
-        .unwrap()
-        .map(|f| f.unwrap())
-        // The segments, named by their start offsets (beside them the 8-byte end marker).
-        .filter(|f| f.file_name().len() == 20)
-        .map(|f| f.metadata().unwrap().len())
-        .sum();
+    let on_disk = tern_procs::log::on_disk(&dir.join("log")).unwrap();
     assert!(on_disk <= 16384, "{on_disk} bytes on disk");
     let tail = process(&api, &session, json!({"action": "log", "session_id": id})).await;
     assert!(

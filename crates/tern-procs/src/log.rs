@@ -355,8 +355,9 @@ impl LogSlice {
     }
 }
 
-/// The segments on disk, oldest first, with their start offsets.
-fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ProcError> {
+/// The segments on disk, oldest first, with their start offsets (beside them may be the
+/// 8-byte end marker, which is not a segment).
+pub fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ProcError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -479,6 +480,17 @@ fn read_segment(
     Ok(got)
 }
 
+/// The bytes the log's segments hold on disk: what the cap bounds (blocking file I/O).
+pub fn on_disk(dir: &Path) -> Result<u64, ProcError> {
+    let mut sum = 0;
+    for (_, path) in segments(dir)? {
+        sum += std::fs::metadata(&path)
+            .map_err(|e| ProcError::io(&path, e))?
+            .len();
+    }
+    Ok(sum)
+}
+
 /// The log's end offset (blocking file I/O).
 pub fn total(dir: &Path) -> Result<u64, ProcError> {
     Ok(read_range(dir, u64::MAX, 0)?.total)
@@ -504,15 +516,6 @@ mod tests {
         (w, all)
     }
 
-    /// The bytes in the log's segment files.
-    fn on_disk(dir: &Path) -> u64 {
-        segments(dir)
-            .unwrap()
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
-            .sum()
-    }
-
     #[test]
     fn reads_across_segments_and_rotation_keeps_the_cap() {
         let d = tempfile::tempdir().unwrap();
@@ -522,7 +525,7 @@ mod tests {
         // Dropping the writer waits for the deletions still running.
         drop(w);
         let segs = segments(&dir).unwrap();
-        let on_disk = on_disk(&dir);
+        let on_disk = on_disk(&dir).unwrap();
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         assert!(segs.len() >= 3);
 
@@ -558,7 +561,7 @@ mod tests {
         for (_, p) in &segs {
             assert!(std::fs::metadata(p).unwrap().len() <= 16 * 1024);
         }
-        let on_disk = on_disk(&dir);
+        let on_disk = on_disk(&dir).unwrap();
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         let s = read_range(&dir, 0, 1 << 20).unwrap();
         assert_eq!(s.total, 600_000);
@@ -590,7 +593,7 @@ mod tests {
 
         drop(w);
         assert_eq!(std::fs::metadata(&last_path).unwrap().len(), held);
-        let on_disk = on_disk(&dir);
+        let on_disk = on_disk(&dir).unwrap();
         assert!(on_disk <= 64 * 1024, "{on_disk}");
         let s = read_range(&dir, 0, 1_000_000).unwrap();
         assert_eq!(s.data, &all[segs[0].0 as usize..]);
@@ -609,7 +612,7 @@ mod tests {
         assert!(!dir.join(END_MARKER).exists());
         let segs = segments(&dir).unwrap();
         assert_eq!(segs.len(), 4, "{segs:?}");
-        assert!(on_disk(&dir) <= 64 * 1024);
+        assert!(on_disk(&dir).unwrap() <= 64 * 1024);
         let s = read_range(&dir, 0, 1_000_000).unwrap();
         assert_eq!((s.start, s.total), (segs[0].0, 100_000));
         assert_eq!(s.data, &all[s.start as usize..]);

@@ -164,13 +164,8 @@ async fn the_log_rotates_under_its_cap() {
     assert_eq!(log.total, 588_895);
     assert!(log.start > 0 && log.end == log.total);
     assert!(log.output.ends_with("99999\n100000\n"));
-    let on_disk: u64 = std::fs::read_dir(d.path().join("procs").join(&p.id).join("log"))
-        .unwrap()
-        .map(|e| e.unwrap())
-        // The segments, named by their start offsets (beside them the 8-byte end marker).
-        .filter(|e| e.file_name().len() == 20)
-        .map(|e| e.metadata().unwrap().len())
-        .sum();
+    let on_disk =
+        tern_procs::log::on_disk(&d.path().join("procs").join(&p.id).join("log")).unwrap();
     assert!(on_disk <= 64 * 1024, "{on_disk}");
     // A poll after a long silence shows the newest output and says what it skipped.
     let poll = mgr.poll(&p.id).await.unwrap();

@@ -43,12 +43,8 @@ async fn python_repl_answers_a_submitted_line() {
     assert!(out.lines().any(|l| l == "42"), "{out:?}");
     assert!(!out.contains('\x1b') && !out.contains('\r'), "{out:?}");
     // The raw log keeps what the terminal sent.
-    let raw = std::fs::read_dir(d.path().join("procs").join(&p.id).join("log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().is_some_and(|n| n.len() == 20))
-        .map(|p| std::fs::read(p).unwrap())
-        .unwrap();
+    let segments = tern_procs::log::segments(&d.path().join("procs").join(&p.id).join("log"));
+    let raw = std::fs::read(&segments.unwrap()[0].1).unwrap();
     assert!(raw.windows(4).any(|w| w == b"42\r\n"));
 
     // `close` is the terminal's end of input: the REPL exits.
