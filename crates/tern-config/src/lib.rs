@@ -26,13 +26,16 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod inbox;
+mod sandbox;
 mod ssh;
 pub use inbox::{
     AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxKey,
     InboxNotifyConfig, InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig,
     RemoteInboxConfig, parse_duration,
 };
+pub use sandbox::SandboxConfig;
 pub use ssh::{ProcessBackend, SshConfig};
+pub use tern_sandbox::{EnvPolicy as SandboxEnv, Mode as SandboxMode};
 
 /// Environment variable naming the tern home directory.
 pub const ENV_TERN_HOME: &str = "TERN_HOME";
@@ -233,6 +236,8 @@ pub struct Config {
     pub inbox: InboxConfig,
     /// `[processes]`: background processes the gateway runs for agents.
     pub processes: ProcessesConfig,
+    /// `[sandbox]`: what the agent's commands and file tools may do.
+    pub sandbox: SandboxConfig,
 }
 
 /// `[processes]`: the gateway's background processes (`terminal` with `background: true`).
@@ -540,6 +545,12 @@ pub const KEYS: &[&str] = &[
     "inbox.url",
     "inbox.key",
     "inbox.poll_interval",
+    "sandbox.mode",
+    "sandbox.network",
+    "sandbox.writable_roots",
+    "sandbox.protected_paths",
+    "sandbox.env.keep",
+    "sandbox.env.remove",
 ];
 
 /// The configuration in force after all layers are applied.
@@ -819,11 +830,15 @@ fn parse_config(text: &str, path: &Path) -> Result<(Config, Vec<&'static str>), 
         .iter()
         .copied()
         .filter(|key| {
-            let (section, field) = key.split_once('.').unwrap_or((key, ""));
-            table
-                .get(section)
-                .and_then(|s| s.as_table())
-                .is_some_and(|s| s.contains_key(field))
+            // `sandbox.env.keep`: every part but the last names a table.
+            let mut parts: Vec<&str> = key.split('.').collect();
+            let Some(field) = parts.pop() else {
+                return false;
+            };
+            parts
+                .iter()
+                .try_fold(&table, |t, part| t.get(*part).and_then(|v| v.as_table()))
+                .is_some_and(|t| t.contains_key(field))
         })
         .collect();
     Ok((config, present))
@@ -1060,6 +1075,7 @@ fn validate(eff: &Effective) -> Result<(), ConfigError> {
         }
     }
     ssh::validate_backend(p.backend, p.ssh.as_ref(), &eff.config_path)?;
+    sandbox::validate_sandbox(&c.sandbox, &eff.config_path)?;
     validate_hooks(eff)?;
     inbox::validate_inbox(&c.inbox, &eff.config_path)
 }
@@ -1119,7 +1135,8 @@ pub fn render_masked(eff: &Effective) -> String {
     }
 
     let opt = |v: &Option<String>| v.as_deref().map(quote);
-    let sections: [(&str, Vec<RenderedValue>); 6] = [
+    let paths = |v: &[String]| quote_array(v);
+    let sections: [(&str, Vec<RenderedValue>); 7] = [
         (
             "model",
             vec![
@@ -1213,6 +1230,23 @@ pub fn render_masked(eff: &Effective) -> String {
                 ("inbox.poll_interval", Some(quote(&c.inbox.poll_interval))),
             ],
         ),
+        (
+            "sandbox",
+            vec![
+                ("sandbox.mode", Some(quote(c.sandbox.mode.as_str()))),
+                ("sandbox.network", Some(c.sandbox.network().to_string())),
+                (
+                    "sandbox.writable_roots",
+                    Some(paths(&c.sandbox.writable_roots)),
+                ),
+                (
+                    "sandbox.protected_paths",
+                    Some(paths(&c.sandbox.protected_paths)),
+                ),
+                ("sandbox.env.keep", Some(paths(&c.sandbox.env.keep))),
+                ("sandbox.env.remove", Some(paths(&c.sandbox.env.remove))),
+            ],
+        ),
     ];
 
     for (name, entries) in sections {
@@ -1220,7 +1254,10 @@ pub fn render_masked(eff: &Effective) -> String {
         let lines: Vec<(String, String)> = entries
             .into_iter()
             .map(|(key, value)| {
-                let field = key.split_once('.').map_or(key, |(_, f)| f);
+                let field = key
+                    .strip_prefix(name)
+                    .and_then(|k| k.strip_prefix('.'))
+                    .unwrap_or(key);
                 let text = match value {
                     Some(v) => format!("{field} = {v}"),
                     None => format!("# {field} is not set"),
@@ -1637,6 +1674,14 @@ max_upload_bytes = 1000
 url = "http://127.0.0.1:7000/"
 key = "tern-inbox-key-0123456789"
 poll_interval = "10s"
+
+[sandbox]
+mode = "read-only"
+network = true
+writable_roots = ["/srv/out"]
+protected_paths = ["/srv/keys"]
+env.keep = ["GITHUB_TOKEN"]
+env.remove = ["AWS_*"]
 "#,
         );
         let eff = load(&home, &no_env).unwrap();
@@ -2680,6 +2725,62 @@ retry_base_ms = 10
                 "[processes.ssh]\nhost = \"h\"\nhostname = \"x\"\n",
                 "hostname",
             ),
+        ] {
+            write_config(&home, bad);
+            let e = load(&home, &no_env).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn sandbox_defaults_parse_render_and_check() {
+        let (_d, home) = temp_home();
+        let eff = load(&home, &no_env).unwrap();
+        let c = &eff.config.sandbox;
+        assert_eq!(c.mode, SandboxMode::WorkspaceWrite);
+        assert!(!c.network());
+        let p = c.policy(&home, Some(Path::new("/home/u")));
+        assert_eq!(p.protected_paths, vec![home.root.clone()]);
+
+        write_config(
+            &home,
+            "[sandbox]\nmode = \"read-only\"\nnetwork = true\nwritable_roots = [\"~/cache\"]\n\
+             protected_paths = [\"/srv/keys\"]\n\n[sandbox.env]\nkeep = [\"GITHUB_TOKEN\"]\n",
+        );
+        let eff = load(&home, &no_env).unwrap();
+        let p = eff.config.sandbox.policy(&home, Some(Path::new("/home/u")));
+        assert_eq!(p.mode, SandboxMode::ReadOnly);
+        assert!(p.network);
+        assert_eq!(p.writable_roots, vec![PathBuf::from("/home/u/cache")]);
+        assert_eq!(
+            p.protected_paths,
+            vec![home.root.clone(), PathBuf::from("/srv/keys")]
+        );
+        assert_eq!(p.env.keep, vec!["GITHUB_TOKEN".to_owned()]);
+        let shown = render_masked(&eff);
+        assert!(shown.contains("mode = \"read-only\""), "{shown}");
+        assert!(shown.contains("env.keep = [\"GITHUB_TOKEN\"]"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("env.keep") && l.ends_with("from config.toml")),
+            "{shown}"
+        );
+
+        for (bad, says) in [
+            (
+                "[sandbox]\nmode = \"yolo\"\n",
+                "expected one of `read-only`",
+            ),
+            (
+                "[sandbox]\nwritable_roots = [\"cache\"]\n",
+                "not an absolute path",
+            ),
+            (
+                "[sandbox]\nmode = \"full-access\"\nnetwork = false\n",
+                "no effect",
+            ),
+            ("[sandbox.env]\nkeepp = []\n", "keepp"),
         ] {
             write_config(&home, bad);
             let e = load(&home, &no_env).unwrap_err().to_string();

@@ -1,0 +1,96 @@
+//! `[sandbox]`: what the agent's commands and file tools may do (see `docs/security.md`).
+//!
+//! ```toml
+//! [sandbox]
+//! mode = "workspace-write"        # or "read-only", or "full-access" (no sandbox at all)
+//! network = false                 # default false; "full-access" always has the network
+//! writable_roots = ["~/.cache/pip"]   # writable besides the session's workspace
+//! protected_paths = ["~/.ssh"]    # never readable nor writable (besides $TERN_HOME)
+//!
+//! [sandbox.env]
+//! keep = ["GITHUB_TOKEN"]         # kept although it looks like a secret
+//! remove = ["AWS_*"]              # removed besides TERN_*, *_KEY, *_TOKEN, *_SECRET, *_PASSWORD
+//! ```
+//!
+//! Paths may start with `~/`. Checked when the file is loaded; [`SandboxConfig::policy`]
+//! turns the section into the policy `tern-sandbox` enforces, with `$TERN_HOME` always
+//! protected.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tern_sandbox::{EnvPolicy, Mode, Policy};
+
+use crate::{ConfigError, Home};
+
+/// `[sandbox]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub mode: Mode,
+    /// Unset: off, except in `full-access`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writable_roots: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub protected_paths: Vec<String>,
+    pub env: EnvPolicy,
+}
+
+impl SandboxConfig {
+    /// Whether commands get the network.
+    pub fn network(&self) -> bool {
+        self.mode == Mode::FullAccess || self.network.unwrap_or(false)
+    }
+
+    /// The policy to enforce: this section, `~` expanded against `user_home`, and the tern
+    /// home protected whatever the file says.
+    pub fn policy(&self, home: &Home, user_home: Option<&Path>) -> Policy {
+        let expand = |p: &String| expand_tilde(p, user_home);
+        let mut protected: Vec<PathBuf> = vec![home.root.clone()];
+        protected.extend(self.protected_paths.iter().map(expand));
+        Policy {
+            mode: self.mode,
+            network: self.network(),
+            writable_roots: self.writable_roots.iter().map(expand).collect(),
+            protected_paths: protected,
+            env: self.env.clone(),
+        }
+    }
+}
+
+fn expand_tilde(p: &str, user_home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~/"), user_home) {
+        (Some(rest), Some(h)) => h.join(rest),
+        _ if p == "~" => user_home.map_or_else(|| PathBuf::from(p), Path::to_path_buf),
+        _ => PathBuf::from(p),
+    }
+}
+
+/// Paths must be absolute (or start with `~/`): a relative one would depend on where the
+/// gateway was started.
+pub(crate) fn validate_sandbox(c: &SandboxConfig, config_path: &Path) -> Result<(), ConfigError> {
+    for (key, paths) in [
+        ("writable_roots", &c.writable_roots),
+        ("protected_paths", &c.protected_paths),
+    ] {
+        if let Some(bad) = paths
+            .iter()
+            .find(|p| !(p.starts_with('/') || p.starts_with("~/") || p.as_str() == "~"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "sandbox.{key} in {}: {bad:?} is not an absolute path (start it with / or ~/)",
+                config_path.display()
+            )));
+        }
+    }
+    if c.mode == Mode::FullAccess && c.network == Some(false) {
+        return Err(ConfigError::Invalid(format!(
+            "sandbox.network = false in {} has no effect with mode = \"full-access\" (there is \
+             no sandbox to turn the network off); remove it or choose another mode",
+            config_path.display()
+        )));
+    }
+    Ok(())
+}
