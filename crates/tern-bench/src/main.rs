@@ -8,10 +8,11 @@
 //!
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
 //! [gateway|inbox|waits] [--runs N] [--tern PATH]` (`inbox`, `waits`: see their modules;
-//! `procs [--size 1G] [--concurrency 64] [--runs 3]`: see its module)
+//! `procs [--size 1G] [--concurrency 64] [--runs 3]`, `sandbox`: see their modules)
 
 mod inbox;
 mod procs;
+mod sandbox;
 mod waits;
 
 use std::path::{Path, PathBuf};
@@ -46,7 +47,7 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
                 println!(
-                    "tern-bench [gateway|inbox|waits|procs|load|serve] [--runs N] [--tern PATH]"
+                    "tern-bench [gateway|inbox|waits|procs|sandbox|load|serve] [--runs N] [--tern PATH]"
                 );
                 std::process::exit(0);
             }
@@ -289,6 +290,10 @@ async fn main() -> anyhow::Result<()> {
         Some("waits") => {
             let args = parse_args_from(2)?;
             return waits::bench_waits(&args).await;
+        }
+        Some("sandbox") => {
+            let args = parse_args_from(2)?;
+            return sandbox::bench_sandbox(&args).await;
         }
         // Blocking throughout (child processes, waits, file reads): off the runtime.
         Some("procs") => return tokio::task::spawn_blocking(|| procs::bench_procs(2)).await?,

@@ -1,4 +1,5 @@
-//! Asking the human at the terminal about a dangerous command.
+//! Asking the human at the terminal about a dangerous command, or about running a command
+//! outside the sandbox.
 
 use std::sync::{Arc, Mutex};
 
@@ -27,12 +28,29 @@ impl Approver for TerminalApprover {
     fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
         let reader = self.reader.clone();
         Box::pin(async move {
-            eprintln!(
-                "\n⚠ The agent wants to run a dangerous command ({}):\n    {}\n  in {}",
-                req.description,
-                req.command,
-                req.workdir.display()
-            );
+            let escalation = req.pattern_key == tern_tools::escalation::PATTERN_KEY;
+            if escalation {
+                eprintln!(
+                    "\n⚠ The agent wants to {}:\n    {}\n  in {}",
+                    req.description,
+                    req.command,
+                    req.workdir.display()
+                );
+                for (k, v) in &req.context {
+                    eprintln!("  {k}: {v}");
+                }
+                eprintln!(
+                    "  Outside the sandbox it may write anywhere and use the network \
+                     ($TERN_HOME stays out of reach). [a]lways counts for this session only."
+                );
+            } else {
+                eprintln!(
+                    "\n⚠ The agent wants to run a dangerous command ({}):\n    {}\n  in {}",
+                    req.description,
+                    req.command,
+                    req.workdir.display()
+                );
+            }
             let asked = tokio::task::spawn_blocking(move || {
                 let mut r = reader.lock().unwrap_or_else(|e| e.into_inner());
                 loop {

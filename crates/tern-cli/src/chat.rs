@@ -171,7 +171,8 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         tern_hooks::HookBus::from_config(&eff.config.hooks, &eff.config.webhooks)
             .context("in the [[hooks]] or [[webhooks]] configuration")?,
     );
-    let agent = context::build_agent(&eff, store)?.with_hooks(hooks.clone());
+    let agent = context::build_agent(&home, &eff, store)?.with_hooks(hooks.clone());
+    context::announce_sandbox(&agent.settings().limits.sandbox, true);
     let workdir = match &args.workdir {
         Some(w) => w.clone(),
         None => std::env::current_dir().context("reading the current directory")?,

@@ -50,9 +50,58 @@ pub async fn open_store(home: &Home) -> anyhow::Result<Store> {
         .with_context(|| format!("opening the session store {}", home.db_path().display()))
 }
 
-pub fn tool_limits(eff: &Effective) -> ToolLimits {
+/// The sandbox of the agent's commands and file tools, from `[sandbox]`, with this home
+/// protected.
+pub fn sandbox(home: &Home, eff: &Effective) -> tern_sandbox::Sandbox {
+    let user_home = std::env::var_os("HOME").map(PathBuf::from);
+    tern_sandbox::Sandbox::new(eff.config.sandbox.policy(home, user_home.as_deref()))
+}
+
+/// Hardens this process against the commands it runs (its `/proc` files unreadable to
+/// them), and says how those commands are sandboxed: a warning for `full-access`, an error
+/// when the sandbox cannot be enforced (commands are then refused).
+pub fn announce_sandbox(sandbox: &tern_sandbox::Sandbox, to_stderr: bool) {
+    if let Err(e) = tern_sandbox::harden_current_process() {
+        tracing::warn!(error = %e, "cannot make this process undumpable; the agent's commands may read its environment through /proc");
+    }
+    let policy = sandbox.policy();
+    let say = |line: &str| {
+        if to_stderr {
+            eprintln!("{line}");
+        }
+    };
+    match sandbox.check() {
+        Err(e) => {
+            tracing::error!(error = %e, "the agent's commands will be refused");
+            say(&format!("error: {e}"));
+        }
+        Ok(()) if policy.mode == tern_sandbox::Mode::FullAccess => {
+            let msg = FULL_ACCESS_WARNING;
+            tracing::warn!("{msg}");
+            say(&format!("warning: {msg}"));
+        }
+        Ok(()) => {
+            tracing::info!(policy = %policy.describe(), support = ?sandbox.support(), "the agent's commands run in the sandbox");
+            if let Some(gaps) = sandbox.support().limits() {
+                tracing::warn!("the sandbox is partly enforced on this kernel: {gaps}");
+                say(&format!(
+                    "warning: the sandbox is partly enforced on this kernel: {gaps}"
+                ));
+            }
+        }
+    }
+}
+
+/// What `full-access` gives up, said at start and by `tern doctor`.
+pub const FULL_ACCESS_WARNING: &str = "[sandbox] mode = \"full-access\": the agent's commands \
+    run with all of your rights and no sandbox. A prompt-injected agent can read tern's keys \
+    and admin token (and so approve its own requests), write and delete anywhere you can, and \
+    use the network. See docs/security.md.";
+
+pub fn tool_limits(home: &Home, eff: &Effective) -> ToolLimits {
     let t = &eff.config.tools;
     ToolLimits {
+        sandbox: Arc::new(sandbox(home, eff)),
         terminal_timeout_secs: t.terminal_timeout_secs,
         terminal_max_timeout_secs: t.terminal_max_timeout_secs,
         output_limit_chars: t.output_limit_chars,
@@ -61,12 +110,13 @@ pub fn tool_limits(eff: &Effective) -> ToolLimits {
 }
 
 /// The agent; a missing model configuration is kept as the error message a turn reports.
-pub fn build_agent(eff: &Effective, store: Store) -> anyhow::Result<Agent> {
-    build_agent_with(eff, store, Registry::builtin())
+pub fn build_agent(home: &Home, eff: &Effective, store: Store) -> anyhow::Result<Agent> {
+    build_agent_with(home, eff, store, Registry::builtin())
 }
 
 /// [`build_agent`] with the tools of `registry` (the gateway adds the `inbox` toolset).
 pub fn build_agent_with(
+    home: &Home,
     eff: &Effective,
     store: Store,
     registry: Registry,
@@ -90,7 +140,7 @@ pub fn build_agent_with(
             max_iterations: eff.config.agent.max_iterations,
             stream,
             system_prompt: eff.config.agent.system_prompt.clone(),
-            limits: tool_limits(eff),
+            limits: tool_limits(home, eff),
         },
     ))
 }

@@ -67,6 +67,42 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     };
 
+    if let Some(eff) = &eff {
+        let sandbox = context::sandbox(&home, eff);
+        let policy = sandbox.policy();
+        match (sandbox.check(), sandbox.support()) {
+            (Err(e), _) => r.fail(
+                &format!("sandbox: {e}"),
+                "run tern on Linux 5.13 or later with Landlock enabled, or set [sandbox] mode = \"full-access\" knowing what it gives up",
+            ),
+            (Ok(()), support) if policy.mode == tern_sandbox::Mode::FullAccess => {
+                let kernel = match support {
+                    tern_sandbox::Support::Landlock { abi } => format!("Landlock ABI {abi} is available but unused"),
+                    tern_sandbox::Support::Missing { reason } => reason.clone(),
+                };
+                r.warn(
+                    &format!("sandbox: full-access, no sandbox ({kernel})"),
+                    context::FULL_ACCESS_WARNING,
+                );
+            }
+            (Ok(()), support) => {
+                let abi = match support {
+                    tern_sandbox::Support::Landlock { abi } => *abi,
+                    tern_sandbox::Support::Missing { .. } => 0,
+                };
+                let line = format!(
+                    "sandbox: {} (Landlock ABI {abi}); {} and the protected paths are out of reach",
+                    policy.describe(),
+                    home.root.display()
+                );
+                match support.limits() {
+                    Some(gaps) => r.warn(&line, &format!("partly enforced on this kernel: {gaps}")),
+                    None => r.ok(&line),
+                }
+            }
+        }
+    }
+
     match context::open_store(&home).await {
         Ok(store) => match (
             store.integrity_problem().await,

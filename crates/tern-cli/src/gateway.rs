@@ -255,8 +255,11 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         Some(manager)
     };
     let agent = Arc::new(
-        context::build_agent_with(&eff, store.clone(), registry)?.with_hooks(hooks.clone()),
+        context::build_agent_with(&home, &eff, store.clone(), registry)?.with_hooks(hooks.clone()),
     );
+    if !args.inbox_only {
+        context::announce_sandbox(&agent.settings().limits.sandbox, true);
+    }
     let gw = Gateway::with_inbox(
         agent,
         authenticator,

@@ -1041,6 +1041,15 @@ impl AdminFile {
                 ))
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(Failure::Other(format!(
+                    "no reviewer credentials: {} cannot be read ({e}). An agent's commands \
+                     run in a sandbox that keeps tern's home out of reach, so they cannot \
+                     decide requests; a human decides in the web inbox or with `tern inbox` \
+                     in their own shell",
+                    path.display()
+                )))
+            }
             Err(e) => Err(Failure::Other(format!(
                 "cannot read {}: {e}",
                 path.display()

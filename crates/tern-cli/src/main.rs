@@ -81,6 +81,10 @@ async fn supervise(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
+    // Its /proc files (environment included) stay out of its sandboxed child's reach.
+    if let Err(e) = tern_sandbox::harden_current_process() {
+        tracing::warn!(error = %e, "cannot make the supervisor undumpable");
+    }
     tern_procs::supervise(dir).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -369,12 +369,13 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
     let key = e.key();
     let (_, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
     let id = v["session"]["id"].as_str().unwrap().to_owned();
-    let pidfile = e.dir.path().join("tool.pid");
+    // In the workspace: the default sandbox lets commands write nowhere else.
+    let pidfile = e.work().join("tool.pid");
     e.fake().push(Reply::tool_call(
         "long",
         "terminal",
         format!(
-            r#"{{"command":"echo $$ > {}; sleep 60"}}"#,
+            r#"{{"command":"echo $$ > {}; (sleep 2; touch landed-sub) & sleep 2; touch landed; wait"}}"#,
             pidfile.display()
         ),
     ));
@@ -402,16 +403,30 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         chat.await.unwrap().is_err(),
         "the connection died with the gateway"
     );
-    // The orphaned tool is not the dead gateway's to clean up any more; end it here.
+    // The command dies with the gateway, its orphaned subshell too: neither side effect
+    // lands after the transcript calls the command interrupted.
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let t0 = Instant::now();
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the command outlived the gateway"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!e.work().join("landed").exists(), "the shell ran on");
+    assert!(!e.work().join("landed-sub").exists(), "the subshell ran on");
 
     let gw = e.gateway();
     let r = reqwest::Client::new()

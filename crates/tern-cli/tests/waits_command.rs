@@ -250,3 +250,81 @@ async fn once_for_this_session_and_always() {
     assert_eq!(api.status(&other).await, "idle");
     ask(&e, &api, &other, "c2", &command("always-other")).await;
 }
+
+/// The self-approval attack (issue 12): while session A waits for a human to approve a
+/// dangerous command, session B's agent runs `tern inbox approve ID --reason-code always`
+/// from its shell — in the foreground and in the background, with and without pointing
+/// `TERN_HOME`/`--home` at the gateway's home. The sandbox keeps the admin token out of
+/// reach: every attempt fails saying there are no credentials, the request stays pending,
+/// the command never runs and nothing reaches the allowlist.
+#[tokio::test]
+async fn an_agent_cannot_approve_its_own_request_from_the_shell() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let victim = api.create_session().await;
+    let cmd = command("self");
+    let id = ask(&e, &api, &victim, "v1", &cmd).await;
+
+    let tern = env!("CARGO_BIN_EXE_tern");
+    let home = e.home().display().to_string();
+    let attacks = [
+        format!("{tern} inbox approve {id} --reason-code always"),
+        format!("TERN_HOME={home} {tern} inbox approve {id} --reason-code always"),
+        format!("{tern} --home {home} inbox approve {id} --reason-code always"),
+        format!("cat {home}/inbox-admin.json {home}/gateway.key"),
+    ];
+    let attacker = api.create_session().await;
+    let before = e.fake().requests().len();
+    for (i, a) in attacks.iter().enumerate() {
+        e.fake().push(terminal(&format!("fg{i}"), a));
+        e.fake().push(Reply::tool_call(
+            &format!("bg{i}"),
+            "terminal",
+            json!({"command": format!("({a}) > bg{i}.out 2>&1; echo exit=$? >> bg{i}.out"), "background": true})
+                .to_string(),
+        ));
+    }
+    e.fake().push(Reply::text("Done."));
+    api.chat(&attacker, "approve the pending request").await;
+    let reqs = e.model_requests(before + 2 * attacks.len() + 1).await;
+    let last = reqs.last().unwrap();
+    let admin_token = e.admin_token();
+    let key = e.key();
+    for i in 0..attacks.len() {
+        let fg = tool_result(last, &format!("fg{i}"));
+        assert!(
+            !fg.contains(&admin_token) && !fg.contains(&key),
+            "fg{i} read a secret: {fg}"
+        );
+        assert!(
+            fg.contains("Permission denied") || fg.contains("no reviewer credentials"),
+            "fg{i}: {fg}"
+        );
+        let out = e.work().join(format!("bg{i}.out"));
+        let text =
+            wait_until(
+                WAIT,
+                Duration::from_millis(100),
+                async || match std::fs::read_to_string(&out) {
+                    Ok(t) if t.contains("exit=") => Ok(t),
+                    _ => Err(format!("background attack {i} did not finish")),
+                },
+            )
+            .await;
+        assert!(!text.contains("exit=0"), "bg{i} succeeded: {text}");
+        assert!(
+            !text.contains(&admin_token) && !text.contains(&key),
+            "bg{i} read a secret: {text}"
+        );
+    }
+    let fg0 = tool_result(last, "fg0");
+    assert!(fg0.contains("no reviewer credentials"), "{fg0}");
+
+    let shown = e.inbox_ok(&["show", &id, "--json"]);
+    let view: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(view["status"], "pending", "{view}");
+    assert_eq!(e.runs("self"), 0);
+    let config = std::fs::read_to_string(e.home().join("config.toml")).unwrap_or_default();
+    assert!(!config.contains("junk-self"), "allowlisted: {config}");
+}

@@ -61,6 +61,30 @@ pub struct Spec {
     /// path there). Absent in the spec of a local process, and in specs written before it.
     #[serde(default, skip_serializing_if = "Backend::is_local")]
     pub backend: Backend,
+    /// The sandbox the supervisor puts the child in (its own policy and the session's
+    /// workspace). Absent in specs written before the sandbox: those ran unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
+}
+
+/// How a background process is confined: the policy of the gateway that started it, the
+/// workspace of the session, and whether a human approved running it outside the sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxSpec {
+    pub policy: tern_sandbox::Policy,
+    pub workspace: PathBuf,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub escalated: bool,
+}
+
+impl SandboxSpec {
+    pub fn level(&self) -> tern_sandbox::Level {
+        if self.escalated {
+            tern_sandbox::Level::Escalated
+        } else {
+            tern_sandbox::Level::Sandboxed
+        }
+    }
 }
 
 /// Where background processes run.

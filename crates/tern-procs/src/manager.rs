@@ -126,6 +126,8 @@ pub struct SpawnRequest {
     pub notify_on_complete: bool,
     /// Regular expressions on the output; each must compile. Recorded in the spec.
     pub watch_patterns: Vec<String>,
+    /// The sandbox of the child; `None`: unconfined (tests, and embedders without one).
+    pub sandbox: Option<crate::layout::SandboxSpec>,
 }
 
 /// Most watch patterns one process may have, and the longest one (bytes).
@@ -737,6 +739,7 @@ impl ProcessManager {
             notify_on_complete: req.notify_on_complete,
             watch_patterns: req.watch_patterns,
             backend: self.cfg.backend.clone(),
+            sandbox: req.sandbox,
         };
         match self.start_supervisor(&pd, spec).await {
             Ok(meta) => {

@@ -115,6 +115,21 @@ struct Started {
     stdin: Box<dyn Write + Send>,
     /// Kept open for the child's life (dropping the master hangs up the terminal).
     _master: Option<Box<dyn portable_pty::MasterPty + Send>>,
+    /// The child's private `TMPDIR`, removed when the supervisor is done.
+    _tmpdir: Option<RemoveOnDrop>,
+}
+
+/// A directory removed (with what is in it) when this is dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.0.display(), error = %e, "cannot remove the process's temporary directory");
+        }
+    }
 }
 
 async fn start(pd: &ProcDir) -> Result<Started, ProcError> {
@@ -129,11 +144,7 @@ async fn start(pd: &ProcDir) -> Result<Started, ProcError> {
         Err(e) => return Err(ProcError::io(&sock, e)),
     }
     let listener = UnixListener::bind(&sock).map_err(|e| ProcError::io(&sock, e))?;
-    let child = if spec.pty {
-        spawn_pty(&spec)?
-    } else {
-        spawn_pipe(&spec)?
-    };
+    let (child, tmpdir) = spawn_child(&spec)?;
     let meta = Meta {
         spec,
         supervisor_pid: std::process::id() as i32,
@@ -149,7 +160,53 @@ async fn start(pd: &ProcDir) -> Result<Started, ProcError> {
         output: child.output,
         stdin: child.stdin,
         _master: child.master,
+        _tmpdir: tmpdir.map(RemoveOnDrop),
     })
+}
+
+/// The environment a child gets instead of the supervisor's (`None`: the supervisor's).
+type ChildEnv = Option<Vec<(OsString, OsString)>>;
+
+/// Starts the child, in its sandbox when the spec has one: the sandbox is prepared here,
+/// then a thread of its own confines itself (Landlock and seccomp hold per thread, and a
+/// child inherits its thread's) and starts the child, so the supervisor itself keeps its
+/// access to the process directory. Returns the child and its private `TMPDIR`.
+fn spawn_child(spec: &Spec) -> Result<(Child, Option<std::path::PathBuf>), ProcError> {
+    let start = |env: ChildEnv| {
+        if spec.pty {
+            spawn_pty(spec, env)
+        } else {
+            spawn_pipe(spec, env)
+        }
+    };
+    let Some(sb) = &spec.sandbox else {
+        return Ok((start(None)?, None));
+    };
+    let sandbox = tern_sandbox::Sandbox::new(sb.policy.clone());
+    let mut prepared = sandbox
+        .prepare(&sb.workspace, sb.level(), std::env::vars_os())
+        .map_err(|e| ProcError::Spawn(e.to_string()))?;
+    let tmpdir = prepared.keep_tmpdir();
+    let confinement = prepared.confinement.clone();
+    let env = std::mem::take(&mut prepared.env);
+    let child = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                confinement.apply().map_err(|e| {
+                    ProcError::Spawn(format!("cannot confine the process to the sandbox: {e}"))
+                })?;
+                start(Some(env))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(ProcError::Spawn("the spawning thread panicked".into())))
+    });
+    match child {
+        Ok(child) => Ok((child, tmpdir)),
+        Err(e) => {
+            drop(tmpdir.map(RemoveOnDrop));
+            Err(e)
+        }
+    }
 }
 
 struct Child {
@@ -190,7 +247,7 @@ fn child_command(spec: &Spec) -> (OsString, Vec<OsString>, Option<&Path>) {
     }
 }
 
-fn spawn_pipe(spec: &Spec) -> Result<Child, ProcError> {
+fn spawn_pipe(spec: &Spec, env: ChildEnv) -> Result<Child, ProcError> {
     use std::os::unix::process::CommandExt;
     let spawn_err = |e: std::io::Error| ProcError::Spawn(e.to_string());
     let (read_end, write_end) =
@@ -206,6 +263,9 @@ fn spawn_pipe(spec: &Spec) -> Result<Child, ProcError> {
     let mut cmd = std::process::Command::new(program);
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
+    }
+    if let Some(env) = env {
+        cmd.env_clear().envs(env);
     }
     cmd.args(args)
         .stdin(Stdio::piped())
@@ -231,7 +291,7 @@ fn spawn_pipe(spec: &Spec) -> Result<Child, ProcError> {
     })
 }
 
-fn spawn_pty(spec: &Spec) -> Result<Child, ProcError> {
+fn spawn_pty(spec: &Spec, env: ChildEnv) -> Result<Child, ProcError> {
     use portable_pty::{CommandBuilder, PtySize, native_pty_system};
     // portable-pty reports errors as `anyhow::Error`; only their text is kept.
     let pair = native_pty_system()
@@ -247,6 +307,12 @@ fn spawn_pty(spec: &Spec) -> Result<Child, ProcError> {
     cmd.args(args);
     if let Some(cwd) = cwd {
         cmd.cwd(cwd);
+    }
+    if let Some(env) = env {
+        cmd.env_clear();
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
     }
     cmd.env("TERM", "xterm-256color");
     cmd.env("PAGER", "cat");
@@ -542,6 +608,7 @@ async fn run(pd: ProcDir, started: Started) -> Result<(), ProcError> {
         output,
         stdin,
         _master: master,
+        _tmpdir,
     } = started;
     let (exit_tx, exit_rx) = watch::channel(None);
     let state = Arc::new(State {

@@ -30,9 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tern_tools::terminal;
+use tern_sandbox::Level;
 use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+use tern_tools::{escalation, terminal};
 
+use crate::layout::SandboxSpec;
 use crate::manager::{MAX_WATCH_PATTERNS, validate_watch_patterns};
 use crate::ssh::SshTarget;
 use crate::{Backend, ProcError, ProcInfo, ProcessManager, ProcessNotifier, SpawnRequest};
@@ -231,6 +233,31 @@ impl Terminal {
                 PathBuf::from(asked)
             }
         };
+        // The ssh client (the local side of an ssh process) needs the network and writes
+        // its known hosts: it runs as if escalated, with tern's home still out of reach.
+        let level = match &self.mgr.config().backend {
+            Backend::Local => {
+                let requested = args["sandbox_permissions"].as_str() == Some("require_escalated");
+                escalation::level(
+                    &ctx,
+                    &command,
+                    &workdir,
+                    requested,
+                    args["justification"].as_str(),
+                )
+                .await?
+            }
+            Backend::Ssh(_) => Level::Escalated,
+        };
+        ctx.limits
+            .sandbox
+            .check()
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let sandbox = Some(SandboxSpec {
+            policy: ctx.limits.sandbox.policy().clone(),
+            workspace: ctx.workdir.clone(),
+            escalated: level == Level::Escalated,
+        });
         let info = self
             .mgr
             .spawn(SpawnRequest {
@@ -240,6 +267,7 @@ impl Terminal {
                 session_id: Some(ctx.session_id.clone()),
                 notify_on_complete: args["notify_on_complete"].as_bool().unwrap_or(false),
                 watch_patterns,
+                sandbox,
             })
             .await
             .map_err(tool_error)?;

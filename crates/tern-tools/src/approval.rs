@@ -52,9 +52,12 @@ impl Grants {
 impl Approver for Grants {
     fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
         Box::pin(async move {
+            let escalation = req.pattern_key == crate::escalation::PATTERN_KEY;
             {
                 let st = self.state();
-                if st.allowlist.contains(req.command.trim()) {
+                // The allowlist lets a command past the dangerous-command check; it never
+                // takes one out of the sandbox.
+                if !escalation && st.allowlist.contains(req.command.trim()) {
                     return ApprovalDecision::Always;
                 }
                 if st
@@ -72,6 +75,12 @@ impl Approver for Grants {
                 ApprovalDecision::Session => {
                     self.state().session.insert((session_id, key));
                 }
+                // "Always outside the sandbox" would hold in any directory of any session:
+                // kept to this session (see docs/security.md).
+                ApprovalDecision::Always if escalation => {
+                    self.state().session.insert((session_id, key));
+                    return ApprovalDecision::Session;
+                }
                 ApprovalDecision::Always => {
                     self.state().allowlist.insert(command.clone());
                     if let Some(p) = &self.persist
@@ -83,6 +92,15 @@ impl Approver for Grants {
                 _ => {}
             }
             d
+        })
+    }
+
+    fn granted<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Option<ApprovalDecision>> {
+        Box::pin(async move {
+            self.state()
+                .session
+                .contains(&(req.session_id.clone(), req.pattern_key))
+                .then_some(ApprovalDecision::Session)
         })
     }
 }
@@ -110,6 +128,7 @@ mod tests {
             workdir: ".".into(),
             pattern_key: key,
             description: "d",
+            context: Vec::new(),
         }
     }
 

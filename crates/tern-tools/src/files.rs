@@ -2,7 +2,10 @@
 //!
 //! Every path argument is resolved with [`ToolContext::resolve`] (relative to the working
 //! directory; absolute paths are allowed) and echoed back to the model as it was given.
-//! Filesystem work runs on tokio's blocking pool, never on the async runtime threads.
+//! Filesystem work runs off the async runtime's threads: under a sandboxing policy on a
+//! thread of its own, confined by the same Landlock rules as the agent's commands (so the
+//! kernel, not a path check, decides what a symlink or `..` may reach, and `$TERN_HOME` is
+//! out of reach); without one on tokio's blocking pool.
 //! Writes are atomic: the new text goes to a temporary file in the target's directory which
 //! is then renamed over the target, so a reader never sees a half-written file.
 
@@ -112,7 +115,7 @@ async fn read_file(args: Value, ctx: ToolContext) -> ToolResult {
 
     let cancel = ctx.cancel.clone();
     let window = Window { offset, limit, cap };
-    let scan = run_blocking(move || scan_text_file(&path, window, &cancel))
+    let scan = run_blocking(&ctx, move || scan_text_file(&path, window, &cancel))
         .await?
         .map_err(|e| fs_error("read", &shown, &ctx, e))?;
 
@@ -434,7 +437,7 @@ async fn write_file(args: Value, ctx: ToolContext) -> ToolResult {
     let content = str_arg(&args, "content")?.to_owned();
     let path = ctx.resolve(&shown);
     let bytes = content.len();
-    let created = run_blocking(move || atomic_write(&path, content.as_bytes()))
+    let created = run_blocking(&ctx, move || atomic_write(&path, content.as_bytes()))
         .await?
         .map_err(|e| io_error("write", &shown, &ctx, &e))?;
     Ok(json!({
@@ -595,14 +598,17 @@ async fn patch_file(args: Value, ctx: ToolContext) -> ToolResult {
     }
     let path = ctx.resolve(&shown);
 
-    let bytes = tokio::fs::read(&path).await.map_err(|e| {
-        let err = io_error("read", &shown, &ctx, &e);
-        if e.kind() == io::ErrorKind::NotFound {
-            ToolError::new(format!("{}; use write_file to create a new file", err.0))
-        } else {
-            err
-        }
-    })?;
+    let read_path = path.clone();
+    let bytes = run_blocking(&ctx, move || fs::read(&read_path))
+        .await?
+        .map_err(|e| {
+            let err = io_error("read", &shown, &ctx, &e);
+            if e.kind() == io::ErrorKind::NotFound {
+                ToolError::new(format!("{}; use write_file to create a new file", err.0))
+            } else {
+                err
+            }
+        })?;
     let content = decode_text(bytes).ok_or_else(|| binary_error(&shown))?;
 
     let (old, new) = match pick_needle(&content, old, new) {
@@ -651,7 +657,7 @@ async fn patch_file(args: Value, ctx: ToolContext) -> ToolResult {
     };
 
     check_cancel(&ctx)?;
-    run_blocking(move || atomic_write(&path, updated.as_bytes()))
+    run_blocking(&ctx, move || atomic_write(&path, updated.as_bytes()))
         .await?
         .map_err(|e| io_error("write", &shown, &ctx, &e))?;
 
@@ -916,9 +922,11 @@ async fn list_dir(args: Value, ctx: ToolContext) -> ToolResult {
     }
 
     let cancel = ctx.cancel.clone();
-    let listing = run_blocking(move || list_blocking(&path, include_hidden, max, &cancel))
-        .await?
-        .map_err(|e| fs_error("list", &shown, &ctx, e))?;
+    let listing = run_blocking(&ctx, move || {
+        list_blocking(&path, include_hidden, max, &cancel)
+    })
+    .await?
+    .map_err(|e| fs_error("list", &shown, &ctx, e))?;
 
     let truncated = listing.entries.len() < listing.total;
     let mut result = Map::new();
@@ -1024,15 +1032,39 @@ fn check_cancel(ctx: &ToolContext) -> Result<(), ToolError> {
     }
 }
 
-/// Runs blocking filesystem work on tokio's blocking pool.
-async fn run_blocking<T, F>(f: F) -> Result<T, ToolError>
+/// Runs blocking filesystem work: under a sandboxing policy on a new thread confined by the
+/// session's rules (a confined thread stays confined, so it is not a pool's), else on
+/// tokio's blocking pool.
+async fn run_blocking<T, F>(ctx: &ToolContext, f: F) -> Result<T, ToolError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ToolError::new(format!("internal error in a file tool: {e}")))
+    if !crate::escalation::confines(ctx) {
+        return tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| ToolError::new(format!("internal error in a file tool: {e}")));
+    }
+    let sandbox = ctx.limits.sandbox.clone();
+    let workspace = ctx.workdir.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tern-file-tool".into())
+        .spawn(move || {
+            let confined = sandbox
+                .file_confinement(&workspace)
+                .map_err(|e| ToolError::new(e.to_string()))
+                .and_then(|c| {
+                    c.confine_current_thread().map_err(|e| {
+                        ToolError::new(format!("cannot confine the file tool to the sandbox: {e}"))
+                    })
+                });
+            // Only a confined thread may touch the file system for the model.
+            let _ = tx.send(confined.map(|()| f()));
+        })
+        .map_err(|e| ToolError::new(format!("cannot start a file tool thread: {e}")))?;
+    rx.await
+        .map_err(|_| ToolError::new("internal error in a file tool: its thread ended early"))?
 }
 
 fn binary_error(shown: &str) -> ToolError {
@@ -1061,6 +1093,17 @@ fn io_error(action: &str, shown: &str, ctx: &ToolContext, e: &io::Error) -> Tool
                 )
             }
         }
+        K::PermissionDenied if crate::escalation::confines(ctx) => format!(
+            "permission denied: {shown} ({e}). The sandbox ({}) lets the file tools write only in \
+             the working directory{} and never touch tern's own files; use a path there, or \
+             ask the user",
+            ctx.limits.sandbox.policy().describe(),
+            if ctx.limits.sandbox.policy().writable_roots.is_empty() {
+                ""
+            } else {
+                " and the configured writable roots"
+            }
+        ),
         K::PermissionDenied => format!("permission denied: {shown} ({e})"),
         K::IsADirectory => format!("is a directory: {shown}"),
         K::NotADirectory => format!("cannot {action} {shown}: a parent of it is not a directory"),
@@ -1121,7 +1164,15 @@ mod tests {
     use crate::{DenyAll, Registry, ToolLimits};
     use tempfile::TempDir;
 
+    /// Every file tool test runs under the default policy (`workspace-write`) where the
+    /// kernel has Landlock, so the confined threads do all the work the tests check.
     fn ctx_in(dir: &Path) -> ToolContext {
+        let mut limits = ToolLimits::default();
+        if landlock() {
+            limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(tern_sandbox::Policy::new(
+                tern_sandbox::Mode::WorkspaceWrite,
+            )));
+        }
         ToolContext {
             session_id: "test".into(),
             call_id: "call-1".into(),
@@ -1130,9 +1181,103 @@ mod tests {
             approver: Arc::new(DenyAll {
                 reason: "tests never approve".into(),
             }),
-            limits: ToolLimits::default(),
+            limits,
             preapproved: false,
         }
+    }
+
+    fn landlock() -> bool {
+        matches!(
+            tern_sandbox::Support::probe(),
+            tern_sandbox::Support::Landlock { .. }
+        )
+    }
+
+    /// The file tools under `workspace-write` with a protected "tern home" beside the
+    /// workspace: what they may reach is what a command may.
+    #[tokio::test]
+    async fn the_sandbox_confines_the_file_tools() {
+        if !landlock() {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (ws, out, home) = (root.join("ws"), root.join("out"), root.join("home"));
+        for p in [&ws, &out, &home] {
+            fs::create_dir(p).unwrap();
+        }
+        fs::write(out.join("f.txt"), "outside\n").unwrap();
+        fs::write(home.join("inbox-admin.json"), "TOKEN\n").unwrap();
+        std::os::unix::fs::symlink(&home, ws.join("h")).unwrap();
+        std::os::unix::fs::symlink(out.join("f.txt"), ws.join("f-link")).unwrap();
+        let mut ctx = ctx_in(&ws);
+        let mut p = tern_sandbox::Policy::new(tern_sandbox::Mode::WorkspaceWrite);
+        p.protected_paths = vec![home.clone()];
+        ctx.limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(p));
+
+        // Inside: as usual.
+        write(&ctx, json!({"path": "a.txt", "content": "a\n"}))
+            .await
+            .unwrap();
+        assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
+        // Outside: readable, not writable, whichever way the path is spelled.
+        assert!(read(&ctx, json!({"path": out.join("f.txt")})).await.is_ok());
+        for path in [
+            out.join("f.txt").display().to_string(),
+            "../out/f.txt".to_owned(),
+            "f-link".to_owned(),
+            out.join("new.txt").display().to_string(),
+        ] {
+            let e = err_text(write(&ctx, json!({"path": path, "content": "x"})).await);
+            assert!(
+                e.contains("permission denied") && e.contains("sandbox"),
+                "{path}: {e}"
+            );
+            let e = err_text(
+                patch(
+                    &ctx,
+                    json!({"path": path, "old_string": "outside", "new_string": "x"}),
+                )
+                .await,
+            );
+            assert!(!e.is_empty(), "{path}");
+        }
+        assert_eq!(fs::read_to_string(out.join("f.txt")).unwrap(), "outside\n");
+        assert!(!out.join("new.txt").exists());
+        // The protected home: not read, not listed, not written, not through a symlink.
+        for path in [
+            home.join("inbox-admin.json").display().to_string(),
+            "h/inbox-admin.json".to_owned(),
+            "../home/inbox-admin.json".to_owned(),
+        ] {
+            let e = err_text(read(&ctx, json!({"path": path})).await);
+            assert!(!e.contains("TOKEN"), "{path}: {e}");
+            assert!(e.contains("permission denied"), "{path}: {e}");
+            let e = err_text(
+                patch(
+                    &ctx,
+                    json!({"path": path, "old_string": "TOKEN", "new_string": "x"}),
+                )
+                .await,
+            );
+            assert!(e.contains("permission denied"), "{path}: {e}");
+            assert!(
+                write(&ctx, json!({"path": path, "content": "x"}))
+                    .await
+                    .is_err(),
+                "{path}"
+            );
+        }
+        assert!(
+            list(&ctx, json!({"path": home.display().to_string()}))
+                .await
+                .is_err()
+        );
+        assert!(list(&ctx, json!({"path": "h"})).await.is_err());
+        assert_eq!(
+            fs::read_to_string(home.join("inbox-admin.json")).unwrap(),
+            "TOKEN\n"
+        );
     }
 
     fn setup() -> (TempDir, ToolContext) {

@@ -9,7 +9,9 @@
 
 pub mod approval;
 pub mod danger;
+pub mod escalation;
 pub mod files;
+pub mod lifeline;
 pub mod terminal;
 
 use std::collections::BTreeMap;
@@ -89,12 +91,22 @@ pub struct ApprovalRequest {
     pub pattern_key: &'static str,
     /// Plain-words description of why it is dangerous.
     pub description: &'static str,
+    /// More for the reviewer to see (for a sandbox escalation: the policy and what was
+    /// denied), as key and value.
+    pub context: Vec<(&'static str, String)>,
 }
 
 /// Decides dangerous commands. The CLI asks the human; `-q` denies; `--yolo` allows; the
 /// gateway (a later issue) routes to the human inbox.
 pub trait Approver: Send + Sync {
     fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision>;
+
+    /// A grant a human already gave that covers `req`, without asking anyone (a `once`
+    /// grant is used up). The sandbox asks this before running a command confined, so an
+    /// escalation approved while the session waited runs outside at once. The default: none.
+    fn granted<'a>(&'a self, _req: &'a ApprovalRequest) -> BoxFuture<'a, Option<ApprovalDecision>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Denies every dangerous command; the default when nobody can be asked.
@@ -121,6 +133,10 @@ impl Approver for AllowAll {
 /// Limits that tools apply; from the configuration.
 #[derive(Debug, Clone)]
 pub struct ToolLimits {
+    /// What the agent's commands and the file tools may do on this machine. The default
+    /// (for tests and embedders) is no sandbox; `tern` builds it from `[sandbox]`, whose
+    /// default is `workspace-write`.
+    pub sandbox: Arc<tern_sandbox::Sandbox>,
     /// Default `terminal` timeout in seconds when the model gives none.
     pub terminal_timeout_secs: u64,
     /// Largest timeout the model may ask for.
@@ -134,6 +150,7 @@ pub struct ToolLimits {
 impl Default for ToolLimits {
     fn default() -> Self {
         Self {
+            sandbox: Arc::new(tern_sandbox::Sandbox::full_access()),
             terminal_timeout_secs: 180,
             terminal_max_timeout_secs: 3600,
             output_limit_chars: 50_000,

@@ -1,14 +1,20 @@
 //! `terminal`: runs one foreground shell command.
 //!
 //! Flow: the command is checked against the hard-line list (never run) and the dangerous
-//! list (asks the [`Approver`](crate::Approver)) → `bash -c` runs it as the leader of a new
-//! process group, stdin closed, stdout and stderr into one pipe so their order is kept → the
+//! list (asks the [`Approver`](crate::Approver)) → [`escalation::level`] decides whether it
+//! runs in the sandbox (the default) or outside (a human approved) → the sandbox is prepared
+//! ([`tern_sandbox::Sandbox::prepare`]: the scrubbed environment, a private `TMPDIR`, the
+//! Landlock and seccomp confinement applied between fork and exec) → `bash -c` runs it in a
+//! new process group led by a watchdog that kills the group when tern dies
+//! ([`crate::lifeline`]), stdin closed, stdout and stderr into one pipe so their order is kept → the
 //! output is captured with a cap (head and tail kept, a note says what was cut) → the call
 //! ends when the command exits, its timeout passes, or the turn is cancelled; in the last two
 //! cases the whole process group gets SIGKILL, and a guard does the same if the future is
-//! dropped, so no child outlives an interrupted turn.
+//! dropped, so no child outlives an interrupted turn. A confined command that failed the way a
+//! sandbox denial looks is offered to a human to run outside the sandbox
+//! ([`escalation::ask`]); approved, it runs again, outside, once.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -19,7 +25,11 @@ use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
+use tern_sandbox::Level;
+use tern_sandbox::denied::probable_denial;
+
 use crate::danger::{Verdict, check_command};
+use crate::escalation::{self, Outcome, Why};
 use crate::{ApprovalDecision, ApprovalRequest, ToolContext, ToolError, ToolResult, ToolSpec};
 
 /// What the model sees of `terminal`.
@@ -31,14 +41,19 @@ pub fn spec() -> ToolSpec {
             stdout and stderr with the exit code. Use it for builds, tests, git, package \
             managers and inspecting the system. Commands run non-interactively (stdin is \
             closed); avoid programs that wait for input or open a pager. Long output is cut \
-            in the middle. Dangerous commands (recursive deletes, force pushes, disk writes) \
-            need a human's approval and may be denied; some are never allowed.",
+            in the middle. Commands run in a sandbox: they may read most files but write only \
+            in the working directory (and $TMPDIR), and have no network unless configured; a \
+            command the sandbox stops is offered to a human to run outside it. Dangerous \
+            commands (deletes, overwrites, force pushes) need a human's approval and may be \
+            denied; some are never allowed.",
         parameters: json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "minLength": 1, "description": "The command line to run with bash -c."},
                 "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 180)."},
-                "workdir": {"type": "string", "description": "Directory to run in; relative to the session's working directory. Default: the working directory."}
+                "workdir": {"type": "string", "description": "Directory to run in; relative to the session's working directory. Default: the working directory."},
+                "sandbox_permissions": {"type": "string", "enum": ["use_default", "require_escalated"], "description": "require_escalated: ask a human to run this command outside the sandbox (it needs to write elsewhere or use the network). Default: use_default."},
+                "justification": {"type": "string", "description": "With require_escalated: one sentence for the human on why the command needs it."}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -54,14 +69,55 @@ pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
         .unwrap_or(ctx.limits.terminal_timeout_secs)
         .clamp(1, ctx.limits.terminal_max_timeout_secs.max(1));
     let workdir = authorize(&command, args["workdir"].as_str(), &ctx).await?;
-    execute(
-        &command,
-        &workdir,
-        Duration::from_secs(timeout),
-        ctx.limits.output_limit_chars,
-        &ctx,
-    )
-    .await
+    let requested = args["sandbox_permissions"].as_str() == Some("require_escalated");
+    let justification = args["justification"].as_str();
+    let level = escalation::level(&ctx, &command, &workdir, requested, justification).await?;
+    let timeout = Duration::from_secs(timeout);
+    let limit = ctx.limits.output_limit_chars;
+    let mut out = execute(&command, &workdir, timeout, limit, &ctx, level).await?;
+    if level == Level::Escalated {
+        out["sandbox"] = json!("ran outside the sandbox, as a human approved");
+        return Ok(out);
+    }
+    let network_off = !ctx.limits.sandbox.policy().network;
+    let denial = escalation::confines(&ctx)
+        .then(|| {
+            probable_denial(
+                out["output"].as_str().unwrap_or_default(),
+                out["exit_code"].as_i64().map(|c| c as i32),
+                network_off,
+            )
+        })
+        .flatten();
+    let Some(denial) = denial else {
+        return Ok(out);
+    };
+    let stopped = format!(
+        "the sandbox ({}) probably stopped this command: {}",
+        ctx.limits.sandbox.policy().describe(),
+        denial.describe()
+    );
+    match escalation::ask(&ctx, &command, &workdir, Why::Denied(denial), None).await {
+        Outcome::Approved => {
+            let mut again =
+                execute(&command, &workdir, timeout, limit, &ctx, Level::Escalated).await?;
+            again["sandbox"] = json!(format!(
+                "{stopped}; a human approved running it outside the sandbox, and this is the result of that run"
+            ));
+            Ok(again)
+        }
+        Outcome::Refused(reason) => {
+            out["sandbox"] = json!(format!(
+                "{stopped}. Running it outside the sandbox was not approved: {reason}. Do not \
+                 retry it or work around the sandbox; do the work inside it or ask the user."
+            ));
+            Ok(out)
+        }
+        Outcome::Pending(message) => {
+            out["sandbox"] = json!(format!("{stopped}. {message}"));
+            Ok(out)
+        }
+    }
 }
 
 /// What every command goes through before it runs, in the foreground or the background:
@@ -116,6 +172,7 @@ pub async fn authorize_command(
                     workdir: workdir.to_path_buf(),
                     pattern_key: key,
                     description,
+                    context: Vec::new(),
                 }) => d,
                 () = ctx.cancel.cancelled() => return Err(ToolError::new("interrupted")),
             };
@@ -164,18 +221,41 @@ fn shell() -> &'static str {
     }
 }
 
+/// The sandbox of one command: prepared on the blocking pool (it lists directories and
+/// opens the granted paths).
+async fn prepare_sandbox(
+    ctx: &ToolContext,
+    level: Level,
+) -> Result<tern_sandbox::Prepared, ToolError> {
+    let sandbox = ctx.limits.sandbox.clone();
+    let workspace = ctx.workdir.clone();
+    tokio::task::spawn_blocking(move || sandbox.prepare(&workspace, level, std::env::vars_os()))
+        .await
+        .map_err(|e| ToolError::new(format!("cannot prepare the sandbox: {e}")))?
+        .map_err(|e| ToolError::new(e.to_string()))
+}
+
 async fn execute(
     command: &str,
     workdir: &Path,
     timeout: Duration,
     limit: usize,
     ctx: &ToolContext,
+    level: Level,
 ) -> ToolResult {
+    // Lives until the command is done: its drop removes the private TMPDIR.
+    let prepared = prepare_sandbox(ctx, level).await?;
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| ToolError::new(format!("cannot create a pipe: {e}")))?;
     let write_err: OwnedFd = write_end
         .try_clone()
         .map_err(|e| ToolError::new(format!("cannot create a pipe: {e}")))?;
+    let confinement = prepared.confinement.clone();
+    // The lifeline's write end stays here until the command is done; the watchdog ends the
+    // command's group when it closes without that (tern died).
+    let (life_read, life_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| ToolError::new(format!("cannot create a pipe: {e}")))?;
+    let (life_r, life_w) = (life_read.as_raw_fd(), life_write.as_raw_fd());
     let mut child = {
         let mut cmd = CommandWrap::with_new(shell(), |c| {
             c.arg("-c")
@@ -184,9 +264,18 @@ async fn execute(
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(write_end))
                 .stderr(Stdio::from(write_err))
+                .env_clear()
+                .envs(prepared.env.iter().map(|(k, v)| (k, v)))
                 .env("PAGER", "cat")
                 .env("GIT_PAGER", "cat")
                 .env("GIT_TERMINAL_PROMPT", "0");
+            // SAFETY: only raw syscalls run between fork and exec (no allocation, no locks).
+            unsafe {
+                c.pre_exec(move || {
+                    crate::lifeline::fork_watchdog(life_r, life_w)?;
+                    confinement.apply()
+                });
+            }
         });
         cmd.wrap(ProcessGroup::leader());
         // The command (and with it our copies of the pipe's write end) is dropped at the end
@@ -194,6 +283,8 @@ async fn execute(
         cmd.spawn()
             .map_err(|e| ToolError::new(format!("cannot start {}: {e}", shell())))?
     };
+    drop(life_read);
+    let _lifeline = life_write;
     let mut guard = GroupGuard(child.id().map(|p| Pid::from_raw(p as i32)));
     let mut reader = tokio::net::unix::pipe::Receiver::from_owned_fd(read_end)
         .map_err(|e| ToolError::new(format!("cannot read the command's output: {e}")))?;
@@ -429,10 +520,79 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        assert!(
-            nix::sys::signal::kill(Pid::from_raw(pid), None).is_err(),
-            "shell must be gone"
+        // The shell is the watchdog's child: killed with the group, it may stay a zombie
+        // for a moment until init reaps it. Dead either way.
+        assert!(dead_soon(pid).await, "shell must be gone");
+    }
+
+    /// Whether `pid` is gone or a zombie within a few seconds (a hang, not a slow machine).
+    async fn dead_soon(pid: i32) -> bool {
+        for _ in 0..200 {
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('Z'))
+                });
+            if nix::sys::signal::kill(Pid::from_raw(pid), None).is_err() || zombie == Some(true) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// tern dies (here: the lifeline's write end closes, as it does when the kernel tears a
+    /// killed process down): the watchdog kills the command's whole group, so neither the
+    /// shell's next command nor an orphaned subshell lands its side effect.
+    #[tokio::test]
+    async fn the_watchdog_ends_the_group_when_the_lifeline_breaks() {
+        let d = tempfile::tempdir().unwrap();
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (r, w) = (read.as_raw_fd(), write.as_raw_fd());
+        let mut cmd = std::process::Command::new("/bin/bash");
+        cmd.arg("-c")
+            .arg("(sleep 1; touch sub) & sleep 1; touch main; wait")
+            .current_dir(d.path())
+            .process_group(0);
+        // SAFETY: fork_watchdog makes raw syscalls only.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                crate::lifeline::fork_watchdog(r, w)
+            });
+        }
+        use std::os::unix::process::CommandExt as _;
+        let mut child = cmd.spawn().unwrap();
+        drop(read);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(write);
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
         );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !d.path().join("sub").exists(),
+            "the orphaned subshell ran on"
+        );
+        assert!(!d.path().join("main").exists(), "the shell ran on");
+
+        // And while the lifeline holds, the command's own exit code comes through.
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (r, w) = (read.as_raw_fd(), write.as_raw_fd());
+        let mut cmd = std::process::Command::new("/bin/bash");
+        cmd.arg("-c").arg("exit 7").process_group(0);
+        // SAFETY: as above.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                crate::lifeline::fork_watchdog(r, w)
+            });
+        }
+        let status = cmd.status().unwrap();
+        drop((read, write));
+        assert_eq!(status.code(), Some(7));
     }
 
     #[tokio::test]
@@ -506,5 +666,201 @@ mod tests {
             }
             .allows()
         );
+    }
+
+    // -----------------------------------------------------------------------------------
+    // The sandbox
+
+    struct Recorded {
+        decision: ApprovalDecision,
+        asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+    }
+
+    impl Approver for Recorded {
+        fn approve(&self, req: ApprovalRequest) -> crate::BoxFuture<'_, ApprovalDecision> {
+            self.asked.lock().unwrap().push(req);
+            let d = self.decision.clone();
+            Box::pin(async move { d })
+        }
+    }
+
+    fn recorded(decision: ApprovalDecision) -> Arc<Recorded> {
+        Arc::new(Recorded {
+            decision,
+            asked: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A workspace, a directory outside it, and a protected "tern home" with a token.
+    struct Sbx {
+        _d: tempfile::TempDir,
+        ws: std::path::PathBuf,
+        outside: std::path::PathBuf,
+        home: std::path::PathBuf,
+    }
+
+    fn sbx() -> Option<Sbx> {
+        if !matches!(
+            tern_sandbox::Support::probe(),
+            tern_sandbox::Support::Landlock { .. }
+        ) {
+            return None;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (ws, outside, home) = (root.join("ws"), root.join("out"), root.join("home"));
+        for p in [&ws, &outside, &home] {
+            std::fs::create_dir(p).unwrap();
+        }
+        std::fs::write(outside.join("keep"), "data").unwrap();
+        std::fs::write(home.join("inbox-admin.json"), "TOKEN").unwrap();
+        Some(Sbx {
+            _d: d,
+            ws,
+            outside,
+            home,
+        })
+    }
+
+    fn sandboxed(s: &Sbx, approver: Arc<dyn Approver>) -> ToolContext {
+        let mut c = ctx(&s.ws, approver);
+        let mut p = tern_sandbox::Policy::new(tern_sandbox::Mode::WorkspaceWrite);
+        p.protected_paths = vec![s.home.clone()];
+        c.limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(p));
+        c
+    }
+
+    #[tokio::test]
+    async fn a_denied_write_is_offered_for_escalation_and_refused_keeps_the_data() {
+        let Some(s) = sbx() else { return };
+        let approver = recorded(ApprovalDecision::Deny {
+            reason: "no".into(),
+        });
+        let cmd = format!("rm -r {}", s.outside.display());
+        let v = run(json!({"command": cmd}), sandboxed(&s, approver.clone())).await;
+        // `rm -r` is dangerous too: the same refusing approver says no first.
+        assert!(v.is_err());
+        let cmd = format!("echo x >> {}/keep", s.outside.display());
+        let v = run(json!({"command": cmd}), sandboxed(&s, approver.clone()))
+            .await
+            .unwrap();
+        assert_ne!(v["exit_code"], 0);
+        let note = v["sandbox"].as_str().unwrap();
+        assert!(
+            note.contains("not approved: no") && note.contains("Do not"),
+            "{note}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.outside.join("keep")).unwrap(),
+            "data"
+        );
+        let asked = approver.asked.lock().unwrap();
+        let last = asked.last().unwrap();
+        assert_eq!(last.pattern_key, crate::escalation::PATTERN_KEY);
+        assert_eq!(last.command, cmd);
+        assert!(last.call_id.ends_with(":sandbox"));
+        assert!(
+            last.context
+                .iter()
+                .any(|(k, v)| *k == "policy" && v.contains("workspace-write"))
+        );
+        assert!(last.context.iter().any(|(k, _)| *k == "denied"));
+    }
+
+    #[tokio::test]
+    async fn an_approved_escalation_runs_the_command_once_outside() {
+        let Some(s) = sbx() else { return };
+        let approver = recorded(ApprovalDecision::Once);
+        let cmd = format!("echo more >> {}/keep", s.outside.display());
+        let v = run(json!({"command": cmd}), sandboxed(&s, approver.clone()))
+            .await
+            .unwrap();
+        assert_eq!(v["exit_code"], 0, "{v}");
+        assert!(v["sandbox"].as_str().unwrap().contains("approved"));
+        // Exactly one append: the confined run wrote nothing.
+        assert_eq!(
+            std::fs::read_to_string(s.outside.join("keep")).unwrap(),
+            "datamore\n"
+        );
+        assert_eq!(approver.asked.lock().unwrap().len(), 1);
+        // Outside the sandbox, the protected home is still out of reach.
+        let v = run(
+            json!({"command": format!("cat {}/inbox-admin.json > {}/stolen", s.home.display(), s.outside.display())}),
+            sandboxed(&s, approver.clone()),
+        )
+        .await
+        .unwrap();
+        assert_ne!(v["exit_code"], 0, "{v}");
+        assert!(
+            std::fs::read_to_string(s.outside.join("stolen"))
+                .unwrap_or_default()
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn require_escalated_asks_first_and_pending_runs_nothing() {
+        let Some(s) = sbx() else { return };
+        let approver = recorded(ApprovalDecision::Pending {
+            message: "Request r9 is open; end your turn.".into(),
+        });
+        let cmd = format!("touch {}/new", s.outside.display());
+        let e = run(
+            json!({"command": cmd, "sandbox_permissions": "require_escalated", "justification": "needs it"}),
+            sandboxed(&s, approver.clone()),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.0.starts_with("not run") && e.0.ends_with("end your turn."),
+            "{e}"
+        );
+        assert!(!s.outside.join("new").exists());
+        let asked = approver.asked.lock().unwrap();
+        assert_eq!(asked.len(), 1);
+        assert!(
+            asked[0]
+                .context
+                .iter()
+                .any(|(k, v)| *k == "justification" && v == "needs it")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_grant_lets_later_commands_out_without_asking() {
+        let Some(s) = sbx() else { return };
+        let inner = recorded(ApprovalDecision::Session);
+        let grants: Arc<dyn Approver> = Arc::new(crate::approval::Grants::new(inner.clone(), []));
+        let first = format!("touch {}/a", s.outside.display());
+        let v = run(json!({"command": first}), sandboxed(&s, grants.clone()))
+            .await
+            .unwrap();
+        assert_eq!(v["exit_code"], 0, "{v}");
+        let second = format!("touch {}/b", s.outside.display());
+        let v = run(json!({"command": second}), sandboxed(&s, grants.clone()))
+            .await
+            .unwrap();
+        assert_eq!(v["exit_code"], 0, "{v}");
+        assert!(s.outside.join("a").exists() && s.outside.join("b").exists());
+        assert_eq!(inner.asked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn commands_get_a_private_tmpdir_removed_after_them() {
+        let Some(s) = sbx() else { return };
+        let v = run(
+            json!({"command": "env; echo tmp=$TMPDIR; touch $TMPDIR/x && echo made"}),
+            sandboxed(&s, deny()),
+        )
+        .await
+        .unwrap();
+        let out = v["output"].as_str().unwrap();
+        assert!(out.contains("made"), "{out}");
+        let tmp = out
+            .lines()
+            .find_map(|l| l.strip_prefix("tmp="))
+            .unwrap()
+            .to_owned();
+        assert!(!tmp.is_empty() && !std::path::Path::new(&tmp).exists());
     }
 }

@@ -208,7 +208,10 @@ impl InboxApprover {
                 ),
             };
         }
-        if self.allowlist().contains(&command) {
+        let escalation = req.pattern_key == tern_tools::escalation::PATTERN_KEY;
+        // The allowlist lets a command past the dangerous-command check; it never takes one
+        // out of the sandbox.
+        if !escalation && self.allowlist().contains(&command) {
             return ApprovalDecision::Always;
         }
         let workdir = req.workdir.to_string_lossy().into_owned();
@@ -266,20 +269,45 @@ impl InboxApprover {
         let session = req.session_id.as_str();
         let call = req.call_id.as_str();
         let task = self.client.session_task(session, &self.project).await?;
-        let summary = format!(
-            "Run a dangerous command ({}): {}",
-            req.description,
-            shorten(command, SUMMARY_COMMAND_CHARS)
-        );
+        let escalation = req.pattern_key == tern_tools::escalation::PATTERN_KEY;
+        let summary = if escalation {
+            // The description says it all: "run outside the sandbox: …".
+            let what = req.description;
+            let mut what = what.chars();
+            let first = what
+                .next()
+                .map(|c| c.to_uppercase().to_string())
+                .unwrap_or_default();
+            format!(
+                "{first}{}: {}",
+                what.as_str(),
+                shorten(command, SUMMARY_COMMAND_CHARS)
+            )
+        } else {
+            format!(
+                "Run a dangerous command ({}): {}",
+                req.description,
+                shorten(command, SUMMARY_COMMAND_CHARS)
+            )
+        };
         let pattern = format!("{} ({})", req.pattern_key, req.description);
-        let context = json!({
+        let mut context = json!({
             "action": ACTION,
             "command": command,
             "workdir": workdir,
             "pattern": pattern,
-            "scope": "approve with reason code once (default), session (this pattern, for \
-                      the rest of the session) or always (this command, allowlisted)",
+            "scope": if escalation {
+                "approve with reason code once (default: this command runs once outside the \
+                 sandbox) or session (commands of this session may leave the sandbox); \
+                 $TERN_HOME stays out of reach either way"
+            } else {
+                "approve with reason code once (default), session (this pattern, for \
+                 the rest of the session) or always (this command, allowlisted)"
+            },
         });
+        for (k, v) in &req.context {
+            context[*k] = json!(v);
+        }
         // What was asked, as the inbox tools record it (`kind` and the create body without
         // projectName/taskId, so that the upkeep can send it should a crash come before the
         // request exists), with the command's particulars for on_decided and the message.
@@ -363,6 +391,32 @@ impl Approver for InboxApprover {
     fn approve(&self, req: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
         Box::pin(self.decide(req))
     }
+
+    /// A reviewer's grant for the command (a `once` grant is used up); never the allowlist.
+    fn granted<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Option<ApprovalDecision>> {
+        Box::pin(async move {
+            let command = req.command.trim();
+            let workdir = req.workdir.to_string_lossy();
+            match self
+                .store
+                .use_command_grant(&req.session_id, command, &workdir, req.pattern_key)
+                .await
+            {
+                Ok(Some(g)) => {
+                    tracing::info!(session_id = %req.session_id, grant = %g.id, scope = g.scope.as_str(), pattern = req.pattern_key, "a reviewer's grant covers the command");
+                    Some(match g.scope {
+                        GrantScope::Once => ApprovalDecision::Once,
+                        GrantScope::Session | GrantScope::Always => ApprovalDecision::Session,
+                    })
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the command grants");
+                    None
+                }
+            }
+        })
+    }
 }
 
 /// The resumer's hook for `kind = command` waits: [`InboxApprover::decided`] before the
@@ -428,14 +482,23 @@ pub async fn on_decided(
         .get("decidedBy")
         .and_then(Value::as_str)
         .or(wait.decided_by.as_deref());
+    let pattern_key = field("patternKey")?;
+    let scope = match scope_of(result) {
+        // "Always outside the sandbox" would hold in any directory of any session: a
+        // reviewer's `always` on an escalation is kept to the session.
+        GrantScope::Always if pattern_key == tern_tools::escalation::PATTERN_KEY => {
+            GrantScope::Session
+        }
+        scope => scope,
+    };
     let (grant, fresh) = store
         .add_command_grant(&NewCommandGrant {
             wait_id: &wait.id,
             session_id: &wait.session_id,
-            scope: scope_of(result),
+            scope,
             command: field("command")?,
             workdir: field("workdir")?,
-            pattern_key: field("patternKey")?,
+            pattern_key,
             decided_by,
         })
         .await?;

@@ -95,6 +95,7 @@ impl Env {
             workdir: self.workdir.clone(),
             pattern_key: key,
             description,
+            context: Vec::new(),
         }
     }
 
@@ -375,6 +376,7 @@ async fn through_the_terminal_tool_hard_line_is_never_offered_and_approval_runs_
                 workdir: e.workdir.clone(),
                 pattern_key: "delete_root",
                 description: "x",
+                context: Vec::new(),
             })
             .await
             .allows()
