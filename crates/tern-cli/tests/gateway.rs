@@ -374,7 +374,8 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         "long",
         "terminal",
         format!(
-            r#"{{"command":"echo $$ > {}; sleep 60"}}"#,
+            // `>>`: a `>` onto a file needs an approval.
+            r#"{{"command":"echo $$ >> {}; sleep 60"}}"#,
             pidfile.display()
         ),
     ));
