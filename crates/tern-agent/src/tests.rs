@@ -309,7 +309,8 @@ async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
     let e = env().await;
     let pidfile = e.work.join("pid");
     let cmd = format!(
-        r#"{{"command":"echo $$ > {}; sleep 60"}}"#,
+        // `>>`: a `>` onto a file needs an approval.
+        r#"{{"command":"echo $$ >> {}; sleep 60"}}"#,
         pidfile.display()
     );
     e.fake.push(Reply::tool_calls([

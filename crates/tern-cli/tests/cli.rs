@@ -326,7 +326,8 @@ async fn kill_9_during_a_turn_leaves_a_session_that_continues() {
     let e = Env::new().await;
     let pidfile = e.work().join("tool.pid");
     let cmd = format!(
-        r#"{{"command":"echo $$ > {}; sleep 30"}}"#,
+        // `>>`: a `>` onto a file needs an approval.
+        r#"{{"command":"echo $$ >> {}; sleep 30"}}"#,
         pidfile.display()
     );
     e.fake.push(Reply::tool_call("long", "terminal", cmd));
@@ -392,7 +393,8 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
     .unwrap();
     let pidfile = e.work().join("tool.pid");
     let cmd = format!(
-        r#"{{"command":"echo $$ > {}; sleep 30"}}"#,
+        // `>>`: a `>` onto a file needs an approval.
+        r#"{{"command":"echo $$ >> {}; sleep 30"}}"#,
         pidfile.display()
     );
     e.fake.push(Reply::tool_call("long", "terminal", cmd));

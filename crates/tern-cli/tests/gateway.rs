@@ -375,7 +375,8 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         "long",
         "terminal",
         format!(
-            r#"{{"command":"echo $$ > {}; (sleep 2; touch landed-sub) & sleep 2; touch landed; wait"}}"#,
+            // `>>`: a `>` onto a file needs an approval.
+            r#"{{"command":"echo $$ >> {}; (sleep 2; touch landed-sub) & sleep 2; touch landed; wait"}}"#,
             pidfile.display()
         ),
     ));

@@ -49,7 +49,8 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
         "long",
         "terminal",
         format!(
-            r#"{{"command":"echo $$ > {}; sleep 30"}}"#,
+            // `>>`: a `>` onto a file needs an approval.
+            r#"{{"command":"echo $$ >> {}; sleep 30"}}"#,
             pidfile.display()
         ),
     ))

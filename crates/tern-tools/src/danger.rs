@@ -1,30 +1,48 @@
 //! Dangerous-command detection for the `terminal` tool.
 //!
 //! Flow at a glance: [`check_command`] takes the command line the model wants to run →
-//! normalises it (backslash-newline continuations joined, each line's runs of whitespace
-//! collapsed to one space, empty lines dropped) → tries the hard-line rules first: the first
-//! match is [`Verdict::Forbidden`] and the command is never run, not even with `--yolo` or a
-//! human's approval → then the dangerous rules: the first match is [`Verdict::Dangerous`] and
-//! the command waits for an approval → nothing matched: [`Verdict::Safe`].
+//! parses it with a real bash grammar (tree-sitter-bash) → walks the tree and looks at every
+//! simple command the shell would run (in lists, pipelines, loops, functions, `$(…)`,
+//! `<(…)`, heredocs), with its words unquoted the way bash does it → each rule that applies
+//! records a finding → the SQL rules look at the raw text → the finding that comes first in
+//! [`Rule`]'s order decides: a hard-line rule gives [`Verdict::Forbidden`] (never run, not
+//! even with `--yolo` or a human's approval), a dangerous one [`Verdict::Dangerous`] (the
+//! command waits for an approval); no finding is [`Verdict::Safe`].
 //!
-//! Every rule has a stable snake_case key (used for "allow for this session" grants) and a
-//! plain-words description. A rule is one or more regular expressions, compiled once; some
-//! carry a small check that looks at what the expression captured (for example the flags
-//! and operands of an `rm`, so that `rm -rf ./build` needs approval but `rm -rf /` is
-//! forbidden).
+//! What the walk sees through, and why each is here:
+//! - Quoting and escapes in command names: `r''m`, `"rm"`, `\rm`, `$'\x72m'` are all `rm`.
+//! - Prefix words that run the rest of the line as a command: `sudo`, `env A=b`, `nice`,
+//!   `timeout 5`, `nohup`, `command`, `builtin`, `exec`, `time`, `xargs`, `stdbuf`, …
+//! - Code handed to a shell: `sh -c 'STRING'`, `eval`, `trap`, `watch`, a heredoc or
+//!   here-string fed to a shell, `echo '…' | sh`. A literal string is parsed again and
+//!   classified; a string built from expansions cannot be read ahead of time, so it is
+//!   `interpreter_code` (its approximate text is still searched for hard-line commands).
+//! - Code handed to other interpreters (`python -c`, `perl -e`, `node -e`, `ruby -e`, a
+//!   pipe into `sh`/`python`, `source /dev/stdin`) cannot be judged at all: always
+//!   `interpreter_code`, or `pipe_to_shell` when the code comes from `curl`/`wget`.
+//! - A command name produced by an expansion (`$RM`, `$(echo rm)`, a glob) is
+//!   `dynamic_command`: what runs is decided only when the line runs.
+//! - A line the parser cannot read is `unparsed_command` (asking is the safe side); the
+//!   parts it could read are still classified, so a hard-line command in it is still
+//!   forbidden.
 //!
-//! This is pattern matching, not a shell parser. Commands are matched where they stand at a
-//! command position: the start of the line, after `;`, `&&`, `||`, `|`, `(`, `$(`, a
-//! backtick or `{`, after `sh -c '`, and after prefix words such as `sudo`, `env`, `xargs`
-//! or `timeout 10`. So `echo rm -rf /` is safe, while `cd x && rm -rf build` and
-//! `bash -c 'rm -rf /'` are caught. Quotes are not tracked, so a separator inside a quoted
-//! string (`git commit -m "x; rm -rf y"`) can cause a false alarm; that errs on the side of
-//! asking. SQL keywords match case-insensitively anywhere in the command, so they are found
-//! inside `psql -c "..."` too.
+//! Words inside quoted arguments are data, not commands, so `echo rm -rf /` and
+//! `git commit -m "x; rm -rf y"` are safe. SQL is the exception: `DROP TABLE` and friends
+//! are searched case-insensitively in the whole raw text, because SQL reaches a database
+//! through any client, a heredoc or a pipe.
+//!
+//! Every rule has a stable snake_case key (session grants are stored by it) and a
+//! plain-words description. The broad keys that say "this is opaque" come first among the
+//! dangerous ones, so that a grant for a narrow key (say `recursive_delete`) never lets
+//! opaque code on the same line through.
+//!
+//! Not detected on purpose: running a script file (`./x.sh`, `bash x.sh`, `python x.py`),
+//! since its text is not on the command line; `cp a b` onto an existing `b` (whether `b`
+//! exists is not known here; `cp /dev/null FILE` is caught); remote commands (`ssh host
+//! CMD`, `docker run … sh -c CMD`).
 
-use std::sync::LazyLock;
-
-use regex::{Captures, Regex};
+mod commands;
+mod shell;
 
 /// What [`check_command`] decided about a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,136 +61,15 @@ pub enum Verdict {
     },
 }
 
-/// Checks one command line against the hard-line list, then the dangerous list.
+/// Checks one command line: parses it, walks it, and returns the verdict of the first rule
+/// (in [`Rule`] order) that any part of it triggers.
 pub fn check_command(command: &str) -> Verdict {
-    let command = normalize(command);
-    RULES
-        .iter()
-        .find(|rule| rule.matches(&command))
-        .map_or(Verdict::Safe, Rule::verdict)
-}
-
-/// Joins line continuations and collapses whitespace; newlines (command separators) stay.
-fn normalize(command: &str) -> String {
-    let joined = command.replace("\\\r\n", " ").replace("\\\n", " ");
-    let mut out = String::with_capacity(joined.len());
-    for line in joined.lines() {
-        let mut words = line.split_whitespace().peekable();
-        if words.peek().is_none() {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        for (i, word) in words.enumerate() {
-            if i > 0 {
-                out.push(' ');
-            }
-            out.push_str(word);
-        }
+    let mut scan = Scan::default();
+    scan.script(command);
+    for rule in sql_rules(command) {
+        scan.add(rule);
     }
-    out
-}
-
-// ---------------------------------------------------------------------------------------
-// Pattern fragments. Patterns in `SPECS` use `{NAME}` placeholders that `expand` replaces.
-
-/// A command position, then prefix words (`sudo -u x`, `env A=b`, `xargs -0`, `timeout 5`),
-/// then an optional directory (`/bin/`) or a backslash (`\rm`). The command name follows.
-const CMD: &str = concat!(
-    r#"(?:^|[;&|({\n`]|\$\(|\s-[a-zA-Z]*c\s)\s*['"]?"#,
-    r#"(?:(?:sudo|doas|env|nohup|time|nice|ionice|exec|command|builtin|eval|xargs|then|do|else|if|while|until|timeout|watch|!)"#,
-    r#"(?:\s+-[^\s;&|]*(?:\s+[^\s;&|'"-][^\s;&|]*)?)*(?:\s+\d+[smhd]?)?\s+['"]?"#,
-    r"|[A-Za-z_]\w*=[^\s;&|]*\s+)*",
-    r"(?:[\w.~/-]*/|\\)?",
-);
-
-/// The end of a command name or a flag.
-const END: &str = r#"(?:$|[\s;&|)`'"])"#;
-
-/// The arguments of a simple command, up to the next separator, captured as `args`.
-const ARGS: &str = r#"(?P<args>(?: [^;&|\n)`]*)?)(?:$|[;&|\n)`'"])"#;
-
-/// `git` with its global options (`-C dir`, `-c k=v`); the subcommand follows.
-const GIT: &str = r#"\bgit(?:\s+-[^\s;&|]+(?:\s+[^\s;&|'"-][^\s;&|]*)?)*\s+"#;
-
-/// A raw disk device (whole disk or partition), not /dev/null, /dev/zero or a tty.
-const DISK: &str =
-    r"/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|r?disk\d|disk/|md\d|dm-\d|mapper/)";
-
-/// A system path that ordinary work does not write to.
-const SYS: &str =
-    r"/(?:etc|boot|usr|bin|sbin|lib|lib32|lib64|libx32|sys|proc/sys|System|Library)(?:/|\b)";
-
-/// A shell startup file in a home directory.
-const RC: &str = concat!(
-    r"(?:~|\$HOME|\$\{HOME\}|/root|/home/[^/\s;&|]+)/\.",
-    r"(?:bashrc|bash_profile|bash_login|bash_logout|profile|zshrc|zprofile|zshenv|zlogin|zlogout|cshrc|tcshrc|kshrc|mkshrc|config/fish/config\.fish)",
-);
-
-/// The end of the last operand of a command (`cp a TARGET`).
-const LAST: &str = r#"['"]?\s*(?:$|[;&|\n)`])"#;
-
-/// `&& rm -rf *` right after a `cd`.
-const RM_STAR: &str = concat!(
-    r"(?:&&|;|\n)\s*(?:sudo\s+)?(?:[\w./-]*/)?rm\s+(?:-\S+\s+)*",
-    r#"(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+(?:-\S+\s+)*['"]?(?:\./)?\*"#,
-);
-
-/// Top-level directories whose recursive delete is hard-line, like `/` itself.
-const TOP_DIRS: &[&str] = &[
-    "bin",
-    "boot",
-    "dev",
-    "etc",
-    "home",
-    "lib",
-    "lib32",
-    "lib64",
-    "libx32",
-    "media",
-    "mnt",
-    "opt",
-    "proc",
-    "root",
-    "run",
-    "sbin",
-    "srv",
-    "sys",
-    "usr",
-    "var",
-    "Applications",
-    "Library",
-    "System",
-    "Users",
-    "Volumes",
-    "private",
-];
-
-/// Top-level directories holding the operating system (for permission changes).
-const SYSTEM_DIRS: &[&str] = &[
-    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr",
-    "System", "Library",
-];
-
-fn expand(pattern: &str) -> String {
-    pattern
-        .replace("{CMD}", CMD)
-        .replace("{END}", END)
-        .replace("{ARGS}", ARGS)
-        .replace("{GIT}", GIT)
-        .replace("{DISK}", DISK)
-        .replace("{SYS}", SYS)
-        .replace("{RC}", RC)
-        .replace("{LAST}", LAST)
-        .replace("{RM_STAR}", RM_STAR)
-        .replace("{TOP}", &TOP_DIRS.join("|"))
-        // Shell syntax is ASCII. Unicode `\w` and `\b` would grow the compiled automata
-        // about tenfold (megabytes of memory and milliseconds of start-up per process) for
-        // no gain, so the classes are spelled out in ASCII.
-        .replace(r"\w", "[0-9A-Za-z_]")
-        .replace(r"\d", "[0-9]")
-        .replace(r"\b", r"(?-u:\b)")
+    scan.worst.map_or(Verdict::Safe, Rule::verdict)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -184,610 +81,507 @@ enum Level {
     Dangerous,
 }
 
-/// Looks at one match's captures and says whether the rule really applies.
-type Check = fn(&Captures<'_>) -> bool;
-
-struct Pattern {
-    re: &'static str,
-    check: Option<Check>,
-}
-
-/// A pattern that applies whenever it matches.
-const fn re(re: &'static str) -> Pattern {
-    Pattern { re, check: None }
-}
-
-/// A pattern that applies when it matches and `check` accepts the captures.
-const fn checked(re: &'static str, check: Check) -> Pattern {
-    Pattern {
-        re,
-        check: Some(check),
-    }
-}
-
-struct Spec {
-    key: &'static str,
-    description: &'static str,
-    level: Level,
-    patterns: &'static [Pattern],
-}
-
-use Level::{Dangerous, Forbidden};
-
-/// All rules, hard-line ones first; the first rule that matches decides.
-const SPECS: &[Spec] = &[
+/// Every rule, hard-line ones first. The derived order is the priority: when a line
+/// triggers several rules, the first one here names the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Rule {
     // ----- hard-line -----
-    Spec {
-        key: "delete_root",
-        description: "recursive delete of / or a top-level system directory",
-        level: Forbidden,
-        patterns: &[
-            checked("{CMD}rm{ARGS}", rm_deletes_root),
-            re(r#"{CMD}cd\s+['"]?/+(?:(?:{TOP})/?)?['"]?\s*{RM_STAR}"#),
-        ],
-    },
-    Spec {
-        key: "delete_home",
-        description: "recursive delete of the home directory",
-        level: Forbidden,
-        patterns: &[
-            checked("{CMD}rm{ARGS}", rm_deletes_home),
-            re(r#"{CMD}cd(?:\s+['"]?(?:~|\$HOME|\$\{HOME\})/?['"]?)?\s*{RM_STAR}"#),
-        ],
-    },
-    Spec {
-        key: "format_device",
-        description: "make a filesystem on a device, erasing it",
-        level: Forbidden,
-        patterns: &[re(
-            r"{CMD}(?:mkfs(?:\.\w+)?|mke2fs|mkswap)\s[^;&|\n)`]*/dev/",
-        )],
-    },
-    Spec {
-        key: "fork_bomb",
-        description: "fork bomb",
-        level: Forbidden,
-        patterns: &[checked(
-            concat!(
-                r"(?:\bfunction\s+)?(?P<a>[\w:.-]+)\s*(?:\(\s*\))?\s*\{\s*",
-                r"(?P<b>[\w:.-]+)\s*(?:\|&?|&)\s*(?P<c>[\w:.-]+)\s*&\s*;?\s*\}\s*;?\s*(?P<d>[\w:.-]+)",
-            ),
-            fork_bomb_names_agree,
-        )],
-    },
-    Spec {
-        key: "overwrite_disk",
-        description: "overwrite a raw disk device",
-        level: Forbidden,
-        patterns: &[
-            re(r#"{CMD}dd\s[^;&|\n)`]*\bof=['"]?{DISK}"#),
-            re(r#">\|?\s*['"]?{DISK}"#),
-            re(r#"{CMD}tee(?:\s[^;&|\n)`]*)?\s['"]?{DISK}"#),
-            re(r#"{CMD}cp\s[^;&|\n)`]*\s['"]?{DISK}[^\s;&|)`'"]*{LAST}"#),
-        ],
-    },
-    Spec {
-        key: "shred_disk",
-        description: "shred or discard a disk device",
-        level: Forbidden,
-        patterns: &[re(r"{CMD}(?:shred|blkdiscard)\s[^;&|\n)`]*{DISK}")],
-    },
-    // ----- dangerous: need approval -----
-    Spec {
-        key: "recursive_delete",
-        description: "recursive delete",
-        level: Dangerous,
-        patterns: &[checked("{CMD}rm{ARGS}", rm_is_recursive)],
-    },
-    Spec {
-        key: "find_delete",
-        description: "delete the files that find lists",
-        level: Dangerous,
-        patterns: &[
-            re(r"{CMD}find\s[^;&|\n`]*\s-delete{END}"),
-            re(r"{CMD}find\s[^;&|\n`]*\s-exec(?:dir)?\s+(?:[\w./-]*/)?rm\s"),
-            re(r"{CMD}find\s[^;&\n]*\|\s*(?:sudo\s+)?xargs\s(?:[^;&|\n]*\s)?(?:[\w./-]*/)?rm{END}"),
-        ],
-    },
-    Spec {
-        key: "chmod_world_writable",
-        description: "make files world-writable",
-        level: Dangerous,
-        patterns: &[checked("{CMD}chmod{ARGS}", chmod_world_writable)],
-    },
-    Spec {
-        key: "recursive_chmod_system",
-        description: "recursive permission change of system files",
-        level: Dangerous,
-        patterns: &[checked("{CMD}chmod{ARGS}", chmod_recursive_system)],
-    },
-    Spec {
-        key: "recursive_chown",
-        description: "recursive ownership change",
-        level: Dangerous,
-        patterns: &[re(
-            r"{CMD}(?:chown|chgrp)\s(?:[^;&|\n)`]*\s)?(?:-[a-zA-Z]*R[a-zA-Z]*|--recursive){END}",
-        )],
-    },
-    Spec {
-        key: "overwrite_shell_rc",
-        description: "overwrite a shell startup file",
-        level: Dangerous,
-        patterns: &[
-            re(r#"(?:^|[^>])>\|?\s*['"]?{RC}['"]?(?:$|[\s;&|)`])"#),
-            re(r#"{CMD}tee(?:\s+-[ip]+)*\s+['"]?{RC}['"]?(?:$|[\s;&|)`])"#),
-            re(r#"{CMD}(?:cp|mv|ln)\s[^;&|\n)`]*\s['"]?{RC}{LAST}"#),
-        ],
-    },
-    Spec {
-        key: "write_system_file",
-        description: "write to a system file",
-        level: Dangerous,
-        patterns: &[
-            re(r#">\|?\s*['"]?{SYS}"#),
-            re(r#"{CMD}tee(?:\s[^;&|\n)`]*)?\s['"]?{SYS}"#),
-            re(r#"{CMD}(?:truncate|shred)(?:\s[^;&|\n)`]*)?\s['"]?{SYS}"#),
-            re(
-                r#"{CMD}sed\s(?:[^;&|\n)`]*\s)?(?:-[a-zA-Z]*i\S*|--in-place\S*)\s[^;&|\n)`]*['"]?{SYS}"#,
-            ),
-            re(r#"{CMD}(?:cp|mv|install|ln|rsync)\s[^;&|\n)`]*\s['"]?{SYS}[^\s;&|)`'"]*{LAST}"#),
-        ],
-    },
-    Spec {
-        key: "dd_write",
-        description: "dd writing to a file or device",
-        level: Dangerous,
-        patterns: &[re(r"{CMD}dd\s[^;&|\n)`]*\bof=")],
-    },
-    Spec {
-        key: "make_filesystem",
-        description: "create a filesystem",
-        level: Dangerous,
-        patterns: &[re(r"{CMD}(?:mkfs(?:\.\w+)?|mke2fs|mkswap){END}")],
-    },
-    Spec {
-        key: "disk_tool",
-        description: "partition or wipe a disk",
-        level: Dangerous,
-        patterns: &[checked(
-            "{CMD}(?P<name>fdisk|sfdisk|cfdisk|gdisk|sgdisk|parted|wipefs){ARGS}",
-            disk_tool_writes,
-        )],
-    },
-    Spec {
-        key: "pipe_to_shell",
-        description: "run a script downloaded from the internet",
-        level: Dangerous,
-        patterns: &[
-            checked(
-                concat!(
-                    r"\b(?:curl|wget)\b[^;&\n]*\|\s*",
-                    r"(?:(?:sudo|doas|env|exec|command)(?:\s+-[^\s;&|]*)*\s+|[A-Za-z_]\w*=[^\s;&|]*\s+)*",
-                    r"(?:[\w./-]*/)?(?P<interp>sh|bash|zsh|dash|ksh|mksh|fish|python[\d.]*|perl|ruby|node|php)",
-                    r#"(?:\s+(?P<next>[^\s;&|)`]+))?(?:$|[\s;&|)`'"])"#,
-                ),
-                pipe_runs_stdin,
-            ),
-            re(
-                r"(?:^|[\s;&|(`])(?:sh|bash|zsh|dash|ksh|fish|source|\.|python[\d.]*|perl|ruby|node)\s+(?:-\S+\s+)*<\(\s*(?:curl|wget)\b",
-            ),
-            re(r#"(?:\s-[a-zA-Z]*c|\beval)\s+['"]?(?:\$\(|`)\s*(?:curl|wget)\b"#),
-        ],
-    },
-    Spec {
-        key: "sql_drop",
-        description: "SQL DROP of a table, database or schema",
-        level: Dangerous,
-        patterns: &[
-            re(r"(?i)\bdrop\s+(?:table|database|schema)\b"),
-            re("{CMD}dropdb{END}"),
-        ],
-    },
-    Spec {
-        key: "sql_truncate",
-        description: "SQL TRUNCATE TABLE",
-        level: Dangerous,
-        patterns: &[re(r"(?i)\btruncate\s+table\b")],
-    },
-    Spec {
-        key: "sql_delete_all",
-        description: "SQL DELETE without WHERE (deletes every row)",
-        level: Dangerous,
-        patterns: &[checked(
-            r"(?i)\bdelete\s+from\s+[^\s;]+(?P<rest>[^;]*)",
-            sql_has_no_where,
-        )],
-    },
-    Spec {
-        key: "git_force_push",
-        description: "git force push (rewrites remote history)",
-        level: Dangerous,
-        patterns: &[re(
-            r"{GIT}push\b[^;&|\n)`]*\s(?:--force\b|-[a-zA-Z]*f[a-zA-Z]*{END}|\+[^\s;&|])",
-        )],
-    },
-    Spec {
-        key: "git_reset_hard",
-        description: "git reset --hard (discards uncommitted changes)",
-        level: Dangerous,
-        patterns: &[re(r"{GIT}reset\b[^;&|\n)`]*\s--hard\b")],
-    },
-    Spec {
-        key: "git_clean_force",
-        description: "git clean -f (deletes untracked files)",
-        level: Dangerous,
-        patterns: &[re(r"{GIT}clean\b[^;&|\n)`]*\s(?:-[a-zA-Z]*f|--force\b)")],
-    },
-    Spec {
-        key: "git_branch_force_delete",
-        description: "git branch -D (deletes a branch even if unmerged)",
-        level: Dangerous,
-        patterns: &[re(concat!(
-            r"{GIT}branch\b[^;&|\n)`]*\s(?:-[a-zA-Z]*D[a-zA-Z]*",
-            r"|(?:-d|--delete)\s+(?:-f|--force)|(?:-f|--force)\s+(?:-d|--delete)){END}",
-        ))],
-    },
-    Spec {
-        key: "git_discard_changes",
-        description: "discard all uncommitted changes in the working tree",
-        level: Dangerous,
-        patterns: &[checked(
-            "{GIT}(?P<sub>checkout|restore){ARGS}",
-            git_discards_worktree,
-        )],
-    },
-    Spec {
-        key: "kill_all",
-        description: "kill every process",
-        level: Dangerous,
-        patterns: &[re(
-            r"{CMD}kill\s+(?:(?:-s|-n|--signal)\s+\S+\s+|-\S+\s+)+-1{END}",
-        )],
-    },
-    Spec {
-        key: "killall",
-        description: "kill processes by name",
-        level: Dangerous,
-        patterns: &[re("{CMD}killall5?{END}")],
-    },
-    Spec {
-        key: "pkill_force",
-        description: "force-kill processes by name",
-        level: Dangerous,
-        patterns: &[re(concat!(
-            r"{CMD}pkill\s(?:[^;&|\n)`]*\s)?",
-            r"(?:-9|-KILL|-SIGKILL|--signal[=\s](?:9|KILL|SIGKILL)|-s\s+(?:9|KILL|SIGKILL)){END}",
-        ))],
-    },
-    Spec {
-        key: "shutdown",
-        description: "shut down or reboot the machine",
-        level: Dangerous,
-        patterns: &[
-            re("{CMD}(?:shutdown|reboot|halt|poweroff){END}"),
-            re(r"{CMD}systemctl\s+(?:-\S+\s+)*(?:reboot|poweroff|halt|kexec){END}"),
-            re(r"{CMD}(?:init|telinit)\s+[06]{END}"),
-        ],
-    },
-    Spec {
-        key: "systemctl_stop",
-        description: "stop, disable or mask a system service",
-        level: Dangerous,
-        patterns: &[
-            re(r"{CMD}systemctl\s+(?:-\S+\s+)*(?:stop|disable|mask|kill){END}"),
-            re(r"{CMD}service\s+\S+\s+stop{END}"),
-        ],
-    },
-    Spec {
-        key: "firewall_flush",
-        description: "flush or disable the firewall",
-        level: Dangerous,
-        patterns: &[
-            re(r"{CMD}ip6?tables(?:-legacy|-nft)?\s(?:[^;&|\n)`]*\s)?(?:-F|--flush){END}"),
-            re(r"{CMD}nft\s+flush\s+ruleset{END}"),
-            re(r"{CMD}ufw\s+(?:--force\s+)?(?:disable|reset){END}"),
-        ],
-    },
-    Spec {
-        key: "crontab_remove",
-        description: "remove the crontab",
-        level: Dangerous,
-        patterns: &[re(r"{CMD}crontab\s(?:[^;&|\n)`]*\s)?-[a-zA-Z]*r{END}")],
-    },
-    Spec {
-        key: "move_to_dev_null",
-        description: "move files to /dev/null (destroys them)",
-        level: Dangerous,
-        patterns: &[re(r"{CMD}mv\s[^;&|\n)`]*\s/dev/null{END}")],
-    },
-];
-
-struct Rule {
-    key: &'static str,
-    description: &'static str,
-    level: Level,
-    matchers: Vec<(Regex, Option<Check>)>,
+    DeleteRoot,
+    DeleteHome,
+    FormatDevice,
+    ForkBomb,
+    OverwriteDisk,
+    ShredDisk,
+    // ----- dangerous: opaque code first (see the module docs) -----
+    PipeToShell,
+    UnparsedCommand,
+    DynamicCommand,
+    InterpreterCode,
+    // ----- dangerous: specific -----
+    RecursiveDelete,
+    FindDelete,
+    ChmodWorldWritable,
+    RecursiveChmodSystem,
+    RecursiveChown,
+    OverwriteShellRc,
+    WriteSystemFile,
+    DdWrite,
+    MakeFilesystem,
+    DiskTool,
+    SqlDrop,
+    SqlTruncate,
+    SqlDeleteAll,
+    GitForcePush,
+    GitPushDelete,
+    GitResetHard,
+    GitCleanForce,
+    GitBranchForceDelete,
+    GitDiscardChanges,
+    KillAll,
+    Killall,
+    PkillForce,
+    Shutdown,
+    SystemctlStop,
+    FirewallFlush,
+    CrontabRemove,
+    MoveToDevNull,
+    // ----- dangerous: broad everyday operations, last so specific keys win -----
+    DeleteFiles,
+    OverwriteFile,
+    MoveFiles,
+    ChangePermissions,
 }
 
 impl Rule {
-    fn compile(spec: &Spec) -> Self {
-        let matchers = spec
-            .patterns
-            .iter()
-            .map(|p| {
-                let re = Regex::new(&expand(p.re))
-                    // Cannot fail: every pattern is a literal in `SPECS`, and the test
-                    // `every_pattern_compiles` compiles each one.
-                    .expect("danger pattern must compile");
-                (re, p.check)
-            })
-            .collect();
-        Self {
-            key: spec.key,
-            description: spec.description,
-            level: spec.level,
-            matchers,
+    #[cfg(test)]
+    const ALL: [Self; 41] = [
+        Self::DeleteRoot,
+        Self::DeleteHome,
+        Self::FormatDevice,
+        Self::ForkBomb,
+        Self::OverwriteDisk,
+        Self::ShredDisk,
+        Self::PipeToShell,
+        Self::UnparsedCommand,
+        Self::DynamicCommand,
+        Self::InterpreterCode,
+        Self::RecursiveDelete,
+        Self::FindDelete,
+        Self::ChmodWorldWritable,
+        Self::RecursiveChmodSystem,
+        Self::RecursiveChown,
+        Self::OverwriteShellRc,
+        Self::WriteSystemFile,
+        Self::DdWrite,
+        Self::MakeFilesystem,
+        Self::DiskTool,
+        Self::SqlDrop,
+        Self::SqlTruncate,
+        Self::SqlDeleteAll,
+        Self::GitForcePush,
+        Self::GitPushDelete,
+        Self::GitResetHard,
+        Self::GitCleanForce,
+        Self::GitBranchForceDelete,
+        Self::GitDiscardChanges,
+        Self::KillAll,
+        Self::Killall,
+        Self::PkillForce,
+        Self::Shutdown,
+        Self::SystemctlStop,
+        Self::FirewallFlush,
+        Self::CrontabRemove,
+        Self::MoveToDevNull,
+        Self::DeleteFiles,
+        Self::OverwriteFile,
+        Self::MoveFiles,
+        Self::ChangePermissions,
+    ];
+
+    /// (key, description, level). Keys are stored in session grants: never rename one.
+    const fn spec(self) -> (&'static str, &'static str, Level) {
+        use Level::{Dangerous as D, Forbidden as F};
+        match self {
+            Self::DeleteRoot => (
+                "delete_root",
+                "recursive delete of / or a top-level system directory",
+                F,
+            ),
+            Self::DeleteHome => ("delete_home", "recursive delete of the home directory", F),
+            Self::FormatDevice => (
+                "format_device",
+                "make a filesystem on a device, erasing it",
+                F,
+            ),
+            Self::ForkBomb => ("fork_bomb", "fork bomb", F),
+            Self::OverwriteDisk => ("overwrite_disk", "overwrite a raw disk device", F),
+            Self::ShredDisk => ("shred_disk", "shred or discard a disk device", F),
+            Self::PipeToShell => (
+                "pipe_to_shell",
+                "run a script downloaded from the internet",
+                D,
+            ),
+            Self::UnparsedCommand => (
+                "unparsed_command",
+                "a command line the shell parser cannot read",
+                D,
+            ),
+            Self::DynamicCommand => (
+                "dynamic_command",
+                "a command whose name comes from an expansion (known only when it runs)",
+                D,
+            ),
+            Self::InterpreterCode => (
+                "interpreter_code",
+                "code handed to a shell or interpreter that cannot be checked ahead of time",
+                D,
+            ),
+            Self::RecursiveDelete => ("recursive_delete", "recursive delete", D),
+            Self::FindDelete => ("find_delete", "delete the files that find lists", D),
+            Self::ChmodWorldWritable => ("chmod_world_writable", "make files world-writable", D),
+            Self::RecursiveChmodSystem => (
+                "recursive_chmod_system",
+                "recursive permission change of system files",
+                D,
+            ),
+            Self::RecursiveChown => ("recursive_chown", "recursive ownership change", D),
+            Self::OverwriteShellRc => ("overwrite_shell_rc", "overwrite a shell startup file", D),
+            Self::WriteSystemFile => ("write_system_file", "write to a system file", D),
+            Self::DdWrite => ("dd_write", "dd writing to a file or device", D),
+            Self::MakeFilesystem => ("make_filesystem", "create a filesystem", D),
+            Self::DiskTool => ("disk_tool", "partition or wipe a disk", D),
+            Self::SqlDrop => ("sql_drop", "SQL DROP of a table, database or schema", D),
+            Self::SqlTruncate => ("sql_truncate", "SQL TRUNCATE TABLE", D),
+            Self::SqlDeleteAll => (
+                "sql_delete_all",
+                "SQL DELETE without WHERE (deletes every row)",
+                D,
+            ),
+            Self::GitForcePush => (
+                "git_force_push",
+                "git force push (rewrites remote history)",
+                D,
+            ),
+            Self::GitPushDelete => (
+                "git_push_delete",
+                "git push deleting remote branches or tags",
+                D,
+            ),
+            Self::GitResetHard => (
+                "git_reset_hard",
+                "git reset --hard (discards uncommitted changes)",
+                D,
+            ),
+            Self::GitCleanForce => (
+                "git_clean_force",
+                "git clean -f (deletes untracked files)",
+                D,
+            ),
+            Self::GitBranchForceDelete => (
+                "git_branch_force_delete",
+                "git branch -D (deletes a branch even if unmerged)",
+                D,
+            ),
+            Self::GitDiscardChanges => (
+                "git_discard_changes",
+                "discard uncommitted changes in the working tree",
+                D,
+            ),
+            Self::KillAll => ("kill_all", "kill every process", D),
+            Self::Killall => ("killall", "kill processes by name", D),
+            Self::PkillForce => ("pkill_force", "force-kill processes by name", D),
+            Self::Shutdown => ("shutdown", "shut down or reboot the machine", D),
+            Self::SystemctlStop => (
+                "systemctl_stop",
+                "stop, disable or mask a system service",
+                D,
+            ),
+            Self::FirewallFlush => ("firewall_flush", "flush or disable the firewall", D),
+            Self::CrontabRemove => ("crontab_remove", "remove the crontab", D),
+            Self::MoveToDevNull => (
+                "move_to_dev_null",
+                "move files to /dev/null (destroys them)",
+                D,
+            ),
+            Self::DeleteFiles => ("delete_files", "delete files", D),
+            Self::OverwriteFile => (
+                "overwrite_file",
+                "truncate or overwrite a file's contents",
+                D,
+            ),
+            Self::MoveFiles => (
+                "move_files",
+                "move or rename files (the source disappears, the target is replaced)",
+                D,
+            ),
+            Self::ChangePermissions => (
+                "change_permissions",
+                "change file permissions or ownership",
+                D,
+            ),
         }
     }
 
-    fn matches(&self, command: &str) -> bool {
-        self.matchers.iter().any(|(re, check)| match check {
-            None => re.is_match(command),
-            Some(check) => re.captures_iter(command).any(|c| check(&c)),
-        })
+    const fn level(self) -> Level {
+        self.spec().2
     }
 
-    fn verdict(&self) -> Verdict {
-        let (key, description) = (self.key, self.description);
-        match self.level {
+    fn verdict(self) -> Verdict {
+        let (key, description, level) = self.spec();
+        match level {
             Level::Forbidden => Verdict::Forbidden { key, description },
             Level::Dangerous => Verdict::Dangerous { key, description },
         }
     }
 }
 
-static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| SPECS.iter().map(Rule::compile).collect());
-
 // ---------------------------------------------------------------------------------------
-// Checks on captures.
+// The walk's state. The walking itself is in `shell` (the tree) and `commands` (one simple
+// command's words).
 
-/// The words captured as `args`, quotes removed, redirections (`2>/dev/null`, `> out`)
-/// dropped.
-fn words(c: &Captures<'_>) -> Vec<String> {
-    let raw = c.name("args").map_or("", |m| m.as_str());
-    let mut out = Vec::new();
-    let mut skip_next = false;
-    for word in raw.split_whitespace() {
-        if skip_next {
-            skip_next = false;
-            continue;
-        }
-        if word.contains(['<', '>']) {
-            // A lone operator's target is the next word.
-            skip_next = word.ends_with(['<', '>']);
-            continue;
-        }
-        let word: String = word.chars().filter(|&ch| ch != '"' && ch != '\'').collect();
-        if !word.is_empty() {
-            out.push(word);
-        }
-    }
-    out
-}
-
-/// Splits words into flags and operands; `--` ends the flags.
-fn flags_and_operands(words: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let mut flags = Vec::new();
-    let mut operands = Vec::new();
-    let mut flags_ended = false;
-    for w in words {
-        if flags_ended {
-            operands.push(w);
-        } else if w == "--" {
-            flags_ended = true;
-        } else if w.len() > 1 && w.starts_with('-') {
-            flags.push(w);
-        } else {
-            operands.push(w);
-        }
-    }
-    (flags, operands)
-}
-
-/// Whether a short flag cluster (`-rf`) holds `letter`, or a long flag equals `long`.
-fn has_flag(flags: &[String], letter: char, long: &str) -> bool {
-    flags.iter().any(|f| {
-        if f.starts_with("--") {
-            f == long
-        } else {
-            f.contains(letter)
-        }
-    })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an earlier `cd` on the line went, for `cd / && rm -rf *`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Target {
     /// `/`, `/*` or a top-level system directory.
     Root,
     /// `~`, `$HOME`, `${HOME}`.
     Home,
+    #[default]
     Other,
 }
 
-fn target_kind(operand: &str) -> Target {
-    let mut t = String::with_capacity(operand.len());
-    for ch in operand.chars() {
-        if !(ch == '/' && t.ends_with('/')) {
-            t.push(ch);
+#[derive(Default)]
+struct Scan {
+    /// The first rule (in priority order) found so far.
+    worst: Option<Rule>,
+    /// How many scripts deep we are (`sh -c "sh -c '…'"`).
+    nesting: usize,
+    /// Inside a script whose text is only approximate (it had expansions): only hard-line
+    /// findings count there, the caller already recorded `interpreter_code`.
+    hard_only: bool,
+    cwd: Target,
+    /// What the pipeline stage being walked runs (downloads, `find`, a plain `echo`).
+    stage: shell::Stage,
+}
+
+impl Scan {
+    fn add(&mut self, rule: Rule) {
+        if self.hard_only && rule.level() == Level::Dangerous {
+            return;
+        }
+        if self.worst.is_none_or(|w| rule < w) {
+            self.worst = Some(rule);
         }
     }
-    loop {
-        if t.ends_with("/*") || t.ends_with("/.") {
-            t.truncate(t.len() - 2);
-        } else if t.len() > 1 && t.ends_with('/') {
-            t.pop();
-        } else {
-            break;
+}
+
+// ---------------------------------------------------------------------------------------
+// SQL, searched in the raw text (see the module docs).
+
+/// The SQL rules the text triggers: `DROP TABLE|DATABASE|SCHEMA`, `TRUNCATE TABLE`, and
+/// `DELETE FROM t` with no `WHERE` before the next `;`. Keywords match case-insensitively
+/// as whole words separated by whitespace.
+fn sql_rules(text: &str) -> Vec<Rule> {
+    let lower = text.to_ascii_lowercase();
+    let words = sql_words(&lower);
+    let mut found = Vec::new();
+    for pair in words.windows(2) {
+        let ((a_start, a), (b_start, b)) = (pair[0], pair[1]);
+        // Only whitespace between the two words, as `\s+` did.
+        let gap = &lower[a_start + a.len()..b_start];
+        if gap.is_empty() || !gap.chars().all(char::is_whitespace) {
+            continue;
         }
-    }
-    match t.as_str() {
-        "" | "/" => Target::Root,
-        "~" | "$HOME" | "${HOME}" => Target::Home,
-        s if s.strip_prefix('/').is_some_and(|d| TOP_DIRS.contains(&d)) => Target::Root,
-        _ => Target::Other,
-    }
-}
-
-/// `/`, home, or a path inside a directory of the operating system (`/etc/...`).
-fn is_system_path(operand: &str) -> bool {
-    target_kind(operand) != Target::Other
-        || operand
-            .strip_prefix('/')
-            .and_then(|rest| rest.split('/').next())
-            .is_some_and(|first| SYSTEM_DIRS.contains(&first))
-}
-
-fn rm_parts(c: &Captures<'_>) -> (bool, Vec<String>) {
-    let (flags, operands) = flags_and_operands(words(c));
-    (
-        has_flag(&flags, 'r', "--recursive") || has_flag(&flags, 'R', "--recursive"),
-        operands,
-    )
-}
-
-fn rm_is_recursive(c: &Captures<'_>) -> bool {
-    rm_parts(c).0
-}
-
-fn rm_deletes_root(c: &Captures<'_>) -> bool {
-    let (recursive, operands) = rm_parts(c);
-    recursive && operands.iter().any(|o| target_kind(o) == Target::Root)
-}
-
-fn rm_deletes_home(c: &Captures<'_>) -> bool {
-    let (recursive, operands) = rm_parts(c);
-    recursive && operands.iter().any(|o| target_kind(o) == Target::Home)
-}
-
-/// Whether a chmod mode (`777`, `o+w`, `a=rwx,u+x`) lets everyone write.
-fn mode_is_world_writable(mode: &str) -> bool {
-    if !mode.is_empty() && mode.chars().all(|ch| ('0'..='7').contains(&ch)) {
-        return mode.len() <= 4 && mode.ends_with(['2', '3', '6', '7']);
-    }
-    mode.split(',').any(|clause| {
-        let who_len = clause
-            .find(|ch: char| !"ugoa".contains(ch))
-            .unwrap_or(clause.len());
-        let (who, ops) = clause.split_at(who_len);
-        if !who.contains(['o', 'a']) {
-            return false;
-        }
-        let mut granting = false;
-        ops.chars().any(|ch| match ch {
-            '+' | '=' => {
-                granting = true;
-                false
+        match (a, b) {
+            ("drop", "table" | "database" | "schema") => found.push(Rule::SqlDrop),
+            ("truncate", "table") => found.push(Rule::SqlTruncate),
+            ("delete", "from") if delete_has_no_where(&lower[b_start + b.len()..]) => {
+                found.push(Rule::SqlDeleteAll);
             }
-            '-' => {
-                granting = false;
-                false
+            _ => {}
+        }
+    }
+    found
+}
+
+/// ASCII words (`[A-Za-z0-9_]+`) with their byte offsets.
+fn sql_words(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, ch) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        let word_char = ch.is_ascii_alphanumeric() || ch == '_';
+        match (start, word_char) {
+            (None, true) => start = Some(i),
+            (Some(s), false) => {
+                out.push((s, &text[s..i]));
+                start = None;
             }
-            'w' => granting,
-            _ => false,
-        })
-    })
-}
-
-/// (recursive, world-writable mode, some target is a system path)
-fn chmod_parts(c: &Captures<'_>) -> (bool, bool, bool) {
-    let (flags, operands) = flags_and_operands(words(c));
-    let recursive = has_flag(&flags, 'R', "--recursive");
-    let Some((mode, targets)) = operands.split_first() else {
-        return (recursive, false, false);
-    };
-    let system = targets.iter().any(|t| is_system_path(t));
-    (recursive, mode_is_world_writable(mode), system)
-}
-
-fn chmod_world_writable(c: &Captures<'_>) -> bool {
-    let (recursive, world_writable, system) = chmod_parts(c);
-    world_writable && (recursive || system)
-}
-
-fn chmod_recursive_system(c: &Captures<'_>) -> bool {
-    let (recursive, _, system) = chmod_parts(c);
-    recursive && system
-}
-
-/// Partition tools only list (`fdisk -l`) unless told otherwise; `wipefs` always counts.
-fn disk_tool_writes(c: &Captures<'_>) -> bool {
-    if c.name("name").is_some_and(|m| m.as_str() == "wipefs") {
-        return true;
+            _ => {}
+        }
     }
-    let (flags, _) = flags_and_operands(words(c));
-    !flags.iter().any(|f| f == "-l" || f == "--list")
+    out
 }
 
-/// Whether the interpreter at the end of `curl ... |` runs its stdin as a program (`sh`,
-/// `bash -s`, `python3 -`), rather than reading it as data (`python3 -m json.tool`,
-/// `bash -c '...'`, `sh script.sh`).
-fn pipe_runs_stdin(c: &Captures<'_>) -> bool {
-    let interp = c.name("interp").map_or("", |m| m.as_str());
-    let Some(next) = c.name("next").map(|m| m.as_str().trim_matches(['"', '\''])) else {
-        return true;
-    };
-    if next == "-" {
-        return true;
-    }
-    let Some(flag) = next.strip_prefix('-') else {
-        // A script file or the program's arguments: stdin is data.
-        return false;
-    };
-    let code_from_argument = match interp {
-        "sh" | "bash" | "zsh" | "dash" | "ksh" | "mksh" | "fish" => flag.ends_with('c'),
-        i if i.starts_with("python") => flag.ends_with(['c', 'm']),
-        _ => flag.contains(['e', 'E']) || flag == "r",
-    };
-    !code_from_argument
-}
-
-static WHERE: LazyLock<Regex> = LazyLock::new(|| {
-    // Cannot fail: a literal pattern, exercised by the `sql_delete_all` cases in the tests.
-    Regex::new(r"(?i)(?-u:\b)where(?-u:\b)").expect("WHERE pattern must compile")
-});
-
-fn sql_has_no_where(c: &Captures<'_>) -> bool {
-    !c.name("rest").is_some_and(|m| WHERE.is_match(m.as_str()))
-}
-
-fn fork_bomb_names_agree(c: &Captures<'_>) -> bool {
-    let name = |g: &str| c.name(g).map(|m| m.as_str());
-    let a = name("a");
-    a.is_some() && ["b", "c", "d"].iter().all(|g| name(g) == a)
-}
-
-/// `git checkout .`, `git checkout -- .`, `git restore .` (but not `git restore --staged .`,
-/// which only unstages).
-fn git_discards_worktree(c: &Captures<'_>) -> bool {
-    let (flags, operands) = flags_and_operands(words(c));
-    let everything = operands
-        .iter()
-        .any(|o| matches!(o.as_str(), "." | "./" | ":/" | ":/*" | "*"));
-    if !everything {
+/// After `delete from`: whitespace, a table name (up to whitespace or `;`), then the rest of
+/// the statement up to `;` must not hold the word `where`.
+fn delete_has_no_where(after_from: &str) -> bool {
+    let trimmed = after_from.trim_start();
+    if trimmed.len() == after_from.len() {
         return false;
     }
-    match c.name("sub").map(|m| m.as_str()) {
-        Some("restore") => {
-            let staged = has_flag(&flags, 'S', "--staged");
-            let worktree = has_flag(&flags, 'W', "--worktree");
-            !staged || worktree
-        }
-        _ => true,
+    let name_len = trimmed
+        .find(|ch: char| ch.is_whitespace() || ch == ';')
+        .unwrap_or(trimmed.len());
+    if name_len == 0 {
+        return false;
     }
+    let rest = &trimmed[name_len..];
+    let statement = rest.split(';').next().unwrap_or("");
+    !sql_words(statement).iter().any(|&(_, w)| w == "where")
+}
+
+// ---------------------------------------------------------------------------------------
+// Example tables, shared with the integration tests that run commands for real.
+
+/// The placeholder in [`DESTRUCTIVE_EXAMPLES`] for the base64 of `rm -rf DIR`.
+pub const BASE64_RM_RF_DIR: &str = "RM_RF_DIR_BASE64";
+
+/// Commands that destroy data, each of which [`check_command`] must not call safe: the 18 of
+/// issue 12 and 15 more obvious ones. `DIR` stands for a directory and `FILE` for a regular
+/// file; fill them in with [`fill_example`]. The git ones expect to run inside a repository
+/// whose remote `origin` has branches `branch` and `b`. Every one terminates on its own
+/// (`dd` writes one block).
+pub const DESTRUCTIVE_EXAMPLES: &[&str] = &[
+    // The issue's table.
+    "python3 -c \"import shutil; shutil.rmtree('DIR')\"",
+    "perl -MFile::Path -e 'rmtree(\"DIR\")'",
+    "$(echo rm) -rf DIR",
+    "r''m -rf DIR",
+    "\"rm\" -rf DIR",
+    "RM=rm; $RM -rf DIR",
+    "echo RM_RF_DIR_BASE64 | base64 -d | sh",
+    "rm DIR/*",
+    "ls DIR/*.txt | xargs rm",
+    "truncate -s0 FILE",
+    "> FILE",
+    ": > FILE",
+    "cp /dev/null FILE",
+    "sed -i d FILE",
+    "shred -u FILE",
+    "chmod 777 FILE",
+    "mv DIR DIR.gone",
+    "git push origin :branch",
+    // The obvious ones.
+    "rm -rf DIR",
+    "rm -r DIR",
+    "find DIR -delete",
+    "find DIR -exec rm {} +",
+    "\\rm -rf DIR",
+    "bash -c 'rm -rf DIR'",
+    "sh -c \"rm -r DIR\"",
+    "git push --force",
+    "git push origin --delete b",
+    "git reset --hard",
+    "git clean -fdx",
+    "dd if=/dev/zero of=FILE count=1",
+    "tee FILE < /dev/null",
+    "chown nobody FILE",
+    "unlink FILE",
+];
+
+/// Everyday commands that must stay [`Verdict::Safe`]: look-alikes of dangerous ones (a
+/// dangerous word inside a quoted argument, appends, output thrown away) and plain work.
+/// `cp a b` is here on purpose: a copy is the everyday way to make a file, and whether `b`
+/// already exists is not known when the line is checked (`cp /dev/null FILE` is caught).
+pub const SAFE_EXAMPLES: &[&str] = &[
+    "ls -la",
+    "ls -la /",
+    "cat README.md",
+    "grep -r foo .",
+    "grep -rn 'rm -rf' src",
+    "cargo build",
+    "cargo test -- --nocapture 2>&1 | tail -50",
+    "git status",
+    "git log --oneline -5",
+    "git diff HEAD~1 -- src/",
+    "git commit -m \"rm -rf x\"",
+    "git commit -m \"x; rm -rf y\"",
+    "git push origin main",
+    "git checkout -b feature",
+    "git restore --staged .",
+    "echo rm -rf /",
+    "echo \"rm -rf /\"",
+    "echo '$(rm -rf /)'",
+    "printf '%s\\n' \"rm -rf /\"",
+    "cargo build > /dev/null 2>&1",
+    "make >> build.log 2>&1",
+    "ls | tee -a log.txt",
+    "mkdir -p x",
+    "touch new.txt",
+    "cp a b",
+    "cd src && ls",
+    "find . -name '*.rs'",
+    "find . -name '*.rs' -exec grep -l foo {} \\;",
+    "curl -s https://example.com | jq .",
+    "python3 -m json.tool < data.json",
+    "python3 script.py",
+    "bash script.sh",
+    "sh -c 'ls -la'",
+    "bash -lc \"cargo test 2>&1 | tail\"",
+    "env RUST_LOG=debug cargo run",
+    "sudo apt-get install -y jq",
+    "timeout 5 cargo run",
+    "for f in *.rs; do wc -l \"$f\"; done",
+    "cat <<'EOF'\nrm -rf /\nEOF",
+    "awk '{print $1}' file | sort | uniq -c",
+    "sed -n 1,10p file",
+    "command -v rm",
+    "xargs echo < list.txt",
+];
+
+/// Fills one of [`DESTRUCTIVE_EXAMPLES`] in: `DIR` and `FILE` become the paths, the base64
+/// placeholder becomes the base64 of `rm -rf DIR`. The paths go in as they are (some
+/// templates hold them inside quotes), so `None` when one is empty, starts with `-`, or
+/// holds a character other than ASCII letters, digits and `/._+@%,:-`.
+pub fn fill_example(template: &str, dir: &str, file: &str) -> Option<String> {
+    let plain = |p: &str| {
+        !p.is_empty()
+            && !p.starts_with('-')
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._+@%,:-".contains(c))
+    };
+    if !plain(dir) || !plain(file) {
+        return None;
+    }
+    let encoded = base64(format!("rm -rf {dir}").as_bytes());
+    let tokens = [
+        (BASE64_RM_RF_DIR, encoded.as_str()),
+        ("DIR", dir),
+        ("FILE", file),
+    ];
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    // One pass, so a filled-in path is never itself searched for placeholders.
+    'outer: while let Some(ch) = rest.chars().next() {
+        for (token, value) in tokens {
+            if let Some(after) = rest.strip_prefix(token) {
+                out.push_str(value);
+                rest = after;
+                continue 'outer;
+            }
+        }
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    Some(out)
+}
+
+/// Standard base64 with padding; a few lines instead of a dependency for one test helper.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let byte = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
+        let n = (byte(0) << 16) | (byte(1) << 8) | byte(2);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * k)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
+    use std::ops::Add;
+
+    use super::commands::{mode_is_world_writable, target_kind};
     use super::*;
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -806,6 +600,25 @@ mod tests {
         }
     }
 
+    fn check(cases: &[(&str, Expect)]) {
+        let failures: Vec<String> = cases
+            .iter()
+            .filter_map(|&(cmd, want)| {
+                let got = class(&check_command(cmd));
+                (got != want).then(|| format!("{cmd:?}: want {want:?}, got {got:?}"))
+            })
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+
+    /// Every rule that existed before the shell parser, with the commands that tested it;
+    /// the verdicts must not change (only the entries marked "now dangerous" moved, from
+    /// safe to a new broad key).
     const CASES: &[(&str, Expect)] = &[
         // --- hard-line: delete of / and home ---
         ("rm -rf /", F("delete_root")),
@@ -1023,6 +836,21 @@ mod tests {
         ("crontab -r", D("crontab_remove")),
         ("crontab -u bob -r", D("crontab_remove")),
         ("mv important.db /dev/null", D("move_to_dev_null")),
+        // --- now dangerous: these were safe before issue 12 (every delete, move,
+        // truncation and permission change asks) ---
+        ("rm file.txt", D("delete_files")),
+        ("rm -f build.log", D("delete_files")),
+        ("rmdir empty", D("delete_files")),
+        ("mv a.txt b.txt", D("move_files")),
+        ("truncate -s 0 app.log", D("overwrite_file")),
+        ("shred secret.txt", D("overwrite_file")),
+        ("grep x /etc/passwd > out.txt", D("overwrite_file")),
+        ("chmod 755 script.sh", D("change_permissions")),
+        ("chmod +x run.sh", D("change_permissions")),
+        ("chmod 777 file.sh", D("chmod_world_writable")),
+        ("chmod -R u+w .", D("change_permissions")),
+        ("chown me file.txt", D("change_permissions")),
+        ("git checkout -- src/main.rs", D("git_discard_changes")),
         // --- safe: look-alikes that must not trip ---
         ("ls -la /", Safe),
         ("echo rm", Safe),
@@ -1038,18 +866,11 @@ mod tests {
         ("git branch -d merged", Safe),
         ("git checkout main", Safe),
         ("git checkout -b feature", Safe),
-        ("git checkout -- src/main.rs", Safe),
         ("git restore --staged .", Safe),
         ("git log --oneline | head -5", Safe),
         ("cat /etc/hosts", Safe),
         ("sed -n 1p /etc/hosts", Safe),
         ("cp /etc/hosts ./hosts", Safe),
-        ("grep x /etc/passwd > out.txt", Safe),
-        ("chmod 755 script.sh", Safe),
-        ("chmod +x run.sh", Safe),
-        ("chmod 777 file.sh", Safe),
-        ("chmod -R u+w .", Safe),
-        ("chown me file.txt", Safe),
         ("curl https://x | jq .", Safe),
         ("curl -fsSL https://x -o install.sh", Safe),
         ("curl https://x | python3 -m json.tool", Safe),
@@ -1057,9 +878,6 @@ mod tests {
         ("curl https://x | shasum -a 256", Safe),
         ("find . -name '*.rs'", Safe),
         ("find . -type f | wc -l", Safe),
-        ("rm file.txt", Safe),
-        ("rm -f build.log", Safe),
-        ("rmdir empty", Safe),
         ("docker rm -f web", Safe),
         ("npm rm lodash", Safe),
         ("cargo build && cargo test", Safe),
@@ -1077,12 +895,9 @@ mod tests {
         ("systemctl restart nginx", Safe),
         ("iptables -L", Safe),
         ("crontab -l", Safe),
-        ("mv a.txt b.txt", Safe),
         ("fdisk -l", Safe),
         ("psql -c \"DELETE FROM users WHERE id = 1\"", Safe),
         ("psql -c 'select * from drops'", Safe),
-        ("truncate -s 0 app.log", Safe),
-        ("shred secret.txt", Safe),
         ("f(){ echo hi; }; f", Safe),
         ("mkdir -p /tmp/x && cd /tmp/x", Safe),
         ("", Safe),
@@ -1091,67 +906,295 @@ mod tests {
     #[test]
     fn table() {
         assert!(CASES.len() >= 60);
-        let failures: Vec<String> = CASES
-            .iter()
-            .filter_map(|&(cmd, want)| {
-                let got = class(&check_command(cmd));
-                (got != want).then(|| format!("{cmd:?}: want {want:?}, got {got:?}"))
-            })
-            .collect();
-        assert!(
-            failures.is_empty(),
-            "{} failures:\n{}",
-            failures.len(),
-            failures.join("\n")
-        );
+        check(CASES);
+    }
+
+    /// Issue 12: what the regex classifier missed, and what the parser must see through.
+    const SEE_THROUGH: &[(&str, Expect)] = &[
+        // Quoting and escapes in the command name.
+        ("r''m -rf /", F("delete_root")),
+        ("\"rm\" -rf /", F("delete_root")),
+        ("'rm' -rf ~", F("delete_home")),
+        ("r\\m -rf /", F("delete_root")),
+        ("$'\\x72m' -rf /", F("delete_root")),
+        ("rm -rf '/'", F("delete_root")),
+        ("rm \\\n -rf \\\n /", F("delete_root")),
+        // Words that tree-sitter hangs on a redirection still reach the command.
+        ("rm >/dev/null -rf /", F("delete_root")),
+        ("rm 2>/dev/null -r build", D("recursive_delete")),
+        // Prefix words.
+        (
+            "sudo -u root env A=b nice -n 5 timeout -s KILL 10 nohup rm -rf /",
+            F("delete_root"),
+        ),
+        ("command rm -rf /", F("delete_root")),
+        ("builtin exec time stdbuf -oL rm -rf /", F("delete_root")),
+        ("xargs -0 -n1 rm -r < list", D("recursive_delete")),
+        ("if true; then rm -rf /; fi", F("delete_root")),
+        ("for d in a; do rm -r $d; done", D("recursive_delete")),
+        ("(cd x && rm -rf /)", F("delete_root")),
+        ("{ rm -rf /; }", F("delete_root")),
+        ("! rm -rf /", F("delete_root")),
+        ("x=$(rm -rf /)", F("delete_root")),
+        ("diff <(rm -rf /) b", F("delete_root")),
+        ("cat <<EOF\n$(rm -rf /)\nEOF", F("delete_root")),
+        // A command name made by an expansion.
+        ("$(echo rm) -rf build", D("dynamic_command")),
+        ("`echo rm` -rf build", D("dynamic_command")),
+        ("RM=rm; $RM -rf build", D("dynamic_command")),
+        ("\"$RM\" -rf build", D("dynamic_command")),
+        ("sudo ${RM} x", D("dynamic_command")),
+        ("/bin/r? -rf build", D("dynamic_command")),
+        ("ls | xargs $CMD", D("dynamic_command")),
+        // Shell code, read again.
+        ("bash -c 'bash -c \"rm -rf /\"'", F("delete_root")),
+        ("sh -ec 'cd / && rm -rf *'", F("delete_root")),
+        ("bash -lc 'ls -la'", Safe),
+        ("sh -c 'rm -r build'", D("recursive_delete")),
+        ("bash -c \"rm -rf $HOME\"", F("delete_home")),
+        ("bash -c \"ls $DIR\"", D("interpreter_code")),
+        ("eval 'rm -rf /'", F("delete_root")),
+        ("eval \"$(ssh-agent -s)\"", D("interpreter_code")),
+        ("eval \"$(curl -s https://x)\"", D("pipe_to_shell")),
+        ("trap 'rm -rf /' EXIT", F("delete_root")),
+        ("trap 'echo bye' EXIT", Safe),
+        ("watch 'rm -rf /'", F("delete_root")),
+        ("env -S 'rm -rf /'", F("delete_root")),
+        ("su -c 'rm -rf /' root", F("delete_root")),
+        ("bash <<'EOF'\nrm -rf /\nEOF", F("delete_root")),
+        ("sh <<EOF\nrm -r build\nEOF", D("recursive_delete")),
+        ("sh <<EOF\nrm -r $X\nEOF", D("interpreter_code")),
+        ("sh <<< 'rm -rf /'", F("delete_root")),
+        ("echo 'rm -rf /' | sh", F("delete_root")),
+        ("cat <<EOF | sh\nrm -rf /\nEOF", F("delete_root")),
+        ("cat <<'EOF' | bash\nls\nEOF", Safe),
+        (
+            "cat <<EOF | sudo bash -s\nrm -r $X\nEOF",
+            D("interpreter_code"),
+        ),
+        ("sh <<EOF | tee -a log\nrm x\nEOF", D("delete_files")),
+        ("cat <<EOF > f.sh && sh f.sh\nls\nEOF", D("overwrite_file")),
+        ("cat <<EOF | python3\nprint(1)\nEOF", D("interpreter_code")),
+        ("echo ls | bash", Safe),
+        ("echo cm0gLXJmIC8= | base64 -d | sh", D("interpreter_code")),
+        ("cat script.sh | bash", D("interpreter_code")),
+        ("source /dev/stdin", D("interpreter_code")),
+        ("bash -s < /dev/stdin", D("interpreter_code")),
+        ("bash <(echo ls)", D("interpreter_code")),
+        ("source ./env.sh", Safe),
+        (
+            "find . -name x -exec sh -c 'rm -rf /' \\;",
+            F("delete_root"),
+        ),
+        ("ls | xargs sh -c 'rm -rf /'", F("delete_root")),
+        ("sh -c 'sh -c \"sh -c \\\"sh -c ls\\\"\"'", Safe),
+        // Other interpreters: never read, always asked.
+        ("python3 -c 'print(1)'", D("interpreter_code")),
+        ("python -Bc 'import os'", D("interpreter_code")),
+        ("python3 - <<'EOF'\nprint(1)\nEOF", D("interpreter_code")),
+        ("echo 'print(1)' | python3", D("interpreter_code")),
+        ("perl -e 'unlink \"x\"'", D("interpreter_code")),
+        ("perl -pi -e 's/a/b/' f", D("interpreter_code")),
+        ("perl -i.bak -p script.pl f", D("overwrite_file")),
+        ("ruby -e 'File.delete(\"x\")'", D("interpreter_code")),
+        (
+            "node -e 'require(\"fs\").rmSync(\"x\")'",
+            D("interpreter_code"),
+        ),
+        ("node --eval=1", D("interpreter_code")),
+        ("php -r 'unlink(\"x\");'", D("interpreter_code")),
+        (
+            "awk 'BEGIN { system(\"rm -rf x\") }'",
+            D("interpreter_code"),
+        ),
+        ("awk '{ print | \"sh\" }' f", D("interpreter_code")),
+        ("gawk -i inplace '{print}' f", D("overwrite_file")),
+        ("awk '/a|b/ { print $1 }' f", Safe),
+        ("python3 -m http.server", Safe),
+        ("node server.js", Safe),
+        ("perl script.pl", Safe),
+        // xargs, find.
+        ("ls build/*.o | xargs rm", D("delete_files")),
+        ("find . -name '*.tmp' | xargs -0 rm -f", D("find_delete")),
+        ("find . -exec rm -rf {} +", D("recursive_delete")),
+        ("find . -execdir sudo rm {} \\;", D("find_delete")),
+        ("find . -fprint out.txt", D("overwrite_file")),
+        // Deletes, moves, truncation, overwrite.
+        ("rm build/*", D("delete_files")),
+        ("unlink f", D("delete_files")),
+        ("rsync -a --delete src/ dst/", D("delete_files")),
+        ("mv build build.old", D("move_files")),
+        ("mv -t /tmp a b", D("move_files")),
+        ("> out.txt", D("overwrite_file")),
+        (": > out.txt", D("overwrite_file")),
+        ("cmd >| out.txt", D("overwrite_file")),
+        ("cmd &> out.txt", D("overwrite_file")),
+        ("cmd 2> err.txt", D("overwrite_file")),
+        ("cmd > \"$OUT\"", D("overwrite_file")),
+        ("cat <<EOF > f.rs\nfn main() {}\nEOF", D("overwrite_file")),
+        ("cmd >> log.txt 2>&1", Safe),
+        ("cmd &>> log.txt", Safe),
+        ("cmd >&2", Safe),
+        ("exec 3>&1", Safe),
+        ("cmd > /dev/null", Safe),
+        ("cmd 2>/dev/stderr", Safe),
+        ("cp /dev/null f", D("overwrite_file")),
+        ("cp a /dev/null", Safe),
+        ("sed -i 's/a/b/' f", D("overwrite_file")),
+        ("sed -ie 's/a/b/' f", D("overwrite_file")),
+        ("sed --in-place=.bak 's/a/b/' f", D("overwrite_file")),
+        ("sed -e 's/i/j/' f", Safe),
+        ("sed -n -e '/x/p' f", Safe),
+        ("tee f < /dev/null", D("overwrite_file")),
+        ("echo x | tee -a f", Safe),
+        ("echo x | tee /dev/null", Safe),
+        ("truncate --size=0 f", D("overwrite_file")),
+        ("dd if=/dev/zero of=f count=1", D("dd_write")),
+        // Permissions.
+        ("chmod u+x f", D("change_permissions")),
+        ("chmod -w f", D("change_permissions")),
+        ("chmod o+w f", D("chmod_world_writable")),
+        ("chown nobody f", D("change_permissions")),
+        ("chgrp staff f", D("change_permissions")),
+        // git.
+        ("git push origin :branch", D("git_push_delete")),
+        ("git push origin --delete b", D("git_push_delete")),
+        ("git push -d origin b", D("git_push_delete")),
+        ("git push --mirror backup", D("git_push_delete")),
+        ("git push --prune origin", D("git_push_delete")),
+        ("git push origin :", Safe),
+        ("git push origin HEAD:refs/heads/x", Safe),
+        ("git push -u origin feature", Safe),
+        ("git push -o ci.skip origin main", Safe),
+        (
+            "git push --force-if-includes --force-with-lease",
+            D("git_force_push"),
+        ),
+        ("git -c user.name=x push --force", D("git_force_push")),
+        ("git restore src/lib.rs", D("git_discard_changes")),
+        (
+            "git restore --source=HEAD~2 src/lib.rs",
+            D("git_discard_changes"),
+        ),
+        ("git checkout -f main", D("git_discard_changes")),
+        ("git checkout HEAD -- a.rs b.rs", D("git_discard_changes")),
+        ("git branch -df old", D("git_branch_force_delete")),
+        // Unparsable lines ask; what could be read is still judged.
+        ("echo \"unterminated", D("unparsed_command")),
+        ("ls )", D("unparsed_command")),
+        ("rm -rf / (", F("delete_root")),
+        // No false alarms inside quoted arguments or data.
+        ("git commit -m \"x; rm -rf y\"", Safe),
+        ("git commit -m 'x && rm -rf /'", Safe),
+        ("echo '$(rm -rf /)'", Safe),
+        ("echo \"\\$(rm -rf /)\"", Safe),
+        ("grep -r 'sh -c' .", Safe),
+        ("cat <<'EOF'\n$(rm -rf /)\nEOF", Safe),
+        ("printf 'rm -rf /' > /dev/null", Safe),
+        ("echo 'sh -c \"rm -rf /\"'", Safe),
+        ("command -v rm", Safe),
+        ("function f { f; }", Safe),
+        ("f() { f | f & }", Safe),
+    ];
+
+    #[test]
+    fn sees_through_the_shell() {
+        check(SEE_THROUGH);
     }
 
     #[test]
-    fn every_pattern_compiles() {
-        for spec in SPECS {
-            for p in spec.patterns {
-                let expanded = expand(p.re);
-                assert!(!expanded.contains("{CMD}"), "{}", spec.key);
-                if let Err(e) = Regex::new(&expanded) {
-                    panic!("{}: {e}", spec.key);
+    fn destructive_examples_all_ask() {
+        assert_eq!(DESTRUCTIVE_EXAMPLES.len(), 33);
+        let mut failures = Vec::new();
+        for template in DESTRUCTIVE_EXAMPLES {
+            let filled = fill_example(template, "/tmp/tern-x/victim.dir", "/tmp/tern-x/f.txt")
+                .unwrap_or_else(|| panic!("{template} must fill"));
+            assert!(
+                !filled.contains("DIR") && !filled.contains("FILE"),
+                "{filled}"
+            );
+            for cmd in [*template, filled.as_str()] {
+                if check_command(cmd) == Verdict::Safe {
+                    failures.push(cmd.to_owned());
                 }
             }
         }
-        assert_eq!(RULES.len(), SPECS.len());
+        assert!(failures.is_empty(), "judged safe:\n{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn safe_examples_stay_safe() {
+        let cases: Vec<(&str, Expect)> = SAFE_EXAMPLES.iter().map(|&c| (c, Safe)).collect();
+        check(&cases);
+    }
+
+    #[test]
+    fn fill_example_fills_and_refuses_paths_that_need_quoting() {
+        assert_eq!(
+            fill_example("mv DIR DIR.gone && cp /dev/null FILE", "d/x", "f.txt").as_deref(),
+            Some("mv d/x d/x.gone && cp /dev/null f.txt")
+        );
+        assert_eq!(
+            fill_example("echo RM_RF_DIR_BASE64 | base64 -d | sh", "x", "f").as_deref(),
+            Some("echo cm0gLXJmIHg= | base64 -d | sh")
+        );
+        for bad in ["", "-rf", "a b", "a'b", "a\"b", "$HOME", "a;b", "~/x"] {
+            assert_eq!(fill_example("rm DIR", bad, "f"), None, "{bad:?}");
+            assert_eq!(fill_example("rm FILE", "d", bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn base64_matches_the_standard() {
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("rm -rf /", "cm0gLXJmIC8="),
+        ] {
+            assert_eq!(base64(input.as_bytes()), want, "{input}");
+        }
     }
 
     #[test]
     fn keys_are_unique_snake_case_and_hard_line_comes_first() {
         let mut seen = std::collections::HashSet::new();
-        for spec in SPECS {
-            assert!(seen.insert(spec.key), "duplicate key {}", spec.key);
+        for rule in Rule::ALL {
+            let (key, description, _) = rule.spec();
+            assert!(seen.insert(key), "duplicate key {key}");
             assert!(
-                spec.key
-                    .chars()
+                key.chars()
                     .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_'),
-                "{}",
-                spec.key
+                "{key}"
             );
-            assert!(!spec.description.is_empty());
+            assert!(!description.is_empty());
         }
-        let first_dangerous = SPECS
+        assert!(
+            Rule::ALL.is_sorted(),
+            "ALL must list the rules in priority order"
+        );
+        let first_dangerous = Rule::ALL
             .iter()
-            .position(|s| s.level == Level::Dangerous)
+            .position(|r| r.level() == Level::Dangerous)
             .unwrap();
         assert!(
-            SPECS[first_dangerous..]
+            Rule::ALL[first_dangerous..]
                 .iter()
-                .all(|s| s.level == Level::Dangerous)
+                .all(|r| r.level() == Level::Dangerous)
         );
     }
 
     #[test]
-    fn every_key_is_covered_by_the_table() {
-        for spec in SPECS {
+    fn every_key_is_covered_by_a_test_case() {
+        for rule in Rule::ALL {
+            let (key, _, _) = rule.spec();
             let covered = CASES
                 .iter()
-                .any(|&(_, want)| want == D(spec.key) || want == F(spec.key));
-            assert!(covered, "no test case for {}", spec.key);
+                .chain(SEE_THROUGH)
+                .any(|&(_, want)| want == D(key) || want == F(key));
+            assert!(covered, "no test case for {key}");
         }
     }
 
@@ -1174,14 +1217,13 @@ mod tests {
     }
 
     #[test]
-    fn whitespace_and_line_breaks_are_normalised() {
-        assert_eq!(normalize("  rm\t -rf \\\n  /  "), "rm -rf /");
-        assert_eq!(normalize("echo a\n\n  rm  -rf x\n"), "echo a\nrm -rf x");
+    fn line_breaks_separate_commands() {
         assert_eq!(class(&check_command("echo ok\nrm -rf /")), F("delete_root"));
         assert_eq!(
             class(&check_command("rm \\\n -rf \\\n build")),
             D("recursive_delete")
         );
+        assert_eq!(class(&check_command("  \n\n  ")), Safe);
     }
 
     #[test]
@@ -1194,6 +1236,32 @@ mod tests {
             class(&check_command("rm -rf build; dd if=/dev/zero of=/dev/sda")),
             F("overwrite_disk")
         );
+        // Opaque code outranks a narrow key, so a grant for that key does not cover it.
+        assert_eq!(
+            class(&check_command("rm -rf build && python3 -c 'x'")),
+            D("interpreter_code")
+        );
+    }
+
+    #[test]
+    fn deep_nesting_asks_instead_of_overflowing() {
+        let deep = format!("{}ls{}", "$(".repeat(5000), ")".repeat(5000));
+        assert_eq!(class(&check_command(&deep)), D("unparsed_command"));
+        // Each `eval` hands the rest to a nested script.
+        assert_eq!(class(&check_command(&"eval ".repeat(3).add("ls"))), Safe);
+        assert_eq!(
+            class(&check_command(&"eval ".repeat(12).add("ls"))),
+            D("interpreter_code")
+        );
+    }
+
+    #[test]
+    fn sql_words_need_whitespace_between_them() {
+        assert!(sql_rules("drop_table x").is_empty());
+        assert!(sql_rules("backdrop table").is_empty());
+        assert!(sql_rules("drop\ttable").contains(&Rule::SqlDrop));
+        assert!(sql_rules("delete from t where x").is_empty());
+        assert!(sql_rules("delete from").is_empty());
     }
 
     #[test]

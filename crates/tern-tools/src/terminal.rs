@@ -504,7 +504,8 @@ mod tests {
         let c = ctx(d.path(), deny());
         let cancel = c.cancel.clone();
         let pidfile = d.path().join("pid");
-        let cmd = format!("echo $$ > {}; sleep 30", pidfile.display());
+        // `>>`: a `>` onto a file would need an approval, which `deny()` refuses.
+        let cmd = format!("echo $$ >> {}; sleep 30", pidfile.display());
         let h = tokio::spawn(run(json!({"command": cmd}), c));
         for _ in 0..100 {
             if pidfile.exists() && !std::fs::read_to_string(&pidfile).unwrap().is_empty() {
