@@ -51,6 +51,21 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
     );
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "duplicate names are refused");
+    // The owners the gateway uses itself are no key's name.
+    for name in ["tern-agent", "TERN_SERVER_KEY"] {
+        let out = e.tern().args(["keys", "create", name]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains(&format!("`{name}` is reserved")) && out.stdout.is_empty(),
+            "{name}: {err}"
+        );
+    }
+    let listing = e.tern().args(["keys", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&listing.stdout).contains("tern-agent"),
+        "nothing was stored"
+    );
     assert!(
         e.tern()
             .args(["keys", "revoke", "ci"])

@@ -203,6 +203,16 @@ pub struct ApiKey {
     pub revoked_at: Option<i64>,
 }
 
+/// An active key as the bearer check needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActiveKey {
+    /// Immutable and never reused: what the key owns is owned by this id, not by the name.
+    pub id: String,
+    pub name: String,
+    /// Hex SHA-256 of the key.
+    pub hash: String,
+}
+
 /// A full-text search hit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SearchHit {
@@ -675,13 +685,20 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    /// `(name, hash)` of every active key.
-    pub async fn active_key_hashes(&self) -> Result<Vec<(String, String)>> {
-        Ok(
-            sqlx::query_as("SELECT name, key_hash FROM api_keys WHERE revoked_at IS NULL")
-                .fetch_all(&self.pool)
-                .await?,
-        )
+    /// Every active key, with its hash.
+    pub async fn active_keys(&self) -> Result<Vec<ActiveKey>> {
+        let rows = sqlx::query("SELECT id, name, key_hash FROM api_keys WHERE revoked_at IS NULL")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ActiveKey {
+                    id: r.try_get(0)?,
+                    name: r.try_get(1)?,
+                    hash: r.try_get(2)?,
+                })
+            })
+            .collect()
     }
 
     pub async fn close(&self) {

@@ -216,18 +216,25 @@ async fn keys_are_created_listed_and_revoked() {
         s.create_key("ci", "hash2", "tern_cd").await,
         Err(StoreError::KeyExists(_))
     ));
+    let active = s.active_keys().await.unwrap();
     assert_eq!(
-        s.active_key_hashes().await.unwrap(),
-        vec![("ci".to_owned(), "hash1".to_owned())]
+        active
+            .iter()
+            .map(|k| (k.name.as_str(), k.hash.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("ci", "hash1")]
     );
     assert!(s.revoke_key("ci").await.unwrap());
     assert!(!s.revoke_key("ci").await.unwrap());
-    assert!(s.active_key_hashes().await.unwrap().is_empty());
+    assert!(s.active_keys().await.unwrap().is_empty());
     // The name is free again; the revoked key stays listed.
     s.create_key("ci", "hash3", "tern_ef").await.unwrap();
     let keys = s.list_keys().await.unwrap();
     assert_eq!(keys.len(), 2);
     assert!(keys[0].revoked_at.is_some() && keys[1].revoked_at.is_none());
+    // A new key of the same name is another key: another id.
+    assert_ne!(keys[0].id, keys[1].id);
+    assert_eq!(s.active_keys().await.unwrap()[0].id, keys[1].id);
 }
 
 #[tokio::test]
@@ -331,4 +338,104 @@ async fn idle_sessions_page_past_the_ones_skipped() {
     // Nothing updated since the cutoff.
     let oldest = want[0].updated_at;
     assert!(s.idle_sessions(oldest, None, 10).await.unwrap().is_empty());
+}
+
+/// A database at `path` migrated up to `version` only (as an older tern left it), on one
+/// connection the test writes its old rows through.
+async fn migrated_up_to(path: &Path, version: i64) -> SqlitePool {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true),
+        )
+        .await
+        .unwrap();
+    let old = sqlx::migrate::Migrator {
+        migrations: std::borrow::Cow::Owned(
+            MIGRATOR
+                .iter()
+                .filter(|m| m.version <= version)
+                .cloned()
+                .collect(),
+        ),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    old.run(&pool).await.unwrap();
+    pool
+}
+
+/// Migration 0012: the inbox's rows owned by a key *name* become owned by the id of the
+/// active key that bears the name; the gateway's own owners stay reserved even when a key
+/// bears their name, and a revoked key's name is kept out of reach of a key given it later.
+#[tokio::test]
+async fn inbox_rows_owned_by_key_names_become_owned_by_key_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    let pool = migrated_up_to(&path, 11).await;
+    for (id, name, revoked) in [
+        ("k-live", "agent-a", None),
+        ("k-gone", "agent-b", Some(5_i64)),
+        // A key that took the gateway's own owner name before names were reserved.
+        ("k-squat", "tern-agent", None),
+    ] {
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at, revoked_at) \
+             VALUES (?, ?, ?, 'tern_x', 1, ?)",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(format!("hash-{id}"))
+        .bind(revoked)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("INSERT INTO inbox_projects (id, name, steps, created_at) VALUES ('p', 'p', '{}', 1)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let owners = ["agent-a", "agent-b", "tern-agent", "TERN_SERVER_KEY"];
+    for (i, owner) in owners.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO inbox_tasks (id, project_id, owner_key, name, status, current_step, \
+             metadata, attachments, created_at, updated_at) \
+             VALUES (?, 'p', ?, 't', 'RUNNING', 's', '{}', '[]', 1, 1)",
+        )
+        .bind(format!("t{i}"))
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, response, \
+             status_code, created_at) VALUES (?, 'same-key', 'POST api/tasks', '{}', 201, 1)",
+        )
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO inbox_uploads (id, owner_key, sha256, size, content_type, created_at) \
+             VALUES (?, ?, 'abc', 1, 'text/plain', 1)",
+        )
+        .bind(format!("u{i}"))
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    let s = Store::open(&path).await.unwrap();
+    let expected = ["k-live", "name:agent-b", "tern-agent", "TERN_SERVER_KEY"];
+    for sql in [
+        "SELECT owner_key FROM inbox_tasks ORDER BY id",
+        "SELECT owner_key FROM inbox_uploads ORDER BY id",
+        "SELECT owner_key FROM inbox_idempotency ORDER BY rowid",
+    ] {
+        let got: Vec<String> = sqlx::query_scalar(sql).fetch_all(&s.pool).await.unwrap();
+        assert_eq!(got, expected, "{sql}");
+    }
 }
