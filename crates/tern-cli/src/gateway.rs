@@ -132,7 +132,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let server_key = context::env_var("TERN_SERVER_KEY").filter(|k| !k.is_empty());
     let authenticator = Authenticator::new(store.clone(), server_key.as_deref())?;
     if let Some(path) = auth::ensure_first_key(&store, &home.root, server_key.is_some()).await? {
-        tracing::info!(path = %path.display(), "no API key existed: created one named `default`; it is in this file (mode 0600)");
+        tracing::info!(path = %path.display(), "no API key existed: created an admin key named `default`; it is in this file (mode 0600)");
         eprintln!(
             "tern: created the first API key; it is in {}",
             path.display()
@@ -348,15 +348,25 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
     let (home, _) = context::load_config(home)?;
     let store = context::open_store(&home).await?;
     match cmd {
-        KeysCommand::Create { name } => {
+        KeysCommand::Create { name, admin } => {
             let name = name.trim();
             if name.is_empty() || name.chars().count() > 64 {
                 bail!("a key name is 1 to 64 characters");
             }
-            let key = auth::create_key(&store, name).await?;
+            let kind = if admin {
+                tern_store::KeyKind::Admin
+            } else {
+                tern_store::KeyKind::Agent
+            };
+            let key = auth::create_key_of_kind(&store, name, kind).await?;
             println!("{key}");
+            let sees = if admin {
+                "an admin key: it sees every session"
+            } else {
+                "it sees the sessions it creates"
+            };
             eprintln!(
-                "Created key `{name}`. It is shown only now: store it safely. Use it as `Authorization: Bearer <key>`."
+                "Created key `{name}` ({sees}). It is shown only now: store it safely. Use it as `Authorization: Bearer <key>`."
             );
         }
         KeysCommand::List { json } => {
@@ -369,8 +379,8 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                 );
             } else {
                 println!(
-                    "{:<24}  {:<14}  {:<16}  STATUS",
-                    "NAME", "PREFIX", "CREATED (UTC)"
+                    "{:<24}  {:<5}  {:<14}  {:<16}  STATUS",
+                    "NAME", "KIND", "PREFIX", "CREATED (UTC)"
                 );
                 for k in keys {
                     let status = match k.revoked_at {
@@ -378,8 +388,9 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                         None => "active".into(),
                     };
                     println!(
-                        "{:<24}  {:<14}  {:<16}  {status}",
+                        "{:<24}  {:<5}  {:<14}  {:<16}  {status}",
                         k.name,
+                        k.kind.as_str(),
                         format!("{}…", k.prefix),
                         crate::sessions::when(k.created_at)
                     );

@@ -49,6 +49,38 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
         listing.contains("default") && listing.contains("ci") && !listing.contains(&ci),
         "{listing}"
     );
+    // The first key is the operator's, an admin key; `ci` an agent's. `ci` sees only its
+    // own sessions, the admin key every one.
+    let kind_of = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        (kind_of("default"), kind_of("ci")),
+        ("admin".into(), "agent".into())
+    );
+    let (s, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    assert_eq!(s, 201, "{v}");
+    let ops_session = v["session"]["id"].as_str().unwrap().to_owned();
+    let (s, _) = http_get(&format!("{}/api/sessions/{ops_session}", gw.url), &ci).await;
+    assert_eq!(s, 404, "another key's session is not found");
+    let out = e
+        .tern()
+        .args(["keys", "create", "ops-2", "--admin"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ops = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let (s, _) = http_get(&format!("{}/api/sessions/{ops_session}", gw.url), &ops).await;
+    assert_eq!(s, 200, "an admin key sees every session");
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "duplicate names are refused");
     // The owners the gateway uses itself are no key's name.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tern_store::Store;
+use tern_store::{KeyKind, Session, Store};
 
 /// Shortest `TERN_SERVER_KEY` accepted (as Hermes requires).
 pub const MIN_SERVER_KEY_LEN: usize = 16;
@@ -65,14 +65,23 @@ pub fn is_reserved_name(name: &str) -> bool {
     RESERVED_NAMES.iter().any(|r| r.eq_ignore_ascii_case(name))
 }
 
-/// Creates a key named `name` and returns it (the only time it is seen).
+/// Creates an agent key named `name` and returns it (the only time it is seen).
 pub async fn create_key(store: &Store, name: &str) -> Result<String, KeyError> {
+    create_key_of_kind(store, name, KeyKind::Agent).await
+}
+
+/// Creates a key of `kind` named `name` and returns it (the only time it is seen).
+pub async fn create_key_of_kind(
+    store: &Store,
+    name: &str,
+    kind: KeyKind,
+) -> Result<String, KeyError> {
     if is_reserved_name(name) {
         return Err(KeyError::ReservedName(name.trim().to_owned()));
     }
     let key = generate_key()?;
     store
-        .create_key(name, &hash_key(&key), &key_prefix(&key))
+        .create_key(name, kind, &hash_key(&key), &key_prefix(&key))
         .await?;
     Ok(key)
 }
@@ -107,9 +116,11 @@ impl Authenticator {
         if let Some(h) = &self.server_key_hash
             && bool::from(h.ct_eq(&candidate))
         {
+            // The environment's single key is the operator's: it sees every session.
             found = Some(CallerKey {
                 id: SERVER_KEY_ID.to_owned(),
                 name: SERVER_KEY_ID.to_owned(),
+                admin: true,
             });
         }
         let keys = match self.store.active_keys().await {
@@ -129,6 +140,7 @@ impl Authenticator {
                 found = Some(CallerKey {
                     id: key.id,
                     name: key.name,
+                    admin: key.kind == KeyKind::Admin,
                 });
             }
         }
@@ -146,10 +158,23 @@ pub struct CallerKey {
     pub id: String,
     /// Its name, for people: what reviewers see as who withdrew a request.
     pub name: String,
+    /// An admin key (`tern keys create NAME --admin`, the first key, `TERN_SERVER_KEY`)
+    /// sees every session; an agent key only those it created.
+    pub admin: bool,
+}
+
+impl CallerKey {
+    /// Whether this key may see and use session `s`. Sessions no key created (`tern chat`,
+    /// and those from before sessions had owners) are the admin keys' alone.
+    pub fn sees(&self, s: &Session) -> bool {
+        self.admin || s.owner.as_deref() == Some(self.id.as_str())
+    }
 }
 
 /// On a first start with no key at all, creates one named `default` and writes it to
-/// `gateway.key` (mode 0600) under `home`; returns the file's path.
+/// `gateway.key` (mode 0600) under `home`; returns the file's path. It is an admin key: the
+/// operator's own, which `tern sessions delete` uses to ask the running gateway; agents get
+/// keys of their own (`tern keys create NAME`).
 pub async fn ensure_first_key(
     store: &Store,
     home: &Path,
@@ -158,7 +183,7 @@ pub async fn ensure_first_key(
     if server_key || !store.active_keys().await?.is_empty() {
         return Ok(None);
     }
-    let key = create_key(store, "default").await?;
+    let key = create_key_of_kind(store, "default", KeyKind::Admin).await?;
     let path = home.join("gateway.key");
     let write = move |p: &Path| -> std::io::Result<()> {
         use std::io::Write;

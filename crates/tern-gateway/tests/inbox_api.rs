@@ -317,7 +317,11 @@ async fn a_key_named_like_the_gateways_own_agents_sees_none_of_their_requests() 
     .unwrap();
 
     // The name is refused now, whatever its case...
-    for name in [tern_waits::client::EMBEDDED_OWNER, "Tern-Agent", " TERN_SERVER_KEY "] {
+    for name in [
+        tern_waits::client::EMBEDDED_OWNER,
+        "Tern-Agent",
+        " TERN_SERVER_KEY ",
+    ] {
         let refused = auth::create_key(&gw.gw.store, name).await;
         assert!(
             matches!(refused, Err(auth::KeyError::ReservedName(_))),
@@ -331,6 +335,7 @@ async fn a_key_named_like_the_gateways_own_agents_sees_none_of_their_requests() 
         .store
         .create_key(
             tern_waits::client::EMBEDDED_OWNER,
+            tern_store::KeyKind::Agent,
             &auth::hash_key(&squatter),
             &auth::key_prefix(&squatter),
         )
