@@ -134,6 +134,27 @@ impl Wait {
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.session_id)
     }
+
+    /// Where the message whose tool call asked sits in the origin session's transcript, from
+    /// `idem_key` (`tern-wait:<session>:<call>@<seq>`); `None` for a key of another form,
+    /// e.g. one recorded before keys carried it.
+    pub fn call_seq(&self) -> Option<i64> {
+        call_seq_of(&self.idem_key)
+    }
+}
+
+/// [`Wait::call_seq`] of an idempotency key.
+fn call_seq_of(idem_key: &str) -> Option<i64> {
+    let (_session, call) = idem_key.strip_prefix("tern-wait:")?.split_once(':')?;
+    let (_id, seq) = call.rsplit_once('@')?;
+    seq.parse().ok().filter(|s: &i64| *s > 0)
+}
+
+/// Whether the wait that asked through call `call` of the message at `seq` is this one: the
+/// same call id and, when the wait knows it, the same message (a model may reuse call ids
+/// across turns).
+fn asked_by(tool_call_id: Option<&str>, wait_seq: Option<i64>, call: &str, seq: i64) -> bool {
+    tool_call_id == Some(call) && wait_seq.is_none_or(|s| s == seq)
 }
 
 /// A wait to record.
@@ -297,7 +318,7 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let now = now_ms();
         let row = sqlx::query(
-            "SELECT session_id, tool_call_id, kind, request_id FROM waits \
+            "SELECT session_id, idem_key, tool_call_id, kind, request_id FROM waits \
              WHERE id = ? AND status = 'ready'",
         )
         .bind(wait_id)
@@ -308,10 +329,12 @@ impl Store {
         };
         let session_id: String = row.try_get("session_id")?;
         let own_call: Option<String> = row.try_get("tool_call_id")?;
+        let own_seq = call_seq_of(row.try_get("idem_key")?);
         let kind = WaitKind::parse(row.try_get("kind")?)?;
         let request_id: Option<String> = row.try_get("request_id")?;
-        let mut msgs = open_call_results(&mut tx, &session_id, |call| {
-            (Some(call) == own_call.as_deref()).then(|| decided_result(kind, request_id.as_deref()))
+        let mut msgs = open_call_results(&mut tx, &session_id, |seq, call| {
+            asked_by(own_call.as_deref(), own_seq, call, seq)
+                .then(|| decided_result(kind, request_id.as_deref()))
         })
         .await?;
         if !msgs.is_empty() {
@@ -527,11 +550,12 @@ impl Store {
 
 /// Results for the tool calls of the session's last assistant message that have none yet
 /// (`[]` when all have one), read and built inside the caller's transaction. `own` gives a
-/// call's result when it is not the usual interrupted one.
+/// call's result (from the message's seq and the call's id) when it is not the usual
+/// interrupted one.
 async fn open_call_results(
     tx: &mut sqlx::SqliteConnection,
     session_id: &str,
-    own: impl Fn(&str) -> Option<String>,
+    own: impl Fn(i64, &str) -> Option<String>,
 ) -> Result<Vec<NewMessage>> {
     let last = sqlx::query(
         "SELECT seq, tool_calls FROM messages WHERE session_id = ? AND role = 'assistant' \
@@ -558,7 +582,7 @@ async fn open_call_results(
         .iter()
         .filter(|c| !answered.contains(&c.id))
         .map(|c| {
-            let content = own(&c.id).unwrap_or_else(|| INTERRUPTED_RESULT.to_owned());
+            let content = own(seq, &c.id).unwrap_or_else(|| INTERRUPTED_RESULT.to_owned());
             NewMessage::tool_result(&c.id, &c.function.name, content)
         })
         .collect())

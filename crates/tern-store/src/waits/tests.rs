@@ -119,6 +119,62 @@ async fn a_delivery_after_a_crash_mid_turn_answers_the_open_tool_calls_first() {
     );
 }
 
+/// A model that sends `call_1` every turn: a decision for the wait an earlier message's
+/// `call_1` asked (`…:call_1@2`) does not pass for the result of a later, open `call_1`.
+#[tokio::test]
+async fn a_delivery_does_not_answer_a_later_call_that_reuses_the_waits_call_id() {
+    let (_d, s) = store().await;
+    let sid = session(&s).await;
+    let asked = s
+        .append_messages(
+            &sid,
+            &[
+                NewMessage::new(Role::User, "deploy it"),
+                assistant_calling(vec![call("call_1", "request_approval")]),
+            ],
+        )
+        .await
+        .unwrap();
+    let (w, _) = s
+        .create_wait(&NewWait {
+            session_id: &sid,
+            idem_key: &format!("tern-wait:{sid}:call_1@{}", asked[1].seq),
+            tool_call_id: Some("call_1"),
+            kind: WaitKind::Approval,
+            request: r#"{"kind":"approval","summary":"Deploy"}"#,
+        })
+        .await
+        .unwrap();
+    assert_eq!(w.call_seq(), Some(asked[1].seq));
+    s.append_messages(
+        &sid,
+        &[
+            NewMessage::tool_result("call_1", "request_approval", "{}"),
+            NewMessage::new(Role::User, "meanwhile, list the files"),
+            assistant_calling(vec![call("call_1", "terminal")]),
+        ],
+    )
+    .await
+    .unwrap();
+    s.wait_ready(&w.id, r#"{"outcome":{"type":"APPROVE"}}"#, Some("alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    s.deliver_wait(&w.id, &NewMessage::new(Role::User, "[inbox decision] yes"))
+        .await
+        .unwrap()
+        .unwrap();
+    let msgs = s.messages(&sid).await.unwrap();
+    let repaired = &msgs[msgs.len() - 3];
+    assert_eq!(repaired.tool_call_id.as_deref(), Some("call_1"));
+    assert_eq!(repaired.tool_name.as_deref(), Some("terminal"));
+    let content = repaired.content.as_deref().unwrap();
+    assert!(
+        content.contains("interrupted") && !content.contains("decided"),
+        "{content}"
+    );
+}
+
 #[tokio::test]
 async fn a_delivery_after_a_complete_turn_appends_only_the_decision() {
     let (_d, s) = store().await;
