@@ -1,6 +1,7 @@
 //! `tern gateway` and `tern keys`.
 //!
-//! Flow of `tern gateway`: load the configuration → log to stderr → open the store → build
+//! Flow of `tern gateway`: load the configuration → log to stderr → open the store (repair
+//! the transcripts of sessions an earlier process left mid-turn, then reset their status) → build
 //! the hook bus and the agent → make sure a key exists (first start: create one, write it to
 //! `$TERN_HOME/gateway.key` mode 0600, print the path) → bind and serve → on SIGTERM or
 //! SIGINT stop accepting work, drain running turns within the drain timeout, interrupt the
@@ -102,19 +103,28 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let store = tern_store::Store::open(&home.db_path())
         .await
         .with_context(|| format!("opening the session store {}", home.db_path().display()))?;
-    let repaired = store.reset_running().await?;
+    // This gateway owns the store: a session still `running` was left by a process that died
+    // mid-turn. Its transcript is made valid now — not at its next turn, which may be days
+    // away while clients read it — then its status follows its open waits.
+    let repaired = store.repair_running_transcripts().await?;
+    if !repaired.is_empty() {
+        tracing::warn!(
+            sessions = repaired.len(),
+            ids = ?repaired,
+            "transcripts left mid-turn by an earlier process were repaired"
+        );
+    }
+    let reset = store.reset_running().await?;
     let inbox = tern_inbox::Inbox::new(store.clone());
     if let Err(e) = inbox.ensure_default_project().await {
         tracing::error!(error = %e, "cannot create the inbox's default project");
         return Err(anyhow::Error::new(e).context("creating the inbox's default project"));
     }
     crate::inbox::apply_config_projects(&inbox, &eff.config.inbox.projects).await?;
-    if repaired > 0 {
-        // This gateway owns the store: a session still `running` was left by a process that
-        // died mid-turn. Its transcript is repaired on its next turn.
+    if reset > 0 {
         tracing::warn!(
-            sessions = repaired,
-            "sessions left running by an earlier process are idle again"
+            sessions = reset,
+            "sessions left running by an earlier process are idle (or waiting) again"
         );
     }
     let hooks = Arc::new(

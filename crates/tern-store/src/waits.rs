@@ -548,6 +548,71 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Makes valid again the transcripts that a process which died mid-turn left `running`:
+    /// tool calls of the last assistant message without a result get one, then the
+    /// `[interrupted]` marker follows — what the agent's repair does at the session's next
+    /// turn, done at once so that the transcript is valid to whoever reads it before then
+    /// (the API, a resumed decision). A call that had asked a human (its wait is still open)
+    /// is told that the request stands and its answer will resume the session; the others
+    /// get the usual interrupted result. Each session is repaired in one transaction.
+    ///
+    /// Call it before [`Store::reset_running`], from the single owner of the store (the
+    /// gateway) when it starts. Sessions of `tern chat` (source `cli`) are left alone: a
+    /// `tern chat` process may be in the middle of a turn on one right now, and would append
+    /// its real results after the repair's; its own next turn repairs it. Returns the ids of
+    /// the sessions repaired.
+    pub async fn repair_running_transcripts(&self) -> Result<Vec<String>> {
+        let running: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM sessions WHERE status = 'running' AND source <> 'cli' ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut repaired = Vec::new();
+        for session_id in running {
+            // IMMEDIATE for the reason given in `Store::delete_session`.
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let rows = sqlx::query(
+                "SELECT idem_key, tool_call_id, kind, request_id FROM waits \
+                 WHERE session_id = ? AND status IN ('pending', 'ready') \
+                 AND tool_call_id IS NOT NULL",
+            )
+            .bind(&session_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut open = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let idem_key: String = r.try_get("idem_key")?;
+                open.push((
+                    r.try_get::<String, _>("tool_call_id")?,
+                    call_seq_of(&idem_key),
+                    WaitKind::parse(r.try_get("kind")?)?,
+                    r.try_get::<Option<String>, _>("request_id")?,
+                ));
+            }
+            let mut msgs = open_call_results(&mut tx, &session_id, |seq, call| {
+                open.iter()
+                    .find(|(id, wait_seq, _, _)| asked_by(Some(id), *wait_seq, call, seq))
+                    .map(|(_, _, kind, request_id)| pending_result(*kind, request_id.as_deref()))
+            })
+            .await?;
+            if msgs.is_empty() {
+                continue;
+            }
+            tracing::warn!(
+                session = %session_id,
+                open = msgs.len(),
+                "repairing a transcript left mid-turn by an earlier process"
+            );
+            msgs.push(NewMessage::new(Role::Assistant, INTERRUPTED_MARKER));
+            insert_messages(&mut tx, &session_id, &msgs).await?;
+            tx.commit().await?;
+            repaired.push(session_id);
+        }
+        Ok(repaired)
+    }
+}
+
 /// Results for the tool calls of the session's last assistant message that have none yet
 /// (`[]` when all have one), read and built inside the caller's transaction. `own` gives a
 /// call's result (from the message's seq and the call's id) when it is not the usual
@@ -586,6 +651,26 @@ async fn open_call_results(
             NewMessage::tool_result(&c.id, &c.function.name, content)
         })
         .collect())
+}
+
+/// The result of the tool call that created a wait still open, when the process died before
+/// the tool's own result was stored: the request stands (or is sent shortly, when it was not
+/// yet), and its answer resumes the session.
+fn pending_result(kind: WaitKind, request_id: Option<&str>) -> String {
+    let note = match kind {
+        WaitKind::Command => {
+            "The command was not run: it needs a human's approval. The approval request \
+             stands; the decision will resume this conversation. Do not run it again \
+             meanwhile."
+        }
+        WaitKind::Approval | WaitKind::Elicitation => {
+            "The request stands; the answer will resume this conversation. Do not ask again."
+        }
+        WaitKind::Process => {
+            "The background process was started; its summary will follow when it exits."
+        }
+    };
+    serde_json::json!({"requestId": request_id, "status": "pending", "note": note}).to_string()
 }
 
 /// The result of the tool call that created a wait's request, when the crash came before
