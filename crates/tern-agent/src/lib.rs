@@ -558,7 +558,8 @@ impl Agent {
 
     /// Runs the calls concurrently and stores each result in call order as soon as it and
     /// those before it are done. Returns how many calls got a stored result; on cancellation
-    /// the remaining ones are answered by [`Agent::interrupted`].
+    /// the remaining ones are answered by [`Agent::interrupted`]. `calls` are those of the
+    /// transcript's last message, the assistant answer just stored.
     async fn run_tools(
         &self,
         req: &TurnRequest,
@@ -568,6 +569,9 @@ impl Agent {
         emit: &(dyn Fn(AgentEvent) + Send + Sync),
         transcript: &mut Vec<Message>,
     ) -> Result<usize, AgentError> {
+        // Where the calls' message sits: with the call id it tells this occurrence of a call
+        // from a later one that reuses the id (see `ToolContext::call_seq`).
+        let call_seq = transcript.last().map_or(0, |m| m.seq);
         let mut pending: FuturesOrdered<_> = calls
             .iter()
             .map(|call| {
@@ -596,6 +600,7 @@ impl Agent {
                     let ctx = ToolContext {
                         session_id: req.session_id.clone(),
                         call_id: call.id.clone(),
+                        call_seq,
                         workdir: req.workdir.clone(),
                         cancel: cancel.child_token(),
                         approver: req.approver.clone(),

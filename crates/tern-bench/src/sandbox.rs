@@ -29,6 +29,7 @@ fn ctx(workspace: &Path, sandbox: Sandbox) -> ToolContext {
     ToolContext {
         session_id: "bench".into(),
         call_id: "call".into(),
+        call_seq: 0,
         workdir: workspace.to_path_buf(),
         cancel: CancellationToken::new(),
         approver: Arc::new(DenyAll {

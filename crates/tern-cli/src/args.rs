@@ -160,7 +160,13 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum KeysCommand {
     /// Create a key and print it (the only time it is shown)
-    Create { name: String },
+    Create {
+        name: String,
+        /// An admin key: it sees and uses every session through the gateway, not only
+        /// those it created (for operators; give agents ordinary keys)
+        #[arg(long)]
+        admin: bool,
+    },
     /// List keys (names and prefixes, never the keys)
     List {
         #[arg(long)]

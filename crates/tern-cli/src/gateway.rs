@@ -1,6 +1,7 @@
 //! `tern gateway` and `tern keys`.
 //!
-//! Flow of `tern gateway`: load the configuration → log to stderr → open the store → build
+//! Flow of `tern gateway`: load the configuration → log to stderr → open the store (repair
+//! the transcripts of sessions an earlier process left mid-turn, then reset their status) → build
 //! the hook bus and the agent → make sure a key exists (first start: create one, write it to
 //! `$TERN_HOME/gateway.key` mode 0600, print the path) → bind and serve → on SIGTERM or
 //! SIGINT stop accepting work, drain running turns within the drain timeout, interrupt the
@@ -102,19 +103,28 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let store = tern_store::Store::open(&home.db_path())
         .await
         .with_context(|| format!("opening the session store {}", home.db_path().display()))?;
-    let repaired = store.reset_running().await?;
+    // This gateway owns the store: a session still `running` was left by a process that died
+    // mid-turn. Its transcript is made valid now — not at its next turn, which may be days
+    // away while clients read it — then its status follows its open waits.
+    let repaired = store.repair_running_transcripts().await?;
+    if !repaired.is_empty() {
+        tracing::warn!(
+            sessions = repaired.len(),
+            ids = ?repaired,
+            "transcripts left mid-turn by an earlier process were repaired"
+        );
+    }
+    let reset = store.reset_running().await?;
     let inbox = tern_inbox::Inbox::new(store.clone());
     if let Err(e) = inbox.ensure_default_project().await {
         tracing::error!(error = %e, "cannot create the inbox's default project");
         return Err(anyhow::Error::new(e).context("creating the inbox's default project"));
     }
     crate::inbox::apply_config_projects(&inbox, &eff.config.inbox.projects).await?;
-    if repaired > 0 {
-        // This gateway owns the store: a session still `running` was left by a process that
-        // died mid-turn. Its transcript is repaired on its next turn.
+    if reset > 0 {
         tracing::warn!(
-            sessions = repaired,
-            "sessions left running by an earlier process are idle again"
+            sessions = reset,
+            "sessions left running by an earlier process are idle (or waiting) again"
         );
     }
     let hooks = Arc::new(
@@ -132,7 +142,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     let server_key = context::env_var("TERN_SERVER_KEY").filter(|k| !k.is_empty());
     let authenticator = Authenticator::new(store.clone(), server_key.as_deref())?;
     if let Some(path) = auth::ensure_first_key(&store, &home.root, server_key.is_some()).await? {
-        tracing::info!(path = %path.display(), "no API key existed: created one named `default`; it is in this file (mode 0600)");
+        tracing::info!(path = %path.display(), "no API key existed: created an admin key named `default`; it is in this file (mode 0600)");
         eprintln!(
             "tern: created the first API key; it is in {}",
             path.display()
@@ -351,15 +361,25 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
     let (home, _) = context::load_config(home)?;
     let store = context::open_store(&home).await?;
     match cmd {
-        KeysCommand::Create { name } => {
+        KeysCommand::Create { name, admin } => {
             let name = name.trim();
             if name.is_empty() || name.chars().count() > 64 {
                 bail!("a key name is 1 to 64 characters");
             }
-            let key = auth::create_key(&store, name).await?;
+            let kind = if admin {
+                tern_store::KeyKind::Admin
+            } else {
+                tern_store::KeyKind::Agent
+            };
+            let key = auth::create_key_of_kind(&store, name, kind).await?;
             println!("{key}");
+            let sees = if admin {
+                "an admin key: it sees every session"
+            } else {
+                "it sees the sessions it creates"
+            };
             eprintln!(
-                "Created key `{name}`. It is shown only now: store it safely. Use it as `Authorization: Bearer <key>`."
+                "Created key `{name}` ({sees}). It is shown only now: store it safely. Use it as `Authorization: Bearer <key>`."
             );
         }
         KeysCommand::List { json } => {
@@ -372,8 +392,8 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                 );
             } else {
                 println!(
-                    "{:<24}  {:<14}  {:<16}  STATUS",
-                    "NAME", "PREFIX", "CREATED (UTC)"
+                    "{:<24}  {:<5}  {:<14}  {:<16}  STATUS",
+                    "NAME", "KIND", "PREFIX", "CREATED (UTC)"
                 );
                 for k in keys {
                     let status = match k.revoked_at {
@@ -381,8 +401,9 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                         None => "active".into(),
                     };
                     println!(
-                        "{:<24}  {:<14}  {:<16}  {status}",
+                        "{:<24}  {:<5}  {:<14}  {:<16}  {status}",
                         k.name,
+                        k.kind.as_str(),
                         format!("{}…", k.prefix),
                         crate::sessions::when(k.created_at)
                     );

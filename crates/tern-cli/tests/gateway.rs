@@ -49,8 +49,55 @@ async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
         listing.contains("default") && listing.contains("ci") && !listing.contains(&ci),
         "{listing}"
     );
+    // The first key is the operator's, an admin key; `ci` an agent's. `ci` sees only its
+    // own sessions, the admin key every one.
+    let kind_of = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        (kind_of("default"), kind_of("ci")),
+        ("admin".into(), "agent".into())
+    );
+    let (s, v) = http_post(&format!("{}/api/sessions", gw.url), &key, json!({})).await;
+    assert_eq!(s, 201, "{v}");
+    let ops_session = v["session"]["id"].as_str().unwrap().to_owned();
+    let (s, _) = http_get(&format!("{}/api/sessions/{ops_session}", gw.url), &ci).await;
+    assert_eq!(s, 404, "another key's session is not found");
+    let out = e
+        .tern()
+        .args(["keys", "create", "ops-2", "--admin"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ops = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let (s, _) = http_get(&format!("{}/api/sessions/{ops_session}", gw.url), &ops).await;
+    assert_eq!(s, 200, "an admin key sees every session");
     let out = e.tern().args(["keys", "create", "ci"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "duplicate names are refused");
+    // The owners the gateway uses itself are no key's name.
+    for name in ["tern-agent", "TERN_SERVER_KEY"] {
+        let out = e.tern().args(["keys", "create", name]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains(&format!("`{name}` is reserved")) && out.stdout.is_empty(),
+            "{name}: {err}"
+        );
+    }
+    let listing = e.tern().args(["keys", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&listing.stdout).contains("tern-agent"),
+        "nothing was stored"
+    );
     assert!(
         e.tern()
             .args(["keys", "revoke", "ci"])
@@ -441,6 +488,8 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         v["session"]["status"], "idle",
         "a session left running is idle after the restart"
     );
+    let (_, v) = http_get(&format!("{}/api/sessions/{id}/messages", gw.url), &key).await;
+    tool_calls_answered(v["data"].as_array().unwrap()).unwrap();
     e.fake().push(Reply::text("Recovered."));
     let (s, v) = http_post(
         &format!("{}/api/sessions/{id}/chat", gw.url),
@@ -457,6 +506,105 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         "repaired: {tool}"
     );
     assert_eq!(msgs.last().unwrap()["content"], "again");
+}
+
+/// Whether every tool call of the transcript (the API's messages) has its result before the
+/// next message of another role: what a model accepts.
+fn tool_calls_answered(msgs: &[Value]) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    for m in msgs {
+        if m["role"] == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or_default();
+            let Some(pos) = open.iter().position(|c| c == id) else {
+                return Err(format!("a result without its call: {m}"));
+            };
+            open.remove(pos);
+            continue;
+        }
+        if !open.is_empty() {
+            return Err(format!("calls {open:?} have no result before {m}"));
+        }
+        if let Some(calls) = m["tool_calls"].as_array() {
+            open = calls
+                .iter()
+                .map(|c| c["id"].as_str().unwrap_or_default().to_owned())
+                .collect();
+        }
+    }
+    if open.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("calls {open:?} have no result"))
+    }
+}
+
+/// A store a crashed gateway left behind: a session `running`, its last answer's tool calls
+/// only partly answered. The next gateway repairs the transcript as it starts, so the API
+/// serves a valid one before any turn runs on the session.
+#[tokio::test]
+async fn a_transcript_left_mid_turn_is_valid_as_soon_as_the_gateway_starts() {
+    let e = Env::new();
+    let id = {
+        let store = tern_store::Store::open(&e.home().join("tern.db"))
+            .await
+            .unwrap();
+        let s = store
+            .create_session(tern_store::NewSession {
+                source: "api".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let call = |id: &str| tern_llm::ToolCall {
+            id: id.into(),
+            kind: "function".into(),
+            function: tern_llm::FunctionCall {
+                name: "terminal".into(),
+                arguments: r#"{"command":"ls"}"#.into(),
+            },
+        };
+        store
+            .append_messages(
+                &s.id,
+                &[
+                    tern_store::NewMessage::new(tern_llm::Role::User, "look around"),
+                    tern_store::NewMessage {
+                        role: Some(tern_llm::Role::Assistant),
+                        tool_calls: vec![call("call_1"), call("call_2")],
+                        ..Default::default()
+                    },
+                    tern_store::NewMessage::tool_result("call_1", "terminal", "a b c"),
+                ],
+            )
+            .await
+            .unwrap();
+        store
+            .set_status(&s.id, tern_store::SessionStatus::Running)
+            .await
+            .unwrap();
+        store.close().await;
+        s.id
+    };
+    let gw = e.gateway();
+    let key = e.key();
+    let (s, v) = http_get(&format!("{}/api/sessions/{id}/messages", gw.url), &key).await;
+    assert_eq!(s, 200, "{v}");
+    let msgs = v["data"].as_array().unwrap();
+    tool_calls_answered(msgs).unwrap();
+    assert_eq!(msgs.len(), 5, "{v}");
+    assert_eq!(msgs[2]["content"], "a b c", "an existing result is kept");
+    assert_eq!(msgs[3]["tool_call_id"], "call_2");
+    assert!(
+        msgs[3]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("interrupted")),
+        "{}",
+        msgs[3]
+    );
+    assert_eq!(msgs[4]["content"], "[interrupted]");
+    let (_, v) = http_get(&format!("{}/api/sessions/{id}", gw.url), &key).await;
+    assert_eq!(v["session"]["status"], "idle");
+    assert!(gw.logs().contains("were repaired"), "{}", gw.logs());
 }
 
 #[tokio::test]

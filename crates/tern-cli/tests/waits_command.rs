@@ -80,10 +80,12 @@ impl Api {
     }
 }
 
-/// The tool result the model got for `call`, found in its last request.
+/// The tool result the model got for `call`, found in its last request (the latest, when
+/// the model used the id more than once).
 fn tool_result(req: &tern_fake_model::Recorded, call: &str) -> String {
     req.messages()
         .iter()
+        .rev()
         .find(|m| m["tool_call_id"] == call)
         .and_then(|m| m["content"].as_str())
         .unwrap_or_else(|| panic!("no result for {call}"))
@@ -327,4 +329,41 @@ async fn an_agent_cannot_approve_its_own_request_from_the_shell() {
     assert_eq!(e.runs("self"), 0);
     let config = std::fs::read_to_string(e.home().join("config.toml")).unwrap_or_default();
     assert!(!config.contains("junk-self"), "allowlisted: {config}");
+}
+
+/// Some models send `call_1` in every turn. A second dangerous command in a later turn gets
+/// an approval request of its own, instead of being answered with the first one — already
+/// rejected — and waiting on it forever.
+#[tokio::test]
+async fn a_model_that_reuses_its_call_id_gets_a_request_for_each_command() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let session = api.create_session().await;
+    let first = ask(&e, &api, &session, "call_1", &command("one")).await;
+    let before = e.fake().requests().len();
+    e.fake().push(Reply::text("Understood, I will not run it."));
+    e.inbox_ok(&["reject", &first]);
+    e.model_requests(before + 1).await;
+    api.until_settled(&session).await;
+
+    // The next turn: the same call id, another command. `ask` checks the model is told to
+    // wait and the session waits.
+    let second = ask(&e, &api, &session, "call_1", &command("two")).await;
+    assert_ne!(second, first, "a request of its own");
+    let shown = e.inbox_ok(&["show", &second, "--json"]);
+    let view: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(view["keyValueContext"]["command"], command("two").as_str());
+    let waits = api.session(&session).await["waits"].clone();
+    assert_eq!(waits.as_array().map(Vec::len), Some(1), "{waits}");
+    assert_eq!(waits[0]["requestId"], second.as_str());
+
+    // Its approval resumes the session, which runs it (the model reusing `call_1` again).
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("call_1", &command("two")));
+    e.fake().push(Reply::text("Done."));
+    e.inbox_ok(&["approve", &second]);
+    e.model_requests(before + 2).await;
+    api.until_settled(&session).await;
+    assert_eq!((e.runs("one"), e.runs("two")), (0, 1));
 }

@@ -402,9 +402,11 @@ async fn without_a_decisions_feed_the_gateway_polls_the_result() {
         .iter()
         .find(|s| s.method == "POST" && s.uri == "/api/approval-requests")
         .unwrap();
+    // The call's occurrence: its id, and the seq of the answer that carried it (after the
+    // user's message).
     assert_eq!(
         create.idem.as_deref(),
-        Some(format!("tern-req:{id}:call_0").as_str())
+        Some(format!("tern-req:{id}:call_0@2").as_str())
     );
 }
 

@@ -1,10 +1,16 @@
 //! The Hermes-compatible session API (`/api/sessions…`), plus tern's stop and reset.
+//!
+//! A session belongs to the key that created it: another agent key gets 404 for it, as for
+//! a session that does not exist (a 403 would confirm the id), and does not see it listed.
+//! Admin keys see every session, also those no key created (`tern chat`, and sessions from
+//! before sessions had owners).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -19,7 +25,7 @@ use tokio::sync::mpsc;
 
 use crate::error::ApiError;
 use crate::turns::TurnGuard;
-use crate::{ApiJson, AppState};
+use crate::{ApiJson, AppState, CallerKey};
 
 fn secs(ms: i64) -> f64 {
     ms as f64 / 1000.0
@@ -60,10 +66,17 @@ fn message_json(m: &Message) -> Value {
     })
 }
 
-async fn session_or_404(gw: &AppState, id: &str) -> Result<Session, ApiError> {
+/// The session `id` if `key` may use it; 404 alike for a session that does not exist and
+/// for another key's.
+pub(crate) async fn session_or_404(
+    gw: &AppState,
+    key: &CallerKey,
+    id: &str,
+) -> Result<Session, ApiError> {
     gw.store
         .get_session(id)
         .await?
+        .filter(|s| key.sees(s))
         .ok_or_else(|| ApiError::session_not_found(id))
 }
 
@@ -75,11 +88,18 @@ pub(crate) struct Page {
 
 pub(crate) async fn list_sessions(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Query(p): Query<Page>,
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = p.limit.unwrap_or(20).clamp(1, 200);
     let offset = p.offset.unwrap_or(0).max(0);
-    let mut list = gw.store.list_sessions(limit + 1, offset).await?;
+    let mut list = if key.admin {
+        gw.store.list_sessions(limit + 1, offset).await?
+    } else {
+        gw.store
+            .list_owned_sessions(&key.id, limit + 1, offset)
+            .await?
+    };
     let has_more = list.len() as i64 > limit;
     list.truncate(limit as usize);
     Ok(axum::Json(json!({
@@ -110,6 +130,7 @@ fn valid_id(id: &str) -> bool {
 
 pub(crate) async fn create_session(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     body: Option<ApiJson<CreateSession>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let body = body.map(|b| b.0).unwrap_or_default();
@@ -132,6 +153,7 @@ pub(crate) async fn create_session(
             model: body.model.or_else(|| Some(gw.settings.model.clone())),
             parent_id: None,
             system_prompt: body.system_prompt,
+            owner: Some(key.id.clone()),
         })
         .await?;
     gw.hooks.emit(HookEvent::SessionStart(SessionStart {
@@ -148,9 +170,10 @@ pub(crate) async fn create_session(
 
 pub(crate) async fn get_session(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let s = session_or_404(&gw, &id).await?;
+    let s = session_or_404(&gw, &key, &id).await?;
     // The open waits (pending or ready): what the session is `waiting` for.
     let waits = gw.store.session_waits(&id, true).await?;
     let mut session = session_json(&s);
@@ -167,9 +190,11 @@ pub(crate) struct PatchSession {
 
 pub(crate) async fn patch_session(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<PatchSession>,
 ) -> Result<impl IntoResponse, ApiError> {
+    session_or_404(&gw, &key, &id).await?;
     let title = body
         .title
         .map(|t| t.trim().to_owned())
@@ -178,7 +203,7 @@ pub(crate) async fn patch_session(
             ApiError::bad_request("missing_title", "Send a non-empty \"title\"").param("title")
         })?;
     gw.store.set_title(&id, &title).await?;
-    let s = session_or_404(&gw, &id).await?;
+    let s = session_or_404(&gw, &key, &id).await?;
     Ok(axum::Json(
         json!({"object": "hermes.session", "session": session_json(&s)}),
     ))
@@ -194,10 +219,11 @@ pub(crate) struct EndOptions {
 
 pub(crate) async fn delete_session(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     Query(opts): Query<EndOptions>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let s = session_or_404(&gw, &id).await?;
+    let s = session_or_404(&gw, &key, &id).await?;
     let _closing = gw.turns.mark_closing(&id);
     if gw.turns.is_busy(&id) {
         return Err(ApiError::new(
@@ -226,9 +252,10 @@ pub(crate) async fn delete_session(
 
 pub(crate) async fn messages(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    session_or_404(&gw, &id).await?;
+    session_or_404(&gw, &key, &id).await?;
     let msgs = gw.store.messages(&id).await?;
     Ok(axum::Json(json!({
         "object": "list",
@@ -359,10 +386,11 @@ pub(crate) fn status_str(s: TurnStatus) -> &'static str {
 
 pub(crate) async fn chat(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     body: Option<ApiJson<ChatBody>>,
 ) -> Result<impl IntoResponse, ApiError> {
-    session_or_404(&gw, &id).await?;
+    session_or_404(&gw, &key, &id).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
     let input = body.input()?;
     let guard = gw.turns.admit(&gw.agent, &id)?;
@@ -423,10 +451,11 @@ pub(crate) fn disconnect_guard(
 
 pub(crate) async fn chat_stream(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     body: Option<ApiJson<ChatBody>>,
 ) -> Result<Response, ApiError> {
-    session_or_404(&gw, &id).await?;
+    session_or_404(&gw, &key, &id).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
     let input = body.input()?;
     let guard = gw.turns.admit(&gw.agent, &id)?;
@@ -497,9 +526,10 @@ pub(crate) async fn chat_stream(
 
 pub(crate) async fn stop(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    session_or_404(&gw, &id).await?;
+    session_or_404(&gw, &key, &id).await?;
     let turn = gw.turns.stop(&id, StopReason::ApiStop);
     Ok(axum::Json(json!({
         "object": "hermes.session.stop",
@@ -511,10 +541,11 @@ pub(crate) async fn stop(
 
 pub(crate) async fn reset(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     Query(opts): Query<EndOptions>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let old = session_or_404(&gw, &id).await?;
+    let old = session_or_404(&gw, &key, &id).await?;
     let (new, interrupted) = gw
         .reset_session(&old, opts.keep_processes, SessionEndReason::NewSession)
         .await?;
@@ -565,6 +596,8 @@ impl crate::Gateway {
                 model: old.model.clone(),
                 parent_id: Some(old.id.clone()),
                 system_prompt: old.system_prompt.clone(),
+                // The successor continues the conversation: it stays its key's.
+                owner: old.owner.clone(),
             })
             .await?;
         // Kept background processes move to the successor with their notifications' waits.

@@ -2,9 +2,10 @@
 //!
 //! # The flow
 //!
-//! 1. [`crate::require_key`] checks the bearer key and puts its name in the request's
-//!    extensions as [`KeyName`]; that name owns every task and request created with it, and
-//!    other keys get 404 for them.
+//! 1. [`crate::require_key`] checks the bearer key and puts it in the request's extensions
+//!    as [`CallerKey`]; its immutable id owns every task, request and upload created with it
+//!    (a name can pass to a new key once the old one is revoked; an id cannot), and other
+//!    keys get 404 for them.
 //! 2. A POST body is read up to the gateway's body limit and parsed into the service's
 //!    request type; an optional `Idempotency-Key` header is passed on as `idem`, so a repeat
 //!    returns the original response. `X-API-Version` is accepted and ignored.
@@ -31,7 +32,7 @@ use tern_inbox::model::{
 };
 use tern_inbox::review::RequestKind;
 
-use crate::{AppState, KeyName, read_json};
+use crate::{AppState, CallerKey, read_json};
 
 /// A failure of an inbox endpoint, answered in the Pump Up shapes.
 #[derive(Debug)]
@@ -188,7 +189,7 @@ pub(crate) async fn project(
 /// `GET /api/tasks[?projectId=&name=]`: the caller's tasks.
 pub(crate) async fn tasks(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<impl IntoResponse> {
     let filter = TaskFilter {
@@ -201,7 +202,7 @@ pub(crate) async fn tasks(
 /// `POST /api/tasks` → 201 `Task`.
 pub(crate) async fn create_task(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<CreateTask>,
 ) -> ApiResult<impl IntoResponse> {
@@ -214,7 +215,7 @@ pub(crate) async fn create_task(
 /// `GET /api/tasks/{id}` → `{task, openRequests}`.
 pub(crate) async fn task(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     Ok(Json(gw.inbox.task(&owner, &id).await?))
@@ -223,7 +224,7 @@ pub(crate) async fn task(
 /// `GET /api/tasks/{id}/events[?cursor=&limit=]` → `{items, nextCursor}`.
 pub(crate) async fn task_events(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<impl IntoResponse> {
@@ -269,7 +270,7 @@ fn uint_param(
 /// cursor to ask with next), and at once when the gateway shuts down.
 pub(crate) async fn decisions(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<impl IntoResponse> {
     let after = param(&query, "after");
@@ -293,7 +294,7 @@ pub(crate) async fn decisions(
 /// `POST /api/approval-requests` → 201 `{eventId}`.
 pub(crate) async fn create_approval(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<CreateApproval>,
 ) -> ApiResult<impl IntoResponse> {
@@ -307,7 +308,7 @@ pub(crate) async fn create_approval(
 /// `GET /api/approval-requests/{id}/result` → 204 while pending, 200 `ApprovalResult`.
 pub(crate) async fn approval_result(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     Ok(result_response(
@@ -318,7 +319,7 @@ pub(crate) async fn approval_result(
 /// `POST /api/elicitation-requests` → 201 `{eventId}`.
 pub(crate) async fn create_elicitation(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<CreateElicitation>,
 ) -> ApiResult<impl IntoResponse> {
@@ -332,7 +333,7 @@ pub(crate) async fn create_elicitation(
 /// `GET /api/elicitation-requests/{id}/result` → 204 while pending, 200 `ElicitationResult`.
 pub(crate) async fn elicitation_result(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     Ok(result_response(
@@ -352,7 +353,7 @@ pub(crate) struct Withdraw {
 /// A request of the other kind is not found under the wrong path.
 async fn withdraw(
     gw: &AppState,
-    owner: &str,
+    key: &CallerKey,
     id: &str,
     kind: RequestKind,
     body: Option<Withdraw>,
@@ -360,7 +361,7 @@ async fn withdraw(
     let reason = body.unwrap_or_default().reason;
     let withdrawal = gw
         .inbox
-        .withdraw_request_of(Some(kind), owner, id, reason.as_deref())
+        .withdraw_request_by(Some(kind), &key.id, &key.name, id, reason.as_deref())
         .await?;
     Ok((StatusCode::OK, Json(withdrawal)).into_response())
 }
@@ -368,27 +369,27 @@ async fn withdraw(
 /// `POST /api/approval-requests/{id}/withdraw`.
 pub(crate) async fn withdraw_approval(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     MaybeInboxJson(body): MaybeInboxJson<Withdraw>,
 ) -> ApiResult<Response> {
-    withdraw(&gw, &owner, &id, RequestKind::Approval, body).await
+    withdraw(&gw, &key, &id, RequestKind::Approval, body).await
 }
 
 /// `POST /api/elicitation-requests/{id}/withdraw`.
 pub(crate) async fn withdraw_elicitation(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
     MaybeInboxJson(body): MaybeInboxJson<Withdraw>,
 ) -> ApiResult<Response> {
-    withdraw(&gw, &owner, &id, RequestKind::Elicitation, body).await
+    withdraw(&gw, &key, &id, RequestKind::Elicitation, body).await
 }
 
 /// `POST /api/agent-actions` → 201 `{eventId}`.
 pub(crate) async fn record_action(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<RecordAction>,
 ) -> ApiResult<impl IntoResponse> {
@@ -401,7 +402,7 @@ pub(crate) async fn record_action(
 /// `POST /api/exceptions` → 201 `{eventId}`.
 pub(crate) async fn report_exception(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<ReportException>,
 ) -> ApiResult<impl IntoResponse> {
@@ -418,7 +419,7 @@ pub(crate) async fn report_exception(
 /// `POST /api/notes` → 201 `{eventId}`.
 pub(crate) async fn add_note(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     InboxJson(body): InboxJson<AddNote>,
 ) -> ApiResult<impl IntoResponse> {

@@ -10,7 +10,7 @@
 //!
 //! The human inbox's Pump Up agent API (`/api/projects`, `/api/tasks`, approval and
 //! elicitation requests, actions, exceptions, notes) sits behind the same key check, which
-//! hands the key's name on as [`KeyName`], the owner of what the agent creates; the routes
+//! hands the key on as [`CallerKey`]: its id owns what the agent creates; the routes
 //! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes — also
 //! the 404 of an unknown path and the 405 of a wrong method under the inbox's prefixes.
 //!
@@ -52,7 +52,7 @@ use tern_hooks::HookBus;
 use tern_store::Store;
 use tern_tools::Approver;
 
-pub use auth::Authenticator;
+pub use auth::{Authenticator, CallerKey};
 pub use error::ApiError;
 pub use inbox_settings::InboxSettings;
 pub use turns::TurnManager;
@@ -104,11 +104,6 @@ pub enum Serve {
     /// run on other machines.
     InboxOnly,
 }
-
-/// The name of the API key a request authenticated with, put in the request's extensions by
-/// the key check; the inbox uses it as the owner of tasks and requests.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyName(pub String);
 
 pub type AppState = Arc<Gateway>;
 
@@ -413,13 +408,13 @@ fn bearer(req: &Request) -> Option<&str> {
 }
 
 async fn require_key(State(gw): State<AppState>, mut req: Request, next: Next) -> Response {
-    let name = match bearer(&req) {
+    let key = match bearer(&req) {
         Some(token) => gw.auth.check(token).await,
         None => None,
     };
-    match name {
-        Some(name) => {
-            req.extensions_mut().insert(KeyName(name));
+    match key {
+        Some(key) => {
+            req.extensions_mut().insert(key);
             next.run(req).await
         }
         // The inbox's agent API answers in Pump Up's shape (`{"error": str}`), the rest in

@@ -3,13 +3,15 @@
 //! The last user message is the turn's input. With `X-Hermes-Session-Id` the turn runs on
 //! that stored session (earlier messages in the body are ignored: the store has the
 //! history); without it a new session is created from the body's earlier messages. The
-//! session's id is returned in the same header. Tools run inside the gateway; the client
+//! session's id is returned in the same header. The header obeys the session API's rule:
+//! another key's session answers 404. Tools run inside the gateway; the client
 //! sees the final answer (streamed as `chat.completion.chunk`s when `stream` is true).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -24,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{disconnect_guard, guarded_stream, run_detached, run_turn};
 use crate::error::ApiError;
-use crate::{ApiJson, AppState};
+use crate::{ApiJson, AppState, CallerKey};
 
 pub const SESSION_HEADER: &str = "x-hermes-session-id";
 
@@ -70,6 +72,7 @@ pub(crate) async fn models(State(gw): State<AppState>) -> impl IntoResponse {
 
 pub(crate) async fn completions(
     State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CompletionBody>,
 ) -> Result<Response, ApiError> {
@@ -99,14 +102,9 @@ pub(crate) async fn completions(
     // The place under the cap first: a refused request must not leave a new session behind.
     let permit = gw.turns.permit()?;
     let session_id = match requested {
-        Some(id) => {
-            gw.store
-                .get_session(id)
-                .await?
-                .ok_or_else(|| ApiError::session_not_found(id))?
-                .id
-        }
-        None => new_session_from(&gw, &body, last_user).await?,
+        // Another key's session is not found, as on the session API.
+        Some(id) => crate::api::session_or_404(&gw, &key, id).await?.id,
+        None => new_session_from(&gw, &key, &body, last_user).await?,
     };
     let guard = gw
         .turns
@@ -229,6 +227,7 @@ pub(crate) async fn completions(
 /// A new session holding the body's messages before the last user message.
 async fn new_session_from(
     gw: &AppState,
+    key: &CallerKey,
     body: &CompletionBody,
     last_user: usize,
 ) -> Result<String, ApiError> {
@@ -247,6 +246,7 @@ async fn new_session_from(
                     .unwrap_or_else(|| gw.settings.model.clone()),
             ),
             system_prompt: (!system.is_empty()).then(|| system.join("\n\n")),
+            owner: Some(key.id.clone()),
             ..Default::default()
         })
         .await?;

@@ -37,7 +37,7 @@ use tern_inbox::uploads::{UploadDir, UploadError, normalize_content_type, saniti
 
 use crate::inbox_api::InboxApiError;
 use crate::reviewer_auth::Reviewer;
-use crate::{AppState, KeyName};
+use crate::{AppState, CallerKey};
 
 /// Room for the multipart framing (boundaries, part headers, small extra fields) on top of
 /// `max_upload_bytes`: the file itself is measured exactly while it streams.
@@ -102,7 +102,7 @@ fn no_uploads() -> Response {
 /// `POST /api/uploads`.
 async fn upload(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Response {
@@ -183,7 +183,7 @@ async fn upload(
 /// `GET /api/uploads/{id}`.
 async fn resolve(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
@@ -222,7 +222,7 @@ pub(crate) fn public_base(gw: &AppState, headers: &HeaderMap) -> String {
 /// `GET /api/uploads/{id}/content`: the owning key's download.
 async fn agent_download(
     State(gw): State<AppState>,
-    Extension(KeyName(owner)): Extension<KeyName>,
+    Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
 ) -> Response {
     match gw.inbox.owned_upload(&owner, &id).await {

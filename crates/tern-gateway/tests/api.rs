@@ -41,7 +41,7 @@ impl Recorder {
 
 struct Gw {
     _dir: tempfile::TempDir,
-
+    store: tern_store::Store,
     url: String,
     key: String,
     fake: FakeModel,
@@ -61,7 +61,7 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
     hooks.subscribe(rec.clone());
     let agent = Arc::new(
         Agent::new(
-            store,
+            store.clone(),
             Ok(Client::new(cfg).unwrap()),
             Arc::new(Registry::builtin()),
             AgentSettings {
@@ -87,7 +87,7 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
     let (url, _) = common::serve(&gw).await;
     Gw {
         _dir: dir,
-
+        store,
         url,
         key,
         fake,
@@ -102,9 +102,30 @@ async fn start() -> Gw {
 
 impl Gw {
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.req_as(&self.key, method, path)
+    }
+
+    fn req_as(&self, key: &str, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.key)
+            .bearer_auth(key)
+    }
+
+    /// `method path` with `key` and an optional JSON body: the status and the JSON answer.
+    async fn send_as(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut rb = self.req_as(key, method, path);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -263,6 +284,150 @@ async fn sessions_create_list_get_patch_delete() {
         json!({"error": {"message": "Session not found: my-session", "type": "invalid_request_error", "param": null, "code": "session_not_found"}})
     );
     assert_eq!(g.rec.named("session_end")[0]["reason"], "deleted");
+}
+
+/// The ids of the sessions `key` gets listed.
+async fn listed(g: &Gw, key: &str) -> Vec<String> {
+    let (s, v) = g
+        .send_as(key, reqwest::Method::GET, "/api/sessions?limit=200", None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_is_its_keys_alone_and_admin_keys_see_all() {
+    use reqwest::Method;
+    let g = start().await;
+    let other = auth::create_key(&g.store, "agent-b").await.unwrap();
+    let admin = auth::create_key_of_kind(&g.store, "ops", tern_store::KeyKind::Admin)
+        .await
+        .unwrap();
+    let (s, v) = g.post("/api/sessions", json!({"id": "a-private"})).await;
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = g
+        .send_as(
+            &other,
+            Method::POST,
+            "/api/sessions",
+            Some(json!({"id": "b-own"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    // A session no key created: `tern chat`, or one from before sessions had owners.
+    g.store
+        .create_session(tern_store::NewSession {
+            id: Some("from-cli".into()),
+            source: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(listed(&g, &g.key).await, ["a-private"]);
+    assert_eq!(listed(&g, &other).await, ["b-own"]);
+    let mut all = listed(&g, &admin).await;
+    all.sort();
+    assert_eq!(all, ["a-private", "b-own", "from-cli"]);
+
+    // Every route answers another key's session, and a keyless one, as a missing session:
+    // 404 session_not_found, which confirms nothing; and nothing changes.
+    for id in ["a-private", "from-cli"] {
+        let not_found = json!({"error": {"message": format!("Session not found: {id}"),
+            "type": "invalid_request_error", "param": null, "code": "session_not_found"}});
+        for (method, path, body) in [
+            (Method::GET, format!("/api/sessions/{id}"), None),
+            (Method::GET, format!("/api/sessions/{id}/messages"), None),
+            (
+                Method::PATCH,
+                format!("/api/sessions/{id}"),
+                Some(json!({"title": "mine"})),
+            ),
+            (
+                Method::POST,
+                format!("/api/sessions/{id}/chat"),
+                Some(json!({"message": "hi"})),
+            ),
+            (
+                Method::POST,
+                format!("/api/sessions/{id}/chat/stream"),
+                Some(json!({"message": "hi"})),
+            ),
+            (Method::POST, format!("/api/sessions/{id}/stop"), None),
+            (Method::POST, format!("/api/sessions/{id}/reset"), None),
+            (Method::DELETE, format!("/api/sessions/{id}"), None),
+        ] {
+            let (s, v) = g.send_as(&other, method.clone(), &path, body).await;
+            assert_eq!((s, &v), (404, &not_found), "{method} {path}");
+        }
+        let r = g
+            .req_as(&other, Method::POST, "/v1/chat/completions")
+            .header("X-Hermes-Session-Id", id)
+            .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{id}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v, not_found);
+    }
+    assert!(g.fake.requests().is_empty(), "no turn ran");
+    let (_, v) = g.get("/api/sessions/a-private").await;
+    assert_eq!(v["session"]["title"], Value::Null, "not renamed");
+    assert_eq!(v["session"]["status"], "idle", "not reset");
+
+    // The admin key uses any session; a reset's successor stays its owner's.
+    let (s, v) = g
+        .send_as(
+            &admin,
+            Method::PATCH,
+            "/api/sessions/from-cli",
+            Some(json!({"title": "seen by ops"})),
+        )
+        .await;
+    assert_eq!(
+        (s, &v["session"]["title"]),
+        (200, &json!("seen by ops")),
+        "{v}"
+    );
+    let (s, v) = g.post("/api/sessions/a-private/reset", json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    let next = v["new_session_id"].as_str().unwrap().to_owned();
+    assert_eq!(g.get(&format!("/api/sessions/{next}")).await.0, 200);
+    let (s, _) = g
+        .send_as(&other, Method::GET, &format!("/api/sessions/{next}"), None)
+        .await;
+    assert_eq!(s, 404);
+    assert_eq!(
+        g.send_as(&admin, Method::GET, &format!("/api/sessions/{next}"), None)
+            .await
+            .0,
+        200
+    );
+
+    // A session /v1/chat/completions creates is the key's too.
+    g.fake.push(Reply::text("Hello."));
+    let r = g
+        .req_as(&other, Method::POST, "/v1/chat/completions")
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let made = r.headers()["x-hermes-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(g.get(&format!("/api/sessions/{made}")).await.0, 404);
+    let (s, _) = g
+        .send_as(&other, Method::GET, &format!("/api/sessions/{made}"), None)
+        .await;
+    assert_eq!(s, 200);
 }
 
 #[tokio::test]

@@ -245,6 +245,125 @@ async fn another_key_cannot_see_the_task() {
 }
 
 #[tokio::test]
+async fn a_new_key_with_a_revoked_keys_name_owns_nothing_of_it() {
+    let gw = start().await;
+    let task = gw.task("Before the revocation").await;
+    let (status, created) = gw
+        .post(
+            "/api/approval-requests",
+            &json!({"projectName": "default", "taskId": task, "summary": "Deploy?"}),
+            Some("appr-old"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let request = created["eventId"].as_str().unwrap().to_owned();
+    assert!(gw.gw.store.revoke_key("agent-a").await.unwrap());
+    let heir = auth::create_key(&gw.gw.store, "agent-a").await.unwrap();
+
+    let (status, text) = gw.get_as(&heir, "/api/tasks").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(common::json_or_null(&text)["items"], json!([]));
+    for path in [
+        format!("/api/tasks/{task}"),
+        format!("/api/tasks/{task}/events"),
+        format!("/api/approval-requests/{request}/result"),
+    ] {
+        let (status, text) = gw.get_as(&heir, &path).await;
+        assert_eq!(status, 404, "{path}: {text}");
+    }
+    let (status, body) = gw
+        .post_as(
+            &heir,
+            &format!("/api/approval-requests/{request}/withdraw"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    // Nor does it replay the old key's idempotent answers: the same key creates anew.
+    let r = gw
+        .http
+        .post(format!("{}/api/tasks", gw.url))
+        .bearer_auth(&heir)
+        .header("Idempotency-Key", "appr-old")
+        .json(&json!({"name": "mine", "projectName": "default"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, mine) = common::status_json(r).await;
+    assert_eq!(status, 201, "{mine}");
+    assert_ne!(mine["id"], task.as_str());
+    let pending = gw.gw.inbox.request_view(&request).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(pending.summary.status).unwrap(),
+        "pending"
+    );
+}
+
+#[tokio::test]
+async fn a_key_named_like_the_gateways_own_agents_sees_none_of_their_requests() {
+    let gw = start().await;
+    // What the gateway's own agents ask (the `inbox` tools, dangerous commands).
+    let embedded = tern_waits::client::EmbeddedInbox::new(gw.gw.inbox.clone());
+    let task = tern_waits::client::InboxClient::session_task(&embedded, "s1", "default")
+        .await
+        .unwrap();
+    let request = tern_waits::client::InboxClient::create_request(
+        &embedded,
+        tern_waits::client::RequestKind::Approval,
+        json!({"projectName": task.project_name, "taskId": task.task_id, "summary": "rm -rf?"}),
+        "tern-req:s1:call_1",
+    )
+    .await
+    .unwrap();
+
+    // The name is refused now, whatever its case...
+    for name in [
+        tern_waits::client::EMBEDDED_OWNER,
+        "Tern-Agent",
+        " TERN_SERVER_KEY ",
+    ] {
+        let refused = auth::create_key(&gw.gw.store, name).await;
+        assert!(
+            matches!(refused, Err(auth::KeyError::ReservedName(_))),
+            "{name}: {refused:?}"
+        );
+    }
+    // ...and a key that got it before (stored directly, as an older gateway allowed) owns
+    // nothing of the gateway's: ownership follows the key's id, not its name.
+    let squatter = auth::generate_key().unwrap();
+    gw.gw
+        .store
+        .create_key(
+            tern_waits::client::EMBEDDED_OWNER,
+            tern_store::KeyKind::Agent,
+            &auth::hash_key(&squatter),
+            &auth::key_prefix(&squatter),
+        )
+        .await
+        .unwrap();
+    let (status, text) = gw.get_as(&squatter, "/api/tasks").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(common::json_or_null(&text)["items"], json!([]));
+    let (status, text) = gw
+        .get_as(&squatter, &format!("/api/tasks/{}", task.task_id))
+        .await;
+    assert_eq!(status, 404, "{text}");
+    let (status, body) = gw
+        .post_as(
+            &squatter,
+            &format!("/api/approval-requests/{request}/withdraw"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let view = gw.gw.inbox.request_view(&request).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(view.summary.status).unwrap(),
+        "pending"
+    );
+}
+
+#[tokio::test]
 async fn requests_without_a_key_are_401() {
     let gw = start().await;
     let r = gw
@@ -441,6 +560,8 @@ async fn the_agent_withdraws_its_pending_requests() {
         serde_json::to_value(view.summary.status).unwrap(),
         "withdrawn"
     );
+    // Owned by the key's id, shown to reviewers by its name.
+    assert_eq!(view.summary.decided_by.as_deref(), Some("agent-a"));
 
     // A decided request cannot be withdrawn.
     let (_, decided) = gw

@@ -316,7 +316,7 @@ impl Inbox {
 
     // ---- tasks ----------------------------------------------------------------------------
 
-    /// Opens a task owned by `owner` (an agent key name) in the project's initial step.
+    /// Opens a task owned by `owner` (an agent key's id) in the project's initial step.
     pub async fn create_task(
         &self,
         owner: &str,

@@ -647,6 +647,7 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
     let ctx = || ToolContext {
         session_id: "sess-a".into(),
         call_id: "call-1".into(),
+        call_seq: 0,
         workdir: local.clone(),
         cancel: CancellationToken::new(),
         approver: Arc::new(DenyAll {

@@ -46,6 +46,7 @@ fn ctx_for(workdir: &Path, session: &str, approver: Arc<dyn Approver>) -> ToolCo
     ToolContext {
         session_id: session.into(),
         call_id: "call-1".into(),
+        call_seq: 0,
         workdir: workdir.to_path_buf(),
         cancel: CancellationToken::new(),
         approver,

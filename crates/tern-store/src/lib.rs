@@ -101,6 +101,9 @@ pub struct Session {
     /// Milliseconds since the Unix epoch.
     pub created_at: i64,
     pub updated_at: i64,
+    /// The id of the API key that created it (see [`NewSession::owner`]); `None` for a
+    /// session no key created, which only admin keys see.
+    pub owner: Option<String>,
 }
 
 /// What a new session starts with.
@@ -113,6 +116,9 @@ pub struct NewSession {
     pub model: Option<String>,
     pub parent_id: Option<String>,
     pub system_prompt: Option<String>,
+    /// The id of the API key creating it, which alone (with admin keys) may use it through
+    /// the gateway; `None` for `tern chat`.
+    pub owner: Option<String>,
 }
 
 /// A stored message, in the OpenAI shape plus bookkeeping.
@@ -192,15 +198,42 @@ impl NewMessage {
     }
 }
 
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyKind {
+    /// An agent's key: the sessions it created, and its own inbox tasks.
+    Agent,
+    /// The operator's key: every session as well.
+    Admin,
+}
+
+stored_as_text!(KeyKind, "key kind", {
+    Agent => "agent",
+    Admin => "admin",
+});
+
 /// An agent API key, without its secret.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApiKey {
     pub id: String,
     pub name: String,
+    pub kind: KeyKind,
     /// The first characters of the key, to recognise it.
     pub prefix: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// An active key as the bearer check needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActiveKey {
+    /// Immutable and never reused: what the key owns is owned by this id, not by the name.
+    pub id: String,
+    pub name: String,
+    pub kind: KeyKind,
+    /// Hex SHA-256 of the key.
+    pub hash: String,
 }
 
 /// A full-text search hit.
@@ -231,7 +264,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 macro_rules! session_cols {
     () => {
         "id, title, source, model, parent_id, system_prompt, status, \
-         prompt_tokens, completion_tokens, created_at, updated_at"
+         prompt_tokens, completion_tokens, created_at, updated_at, owner_key"
     };
 }
 
@@ -300,7 +333,7 @@ impl Store {
         let now = now_ms();
         let res = sqlx::query(
             "INSERT INTO sessions (id, title, source, model, parent_id, system_prompt, status, \
-             created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
+             created_at, updated_at, owner_key) VALUES (?, ?, ?, ?, ?, ?, 'idle', ?, ?, ?)",
         )
         .bind(&id)
         .bind(&new.title)
@@ -310,6 +343,7 @@ impl Store {
         .bind(&new.system_prompt)
         .bind(now)
         .bind(now)
+        .bind(&new.owner)
         .execute(&self.pool)
         .await;
         match res {
@@ -405,6 +439,26 @@ impl Store {
         .bind(after_ms)
         .bind(after_id)
         .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    /// The sessions owned by the key `owner`, most recently updated first.
+    pub async fn list_owned_sessions(
+        &self,
+        owner: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<Session>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE owner_key = ? ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?"
+        ))
+        .bind(owner)
+        .bind(limit)
+        .bind(offset)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(session_from_row).collect()
@@ -617,19 +671,28 @@ impl Store {
     }
 
     /// Stores a new key's hash under `name`.
-    pub async fn create_key(&self, name: &str, key_hash: &str, prefix: &str) -> Result<ApiKey> {
+    pub async fn create_key(
+        &self,
+        name: &str,
+        kind: KeyKind,
+        key_hash: &str,
+        prefix: &str,
+    ) -> Result<ApiKey> {
         let key = ApiKey {
             id: uuid::Uuid::now_v7().simple().to_string(),
             name: name.to_owned(),
+            kind,
             prefix: prefix.to_owned(),
             created_at: now_ms(),
             revoked_at: None,
         };
         let r = sqlx::query(
-            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO api_keys (id, name, kind, key_hash, prefix, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(&key.id)
         .bind(&key.name)
+        .bind(kind.as_str())
         .bind(key_hash)
         .bind(&key.prefix)
         .bind(key.created_at)
@@ -647,7 +710,8 @@ impl Store {
     /// All keys, active and revoked, oldest first.
     pub async fn list_keys(&self) -> Result<Vec<ApiKey>> {
         let rows = sqlx::query(
-            "SELECT id, name, prefix, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+            "SELECT id, name, kind, prefix, created_at, revoked_at FROM api_keys \
+             ORDER BY created_at, id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -656,9 +720,10 @@ impl Store {
                 Ok(ApiKey {
                     id: r.try_get(0)?,
                     name: r.try_get(1)?,
-                    prefix: r.try_get(2)?,
-                    created_at: r.try_get(3)?,
-                    revoked_at: r.try_get(4)?,
+                    kind: KeyKind::parse(r.try_get(2)?)?,
+                    prefix: r.try_get(3)?,
+                    created_at: r.try_get(4)?,
+                    revoked_at: r.try_get(5)?,
                 })
             })
             .collect()
@@ -675,13 +740,22 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    /// `(name, hash)` of every active key.
-    pub async fn active_key_hashes(&self) -> Result<Vec<(String, String)>> {
-        Ok(
-            sqlx::query_as("SELECT name, key_hash FROM api_keys WHERE revoked_at IS NULL")
+    /// Every active key, with its hash.
+    pub async fn active_keys(&self) -> Result<Vec<ActiveKey>> {
+        let rows =
+            sqlx::query("SELECT id, name, kind, key_hash FROM api_keys WHERE revoked_at IS NULL")
                 .fetch_all(&self.pool)
-                .await?,
-        )
+                .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ActiveKey {
+                    id: r.try_get(0)?,
+                    name: r.try_get(1)?,
+                    kind: KeyKind::parse(r.try_get(2)?)?,
+                    hash: r.try_get(3)?,
+                })
+            })
+            .collect()
     }
 
     pub async fn close(&self) {
@@ -715,6 +789,7 @@ fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Session> {
         completion_tokens: r.try_get("completion_tokens")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        owner: r.try_get("owner_key")?,
     })
 }
 

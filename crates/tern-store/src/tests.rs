@@ -211,23 +211,39 @@ async fn sessions_resolve_by_unique_prefix() {
 #[tokio::test]
 async fn keys_are_created_listed_and_revoked() {
     let (_d, s) = store().await;
-    s.create_key("ci", "hash1", "tern_ab").await.unwrap();
+    s.create_key("ci", KeyKind::Agent, "hash1", "tern_ab")
+        .await
+        .unwrap();
     assert!(matches!(
-        s.create_key("ci", "hash2", "tern_cd").await,
+        s.create_key("ci", KeyKind::Admin, "hash2", "tern_cd").await,
         Err(StoreError::KeyExists(_))
     ));
+    let active = s.active_keys().await.unwrap();
     assert_eq!(
-        s.active_key_hashes().await.unwrap(),
-        vec![("ci".to_owned(), "hash1".to_owned())]
+        active
+            .iter()
+            .map(|k| (k.name.as_str(), k.hash.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("ci", "hash1")]
     );
     assert!(s.revoke_key("ci").await.unwrap());
     assert!(!s.revoke_key("ci").await.unwrap());
-    assert!(s.active_key_hashes().await.unwrap().is_empty());
+    assert!(s.active_keys().await.unwrap().is_empty());
     // The name is free again; the revoked key stays listed.
-    s.create_key("ci", "hash3", "tern_ef").await.unwrap();
+    s.create_key("ci", KeyKind::Admin, "hash3", "tern_ef")
+        .await
+        .unwrap();
     let keys = s.list_keys().await.unwrap();
     assert_eq!(keys.len(), 2);
     assert!(keys[0].revoked_at.is_some() && keys[1].revoked_at.is_none());
+    // A new key of the same name is another key: another id.
+    assert_ne!(keys[0].id, keys[1].id);
+    assert_eq!(s.active_keys().await.unwrap()[0].id, keys[1].id);
+    assert_eq!(
+        (keys[0].kind, keys[1].kind),
+        (KeyKind::Agent, KeyKind::Admin)
+    );
+    assert_eq!(s.active_keys().await.unwrap()[0].kind, KeyKind::Admin);
 }
 
 #[tokio::test]
@@ -331,4 +347,231 @@ async fn idle_sessions_page_past_the_ones_skipped() {
     // Nothing updated since the cutoff.
     let oldest = want[0].updated_at;
     assert!(s.idle_sessions(oldest, None, 10).await.unwrap().is_empty());
+}
+
+/// A database at `path` migrated up to `version` only (as an older tern left it), on one
+/// connection the test writes its old rows through.
+async fn migrated_up_to(path: &Path, version: i64) -> SqlitePool {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true),
+        )
+        .await
+        .unwrap();
+    let old = sqlx::migrate::Migrator {
+        migrations: std::borrow::Cow::Owned(
+            MIGRATOR
+                .iter()
+                .filter(|m| m.version <= version)
+                .cloned()
+                .collect(),
+        ),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    old.run(&pool).await.unwrap();
+    pool
+}
+
+/// Migration 0012: the inbox's rows owned by a key *name* become owned by the id of the
+/// active key that bears the name; the gateway's own owners stay reserved even when a key
+/// bears their name, and a revoked key's name is kept out of reach of a key given it later.
+#[tokio::test]
+async fn inbox_rows_owned_by_key_names_become_owned_by_key_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    let pool = migrated_up_to(&path, 11).await;
+    for (id, name, revoked) in [
+        ("k-live", "agent-a", None),
+        ("k-gone", "agent-b", Some(5_i64)),
+        // A key that took the gateway's own owner name before names were reserved.
+        ("k-squat", "tern-agent", None),
+    ] {
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at, revoked_at) \
+             VALUES (?, ?, ?, 'tern_x', 1, ?)",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(format!("hash-{id}"))
+        .bind(revoked)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO inbox_projects (id, name, steps, created_at) VALUES ('p', 'p', '{}', 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let owners = ["agent-a", "agent-b", "tern-agent", "TERN_SERVER_KEY"];
+    for (i, owner) in owners.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO inbox_tasks (id, project_id, owner_key, name, status, current_step, \
+             metadata, attachments, created_at, updated_at) \
+             VALUES (?, 'p', ?, 't', 'RUNNING', 's', '{}', '[]', 1, 1)",
+        )
+        .bind(format!("t{i}"))
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, response, \
+             status_code, created_at) VALUES (?, 'same-key', 'POST api/tasks', '{}', 201, 1)",
+        )
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO inbox_uploads (id, owner_key, sha256, size, content_type, created_at) \
+             VALUES (?, ?, 'abc', 1, 'text/plain', 1)",
+        )
+        .bind(format!("u{i}"))
+        .bind(owner)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    let s = Store::open(&path).await.unwrap();
+    let expected = ["k-live", "name:agent-b", "tern-agent", "TERN_SERVER_KEY"];
+    for sql in [
+        "SELECT owner_key FROM inbox_tasks ORDER BY id",
+        "SELECT owner_key FROM inbox_uploads ORDER BY id",
+        "SELECT owner_key FROM inbox_idempotency ORDER BY rowid",
+    ] {
+        let got: Vec<String> = sqlx::query_scalar(sql).fetch_all(&s.pool).await.unwrap();
+        assert_eq!(got, expected, "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_lists_only_the_sessions_it_owns() {
+    let (_d, s) = store().await;
+    for (id, owner) in [
+        ("a1", Some("ka")),
+        ("b1", Some("kb")),
+        ("a2", Some("ka")),
+        ("cli", None),
+    ] {
+        s.create_session(NewSession {
+            id: Some(id.into()),
+            owner: owner.map(str::to_owned),
+            ..new_session("api")
+        })
+        .await
+        .unwrap();
+    }
+    let ids = |v: Vec<Session>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.list_owned_sessions("ka", 10, 0).await.unwrap()),
+        ["a2", "a1"]
+    );
+    assert_eq!(
+        ids(s.list_owned_sessions("ka", 1, 1).await.unwrap()),
+        ["a1"]
+    );
+    assert_eq!(
+        ids(s.list_owned_sessions("kc", 10, 0).await.unwrap()),
+        Vec::<String>::new()
+    );
+    assert_eq!(s.list_sessions(10, 0).await.unwrap().len(), 4);
+    assert_eq!(s.session("b1").await.unwrap().owner.as_deref(), Some("kb"));
+    assert_eq!(s.session("cli").await.unwrap().owner, None);
+}
+
+/// Migration 0013: keys get a kind — the gateway's first key (`default`, the oldest) becomes
+/// admin, the others agent — and the sessions already there have no owner (admin keys only).
+#[tokio::test]
+async fn older_keys_and_sessions_after_the_session_owner_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    let pool = migrated_up_to(&path, 12).await;
+    for (id, name, at) in [
+        ("k1", "default", 1_i64),
+        ("k2", "ci", 2),
+        ("k3", "default-2", 3),
+    ] {
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at) \
+             VALUES (?, ?, ?, 'tern_x', ?)",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(format!("hash-{id}"))
+        .bind(at)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO sessions (id, source, status, created_at, updated_at) \
+         VALUES ('old', 'api', 'idle', 1, 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let s = Store::open(&path).await.unwrap();
+    let kinds: Vec<_> = s
+        .list_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| (k.name, k.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("default".to_owned(), KeyKind::Admin),
+            ("ci".to_owned(), KeyKind::Agent),
+            ("default-2".to_owned(), KeyKind::Agent),
+        ]
+    );
+    let old = s.session("old").await.unwrap();
+    assert_eq!((old.owner, old.source.as_str()), (None, "api"));
+    assert!(s.list_owned_sessions("k1", 10, 0).await.unwrap().is_empty());
+}
+
+/// A `default` key that is not the gateway's first key (that one was revoked, or another key
+/// came first) is not made admin by the migration: a name proves nothing.
+#[tokio::test]
+async fn the_session_owner_migration_promotes_only_the_first_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tern.db");
+    let pool = migrated_up_to(&path, 12).await;
+    for (id, name, at, revoked) in [
+        ("k1", "default", 1_i64, Some(2_i64)),
+        ("k2", "default", 3, None),
+    ] {
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, created_at, revoked_at) \
+             VALUES (?, ?, ?, 'tern_x', ?, ?)",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(format!("hash-{id}"))
+        .bind(at)
+        .bind(revoked)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+    let s = Store::open(&path).await.unwrap();
+    let kinds: Vec<_> = s
+        .list_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.kind)
+        .collect();
+    assert_eq!(kinds, [KeyKind::Agent, KeyKind::Agent]);
 }

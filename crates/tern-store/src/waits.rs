@@ -134,6 +134,27 @@ impl Wait {
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.session_id)
     }
+
+    /// Where the message whose tool call asked sits in the origin session's transcript, from
+    /// `idem_key` (`tern-wait:<session>:<call>@<seq>`); `None` for a key of another form,
+    /// e.g. one recorded before keys carried it.
+    pub fn call_seq(&self) -> Option<i64> {
+        call_seq_of(&self.idem_key)
+    }
+}
+
+/// [`Wait::call_seq`] of an idempotency key.
+fn call_seq_of(idem_key: &str) -> Option<i64> {
+    let (_session, call) = idem_key.strip_prefix("tern-wait:")?.split_once(':')?;
+    let (_id, seq) = call.rsplit_once('@')?;
+    seq.parse().ok().filter(|s: &i64| *s > 0)
+}
+
+/// Whether the wait that asked through call `call` of the message at `seq` is this one: the
+/// same call id and, when the wait knows it, the same message (a model may reuse call ids
+/// across turns).
+fn asked_by(tool_call_id: Option<&str>, wait_seq: Option<i64>, call: &str, seq: i64) -> bool {
+    tool_call_id == Some(call) && wait_seq.is_none_or(|s| s == seq)
 }
 
 /// A wait to record.
@@ -297,7 +318,7 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let now = now_ms();
         let row = sqlx::query(
-            "SELECT session_id, tool_call_id, kind, request_id FROM waits \
+            "SELECT session_id, idem_key, tool_call_id, kind, request_id FROM waits \
              WHERE id = ? AND status = 'ready'",
         )
         .bind(wait_id)
@@ -308,10 +329,12 @@ impl Store {
         };
         let session_id: String = row.try_get("session_id")?;
         let own_call: Option<String> = row.try_get("tool_call_id")?;
+        let own_seq = call_seq_of(row.try_get("idem_key")?);
         let kind = WaitKind::parse(row.try_get("kind")?)?;
         let request_id: Option<String> = row.try_get("request_id")?;
-        let mut msgs = open_call_results(&mut tx, &session_id, |call| {
-            (Some(call) == own_call.as_deref()).then(|| decided_result(kind, request_id.as_deref()))
+        let mut msgs = open_call_results(&mut tx, &session_id, |seq, call| {
+            asked_by(own_call.as_deref(), own_seq, call, seq)
+                .then(|| decided_result(kind, request_id.as_deref()))
         })
         .await?;
         if !msgs.is_empty() {
@@ -525,13 +548,79 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Makes valid again the transcripts that a process which died mid-turn left `running`:
+    /// tool calls of the last assistant message without a result get one, then the
+    /// `[interrupted]` marker follows — what the agent's repair does at the session's next
+    /// turn, done at once so that the transcript is valid to whoever reads it before then
+    /// (the API, a resumed decision). A call that had asked a human (its wait is still open)
+    /// is told that the request stands and its answer will resume the session; the others
+    /// get the usual interrupted result. Each session is repaired in one transaction.
+    ///
+    /// Call it before [`Store::reset_running`], from the single owner of the store (the
+    /// gateway) when it starts. Sessions of `tern chat` (source `cli`) are left alone: a
+    /// `tern chat` process may be in the middle of a turn on one right now, and would append
+    /// its real results after the repair's; its own next turn repairs it. Returns the ids of
+    /// the sessions repaired.
+    pub async fn repair_running_transcripts(&self) -> Result<Vec<String>> {
+        let running: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM sessions WHERE status = 'running' AND source <> 'cli' ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut repaired = Vec::new();
+        for session_id in running {
+            // IMMEDIATE for the reason given in `Store::delete_session`.
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let rows = sqlx::query(
+                "SELECT idem_key, tool_call_id, kind, request_id FROM waits \
+                 WHERE session_id = ? AND status IN ('pending', 'ready') \
+                 AND tool_call_id IS NOT NULL",
+            )
+            .bind(&session_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut open = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let idem_key: String = r.try_get("idem_key")?;
+                open.push((
+                    r.try_get::<String, _>("tool_call_id")?,
+                    call_seq_of(&idem_key),
+                    WaitKind::parse(r.try_get("kind")?)?,
+                    r.try_get::<Option<String>, _>("request_id")?,
+                ));
+            }
+            let mut msgs = open_call_results(&mut tx, &session_id, |seq, call| {
+                open.iter()
+                    .find(|(id, wait_seq, _, _)| asked_by(Some(id), *wait_seq, call, seq))
+                    .map(|(_, _, kind, request_id)| pending_result(*kind, request_id.as_deref()))
+            })
+            .await?;
+            if msgs.is_empty() {
+                continue;
+            }
+            tracing::warn!(
+                session = %session_id,
+                open = msgs.len(),
+                "repairing a transcript left mid-turn by an earlier process"
+            );
+            msgs.push(NewMessage::new(Role::Assistant, INTERRUPTED_MARKER));
+            insert_messages(&mut tx, &session_id, &msgs).await?;
+            tx.commit().await?;
+            repaired.push(session_id);
+        }
+        Ok(repaired)
+    }
+}
+
 /// Results for the tool calls of the session's last assistant message that have none yet
 /// (`[]` when all have one), read and built inside the caller's transaction. `own` gives a
-/// call's result when it is not the usual interrupted one.
+/// call's result (from the message's seq and the call's id) when it is not the usual
+/// interrupted one.
 async fn open_call_results(
     tx: &mut sqlx::SqliteConnection,
     session_id: &str,
-    own: impl Fn(&str) -> Option<String>,
+    own: impl Fn(i64, &str) -> Option<String>,
 ) -> Result<Vec<NewMessage>> {
     let last = sqlx::query(
         "SELECT seq, tool_calls FROM messages WHERE session_id = ? AND role = 'assistant' \
@@ -558,10 +647,30 @@ async fn open_call_results(
         .iter()
         .filter(|c| !answered.contains(&c.id))
         .map(|c| {
-            let content = own(&c.id).unwrap_or_else(|| INTERRUPTED_RESULT.to_owned());
+            let content = own(seq, &c.id).unwrap_or_else(|| INTERRUPTED_RESULT.to_owned());
             NewMessage::tool_result(&c.id, &c.function.name, content)
         })
         .collect())
+}
+
+/// The result of the tool call that created a wait still open, when the process died before
+/// the tool's own result was stored: the request stands (or is sent shortly, when it was not
+/// yet), and its answer resumes the session.
+fn pending_result(kind: WaitKind, request_id: Option<&str>) -> String {
+    let note = match kind {
+        WaitKind::Command => {
+            "The command was not run: it needs a human's approval. The approval request \
+             stands; the decision will resume this conversation. Do not run it again \
+             meanwhile."
+        }
+        WaitKind::Approval | WaitKind::Elicitation => {
+            "The request stands; the answer will resume this conversation. Do not ask again."
+        }
+        WaitKind::Process => {
+            "The background process was started; its summary will follow when it exits."
+        }
+    };
+    serde_json::json!({"requestId": request_id, "status": "pending", "note": note}).to_string()
 }
 
 /// The result of the tool call that created a wait's request, when the crash came before

@@ -124,6 +124,7 @@ mod tests {
         ApprovalRequest {
             session_id: session.into(),
             call_id: "call-1".into(),
+            call_seq: 0,
             command: cmd.into(),
             workdir: ".".into(),
             pattern_key: key,

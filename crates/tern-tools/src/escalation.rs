@@ -75,6 +75,7 @@ fn request(
         // Not the call's own id: the same call may already have asked about the command
         // being dangerous, and each question needs its own request.
         call_id: format!("{}:sandbox", ctx.call_id),
+        call_seq: ctx.call_seq,
         command: command.to_owned(),
         workdir: workdir.to_path_buf(),
         pattern_key: PATTERN_KEY,

@@ -1176,6 +1176,7 @@ mod tests {
         ToolContext {
             session_id: "test".into(),
             call_id: "call-1".into(),
+            call_seq: 0,
             workdir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
             approver: Arc::new(DenyAll {

@@ -85,6 +85,8 @@ pub struct ApprovalRequest {
     pub session_id: String,
     /// The tool call that wants to run the command.
     pub call_id: String,
+    /// Where that call sits in the transcript ([`ToolContext::call_seq`]).
+    pub call_seq: i64,
     pub command: String,
     pub workdir: PathBuf,
     /// Stable key of the matched pattern (for session grants).
@@ -163,9 +165,14 @@ impl Default for ToolLimits {
 #[derive(Clone)]
 pub struct ToolContext {
     pub session_id: String,
-    /// The model's id of this tool call; with the session id it keys what a call creates
-    /// outside the process (an inbox request), so a retried call creates nothing twice.
+    /// The model's id of this tool call; with the session id and `call_seq` it keys what a
+    /// call creates outside the process (an inbox request), so a retried call creates
+    /// nothing twice.
     pub call_id: String,
+    /// The transcript position (`seq`) of the assistant message that carried this call: the
+    /// same when that call is run again, another for a later call that reuses the id, as
+    /// some models send `call_1` every turn. 0 for a call with no stored message.
+    pub call_seq: i64,
     pub workdir: PathBuf,
     /// Cancelled when the turn is interrupted: handlers stop at once and kill their children.
     pub cancel: CancellationToken,

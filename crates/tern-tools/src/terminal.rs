@@ -168,6 +168,7 @@ pub async fn authorize_command(
                 d = ctx.approver.approve(ApprovalRequest {
                     session_id: ctx.session_id.clone(),
                     call_id: ctx.call_id.clone(),
+                    call_seq: ctx.call_seq,
                     command: command.to_owned(),
                     workdir: workdir.to_path_buf(),
                     pattern_key: key,
@@ -417,6 +418,7 @@ mod tests {
         ToolContext {
             session_id: "s".into(),
             call_id: "call-1".into(),
+            call_seq: 0,
             workdir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
             approver,

@@ -19,8 +19,9 @@ use tokio::io::AsyncReadExt;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The owner name of what a gateway's own agents create in its embedded inbox (the agent
-/// API's requests are owned by the API key's name instead).
+/// The owner of what a gateway's own agents create in its embedded inbox. The agent API's
+/// tasks and requests are owned by the API key's id instead: 32 hex digits, so no key can
+/// ever own these, whatever its name (and the gateway refuses to name a key so).
 pub const EMBEDDED_OWNER: &str = "tern-agent";
 
 /// An approval or an elicitation request.

@@ -15,12 +15,12 @@
 //!    this session, else an unused `once` grant for the exact command and working directory,
 //!    consumed as it is found).
 //! 3. Nothing covers it: it records a wait of kind `command` (idempotency key
-//!    `tern-wait:<session>:<call id>`), creates an approval request in the session's task
-//!    (key `tern-req:<session>:<call id>`; `keyValueContext` with `action = command`,
-//!    `command`, `workdir`, `pattern`), emits `wait_created`, and answers
-//!    [`ApprovalDecision::Pending`] with a message that tells the model the request id and
-//!    to end its turn. A retried call (same
-//!    call id) finds the same wait and the same request.
+//!    `tern-wait:<session>:<call id>@<seq>`, see [`crate::call_occurrence`]), creates an
+//!    approval request in the session's task (key `tern-req:<session>:<call id>@<seq>`;
+//!    `keyValueContext` with `action = command`, `command`, `workdir`, `pattern`), emits
+//!    `wait_created`, and answers [`ApprovalDecision::Pending`] with a message that tells the
+//!    model the request id and to end its turn. A retried call (same call id, same message)
+//!    finds the same wait and the same request; a later call that reuses the id gets its own.
 //! 4. The decision lands; before delivering it, the resumer calls [`on_decided`] (through
 //!    [`resume_hook`], which also puts an `always` command on the allowlist): `APPROVE`
 //!    or `EDIT_AND_APPROVE` record a grant whose scope is the outcome's `reasonCode` —
@@ -69,14 +69,15 @@ pub enum CommandError {
     Cancelled,
 }
 
-/// The idempotency key of a command's wait.
-pub fn wait_key(session_id: &str, call_id: &str) -> String {
-    format!("tern-wait:{session_id}:{call_id}")
+/// The idempotency key of a command's wait; `occurrence` is [`crate::call_occurrence`].
+pub fn wait_key(session_id: &str, occurrence: &str) -> String {
+    format!("tern-wait:{session_id}:{occurrence}")
 }
 
-/// The idempotency key of a command's approval request.
-pub fn request_key(session_id: &str, call_id: &str) -> String {
-    format!("tern-req:{session_id}:{call_id}")
+/// The idempotency key of a command's approval request; `occurrence` is
+/// [`crate::call_occurrence`].
+pub fn request_key(session_id: &str, occurrence: &str) -> String {
+    format!("tern-req:{session_id}:{occurrence}")
 }
 
 /// What the model is told while the request is open.
@@ -268,6 +269,7 @@ impl InboxApprover {
     ) -> Result<String, CommandError> {
         let session = req.session_id.as_str();
         let call = req.call_id.as_str();
+        let occurrence = crate::call_occurrence(call, req.call_seq);
         let task = self.client.session_task(session, &self.project).await?;
         let escalation = req.pattern_key == tern_tools::escalation::PATTERN_KEY;
         let summary = if escalation {
@@ -330,7 +332,7 @@ impl InboxApprover {
             .store
             .create_wait(&NewWait {
                 session_id: session,
-                idem_key: &wait_key(session, call),
+                idem_key: &wait_key(session, &occurrence),
                 tool_call_id: Some(call),
                 kind: WaitKind::Command,
                 request: &asked.to_string(),
@@ -345,7 +347,11 @@ impl InboxApprover {
         }
         let created = self
             .client
-            .create_request(RequestKind::Approval, body, &request_key(session, call))
+            .create_request(
+                RequestKind::Approval,
+                body,
+                &request_key(session, &occurrence),
+            )
             .await;
         let request_id = match created {
             Ok(id) => id,

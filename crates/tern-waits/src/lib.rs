@@ -21,3 +21,18 @@ pub mod process;
 pub mod remote;
 pub mod resume;
 pub mod tools;
+
+/// The tool call's part of the idempotency keys of what it creates (`tern-wait:<session>:…`,
+/// `tern-req:…`, `tern-log:…`): `<call id>@<seq>`, the seq being where the message that
+/// carried the call sits in the transcript ([`tern_tools::ToolContext::call_seq`]). A call run
+/// again (after a crash) has the same occurrence and finds what it created; a later call that
+/// merely reuses the id — some models send `call_1` every turn — is another occurrence and
+/// asks anew instead of getting the earlier, long decided request back. Without a message
+/// (`call_seq` 0) it is the call id alone, the form of keys recorded before occurrences.
+pub fn call_occurrence(call_id: &str, call_seq: i64) -> String {
+    if call_seq > 0 {
+        format!("{call_id}@{call_seq}")
+    } else {
+        call_id.to_owned()
+    }
+}

@@ -8,16 +8,18 @@
 //!    definitions with [`validate_field_defs`]); attachments are workspace-relative paths
 //!    that must stay inside the workspace, symlinks resolved. Bad input is a tool error and
 //!    nothing is stored.
-//! 2. A retried call (same session and tool call id) finds its wait
-//!    (`tern-wait:<session>:<call>`) and only completes what is missing: it returns the same
-//!    request id and creates nothing new. A call that reuses the id with other arguments is
-//!    not a retry: it is refused, rather than answered with the other call's request.
+//! 2. A retried call (same session, tool call id and message) finds its wait
+//!    (`tern-wait:<session>:<call>@<seq>`, see [`crate::call_occurrence`]) and only completes
+//!    what is missing: it returns the same request id and creates nothing new. A later call
+//!    that reuses the id (another message) is another occurrence and asks anew. A call of
+//!    the same message that reuses the id with other arguments is not a retry either: it is
+//!    refused, rather than answered with the other call's request.
 //! 3. Otherwise: the session's task ([`InboxClient::session_task`], one per session), the
 //!    attachments uploaded, then [`Store::create_wait`] records the wait `pending` with what
 //!    is asked (`{"kind", …the create body without projectName/taskId}`).
 //! 4. [`InboxTools::send_request`] sends it: the attachments are attached to the task (an
-//!    action, idempotency key `tern-attach:<session>:<call>`), the request is created
-//!    (`tern-req:<session>:<call>`), its id stored with [`Store::set_wait_request`], and
+//!    action, idempotency key `tern-attach:<session>:<call>@<seq>`), the request is created
+//!    (`tern-req:<session>:<call>@<seq>`), its id stored with [`Store::set_wait_request`], and
 //!    `wait_created` emitted; a decision taken already (an auto-approve policy decides inside
 //!    the create) is read at once ([`crate::follow::settle_new_request`]). Every step is
 //!    idempotent, so a crash anywhere in between is repaired by running it again. The keys
@@ -296,10 +298,18 @@ fn request_kind(kind: WaitKind) -> RequestKind {
     }
 }
 
-/// The tool call's part of the idempotency keys (the wait id for a wait recorded without
-/// one, which these tools never do).
+/// The tool call's part of the idempotency keys: what follows the session in the wait's own
+/// key (`<call>@<seq>`, or `<call>` for a wait recorded before occurrences), so that a send
+/// after a crash uses the keys of the first; else the call id, else the wait id (for a wait
+/// recorded otherwise, which these tools never do).
 fn call_key(wait: &Wait) -> &str {
-    wait.tool_call_id.as_deref().unwrap_or(&wait.id)
+    wait.idem_key
+        .strip_prefix("tern-wait:")
+        .and_then(|rest| rest.strip_prefix(wait.origin_session()))
+        .and_then(|rest| rest.strip_prefix(':'))
+        .filter(|call| !call.is_empty())
+        .or(wait.tool_call_id.as_deref())
+        .unwrap_or(&wait.id)
 }
 
 /// Adds the `inbox` toolset to `registry`, with [`SYSTEM_PROMPT_LINE`] for the system
@@ -448,14 +458,16 @@ fn require_text(name: &str, value: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// The tool call's identity, which keys everything it creates.
-fn call_ids(ctx: &ToolContext) -> Result<(&str, &str), ToolError> {
+/// The tool call's identity, which keys everything it creates: the session, the call id,
+/// and the call's occurrence ([`crate::call_occurrence`]).
+fn call_ids(ctx: &ToolContext) -> Result<(&str, &str, String), ToolError> {
     if ctx.session_id.is_empty() || ctx.call_id.is_empty() {
         return Err(ToolError::new(
             "the inbox tools need a session and a tool call id (internal error)",
         ));
     }
-    Ok((&ctx.session_id, &ctx.call_id))
+    let occurrence = crate::call_occurrence(&ctx.call_id, ctx.call_seq);
+    Ok((&ctx.session_id, &ctx.call_id, occurrence))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -676,13 +688,13 @@ fn asked_of_stored(request: &str) -> Value {
 }
 
 async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKind) -> ToolResult {
-    let (session, call) = call_ids(&ctx)?;
+    let (session, call, occurrence) = call_ids(&ctx)?;
     let ask = match kind {
         WaitKind::Elicitation => check_elicitation(args)?,
         _ => check_approval(args)?,
     };
     let files = confine_all(&ctx, &ask.files).await?;
-    let idem = format!("tern-wait:{session}:{call}");
+    let idem = format!("tern-wait:{session}:{occurrence}");
 
     let existing = tools
         .store
@@ -694,11 +706,11 @@ async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKi
     let wait = match existing {
         Some(w) => {
             // The key says "retry of that call", but only the same question may be answered
-            // with the earlier request: a provider that reuses tool call ids would otherwise
-            // get someone else's request (and its decision) back.
+            // with the earlier request: two calls of one message with the same id would
+            // otherwise get each other's request (and its decision) back.
             if asked_of_stored(&w.request) != asked_of_new(&ask.body, kind, &files) {
                 return Err(ToolError::new(format!(
-                    "tool call id {call:?} was already used in this session for a different \
+                    "tool call id {call:?} was already used in this message for a different \
                      request (wait {}); nothing was asked. The tool call ids must be unique: \
                      call the tool again in a new tool call.",
                     w.id
@@ -807,7 +819,7 @@ async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKi
 // ---------------------------------------------------------------------------------------
 
 async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -> ToolResult {
-    let (session, call) = call_ids(&ctx)?;
+    let (session, _call, occurrence) = call_ids(&ctx)?;
     let (mut body, files) = match kind {
         LogKind::Action => {
             let a: ActionArgs = parse(args)?;
@@ -859,7 +871,7 @@ async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -
     }
     body.insert("projectName".into(), json!(task.project_name));
     body.insert("taskId".into(), json!(task.task_id));
-    let idem = format!("tern-log:{session}:{call}");
+    let idem = format!("tern-log:{session}:{occurrence}");
     let event_id = tools
         .client
         .log(kind, Value::Object(body), &idem)

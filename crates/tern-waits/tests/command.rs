@@ -91,6 +91,7 @@ impl Env {
         ApprovalRequest {
             session_id: session.into(),
             call_id: call.into(),
+            call_seq: 0,
             command: command.into(),
             workdir: self.workdir.clone(),
             pattern_key: key,
@@ -100,14 +101,24 @@ impl Env {
     }
 
     async fn ask(&self, session: &str, call: &str, command: &str) -> ApprovalDecision {
-        self.approver
-            .approve(self.req(session, call, command))
-            .await
+        self.ask_at(session, call, 0, command).await
+    }
+
+    /// [`Env::ask`] for the call of the message at `seq` in the transcript.
+    async fn ask_at(&self, session: &str, call: &str, seq: i64, command: &str) -> ApprovalDecision {
+        let mut req = self.req(session, call, command);
+        req.call_seq = seq;
+        self.approver.approve(req).await
     }
 
     /// Asks, expects the pending answer, and returns the request id it names.
     async fn ask_pending(&self, session: &str, call: &str, command: &str) -> String {
-        let d = self.ask(session, call, command).await;
+        self.ask_pending_at(session, call, 0, command).await
+    }
+
+    /// [`Env::ask_pending`] for the call of the message at `seq` in the transcript.
+    async fn ask_pending_at(&self, session: &str, call: &str, seq: i64, command: &str) -> String {
+        let d = self.ask_at(session, call, seq, command).await;
         let ApprovalDecision::Pending { message: reason } = d else {
             panic!("expected a pending answer, got {d:?}");
         };
@@ -171,6 +182,7 @@ impl Env {
         ToolContext {
             session_id: session.into(),
             call_id: call.into(),
+            call_seq: 0,
             workdir: self.workdir.clone(),
             cancel: CancellationToken::new(),
             approver,
@@ -245,6 +257,37 @@ async fn asking_records_a_wait_and_a_request_and_a_retry_finds_them() {
     assert_eq!(created[0].kind, "command");
     assert_eq!(created[0].source, "api");
     assert_eq!(created[0].wait_id, w.id);
+}
+
+/// Some models send `call_1` every turn: a later message's `call_1` is another call, which
+/// gets a request of its own, while the same message's `call_1` run again (a retry after a
+/// crash) still finds its own.
+#[tokio::test]
+async fn a_call_id_reused_by_a_later_message_gets_its_own_request() {
+    let e = env().await;
+    let first = e.ask_pending_at("s1", "call_1", 2, "rm -r build").await;
+    assert_eq!(
+        e.ask_pending_at("s1", "call_1", 2, "rm -r build").await,
+        first,
+        "a retry of the same call"
+    );
+    e.decide(&first, OutcomeType::Reject, None).await;
+
+    let later = e.ask_pending_at("s1", "call_1", 6, "rm -r dist").await;
+    assert_ne!(later, first);
+    let view = e.inbox.request_view(&later).await.unwrap();
+    assert_eq!(view.summary.status, RequestStatus::Pending);
+    assert_eq!(view.key_value_context.unwrap()["command"], "rm -r dist");
+    let keys: Vec<String> = e
+        .store
+        .session_waits("s1", false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.idem_key)
+        .collect();
+    assert_eq!(keys, ["tern-wait:s1:call_1@2", "tern-wait:s1:call_1@6"]);
+    assert_eq!(e.pending_requests().await, 1);
 }
 
 #[tokio::test]
@@ -372,6 +415,7 @@ async fn through_the_terminal_tool_hard_line_is_never_offered_and_approval_runs_
             .approve(ApprovalRequest {
                 session_id: "s1".into(),
                 call_id: "h2".into(),
+                call_seq: 0,
                 command: "rm -rf /".into(),
                 workdir: e.workdir.clone(),
                 pattern_key: "delete_root",

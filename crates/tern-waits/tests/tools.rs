@@ -186,6 +186,7 @@ impl Env {
         ToolContext {
             session_id: session.into(),
             call_id: call.into(),
+            call_seq: 0,
             workdir: self.workdir.clone(),
             cancel: CancellationToken::new(),
             approver: Arc::new(DenyAll {
@@ -417,6 +418,46 @@ async fn a_reused_call_id_with_other_arguments_is_refused_and_creates_nothing() 
     assert_eq!(env.request_count().await, 1);
     assert_eq!(env.waits("s1").await.len(), 1);
     assert_eq!(env.created().len(), 1);
+}
+
+/// The same call id in a later message (some models send `call_1` every turn) is another
+/// call: the same question asked again gets a new request, a note is logged again; the same
+/// message's call run again finds its request.
+#[tokio::test]
+async fn a_call_id_reused_by_a_later_message_asks_and_logs_anew() {
+    let env = env().await;
+    let at = |seq: i64| ToolContext {
+        call_seq: seq,
+        ..env.ctx("s1", "call_1")
+    };
+    let run = |tool: &'static str, seq: i64, args: Value| {
+        let ctx = at(seq);
+        let registry = &env.registry;
+        async move {
+            registry
+                .call(tool, &args.to_string(), &[TOOLSET.to_owned()], ctx)
+                .await
+        }
+    };
+    let ask = json!({"summary": "Delete the stale branches"});
+    let first = run("request_approval", 3, ask.clone()).await.unwrap();
+    let retry = run("request_approval", 3, ask.clone()).await.unwrap();
+    assert_eq!(retry["requestId"], first["requestId"]);
+    let later = run("request_approval", 8, ask.clone()).await.unwrap();
+    assert_ne!(later["requestId"], first["requestId"]);
+    assert_eq!(env.request_count().await, 2);
+    let keys: Vec<String> = env
+        .waits("s1")
+        .await
+        .into_iter()
+        .map(|w| w.idem_key)
+        .collect();
+    assert_eq!(keys, ["tern-wait:s1:call_1@3", "tern-wait:s1:call_1@8"]);
+
+    let note = json!({"message": "still working"});
+    let n1 = run("add_note", 3, note.clone()).await.unwrap();
+    let n2 = run("add_note", 8, note).await.unwrap();
+    assert_ne!(n1["eventId"], n2["eventId"], "two notes, not a replay");
 }
 
 #[tokio::test]
@@ -969,4 +1010,34 @@ async fn the_upkeep_also_sends_a_command_wait_a_crash_left_without_its_request()
     assert_eq!(created.len(), 1);
     assert_eq!(created[0].kind, "command");
     assert_eq!(created[0].request_id, request_id);
+
+    // A later message's `call_t` (its wait keyed with the message's seq), whose request was
+    // created before the crash but not stored: the upkeep finds that request with the
+    // approver's key, and asks nothing twice.
+    let (later, _) = env
+        .store
+        .create_wait(&tern_store::NewWait {
+            session_id: "s1",
+            idem_key: &tern_waits::command::wait_key("s1", "call_t@4"),
+            tool_call_id: Some("call_t"),
+            kind: WaitKind::Command,
+            request: &asked.to_string(),
+        })
+        .await
+        .unwrap();
+    let task = env.client.session_task("s1", "default").await.unwrap();
+    let made = env
+        .client
+        .create_request(
+            RequestKind::Approval,
+            json!({"projectName": task.project_name, "taskId": task.task_id,
+                   "summary": "Run a dangerous command: git push --force"}),
+            &tern_waits::command::request_key("s1", "call_t@4"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.tools.send_unsent().await.unwrap(), 1);
+    let stored = env.store.wait(&later.id).await.unwrap().unwrap();
+    assert_eq!(stored.request_id.as_deref(), Some(made.as_str()));
+    assert_eq!(env.request_count().await, 2);
 }

@@ -46,8 +46,8 @@ pub struct Withdrawal {
 
 impl Inbox {
     /// Withdraws one of `owner`'s pending requests (either kind); see the module docs.
-    /// `reason` (optional) goes on the timeline and into the answer. The owner's key name
-    /// is recorded as who settled it.
+    /// `reason` (optional) goes on the timeline and into the answer. `owner` is recorded as
+    /// who settled it.
     pub async fn withdraw_request(
         &self,
         owner: &str,
@@ -64,6 +64,20 @@ impl Inbox {
         &self,
         kind: Option<RequestKind>,
         owner: &str,
+        request_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Withdrawal> {
+        self.withdraw_request_by(kind, owner, owner, request_id, reason)
+            .await
+    }
+
+    /// [`Inbox::withdraw_request_of`] recording `by` as who settled it: the gateway's agent
+    /// API owns requests by the key's id and shows reviewers the key's name.
+    pub async fn withdraw_request_by(
+        &self,
+        kind: Option<RequestKind>,
+        owner: &str,
+        by: &str,
         request_id: &str,
         reason: Option<&str>,
     ) -> Result<Withdrawal> {
@@ -122,7 +136,7 @@ impl Inbox {
             request_id,
             &withdrawal,
             &withdrawal.task_id,
-            owner,
+            by,
             &withdrawal.withdrawn_at,
             event,
         )

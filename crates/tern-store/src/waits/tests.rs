@@ -119,6 +119,62 @@ async fn a_delivery_after_a_crash_mid_turn_answers_the_open_tool_calls_first() {
     );
 }
 
+/// A model that sends `call_1` every turn: a decision for the wait an earlier message's
+/// `call_1` asked (`…:call_1@2`) does not pass for the result of a later, open `call_1`.
+#[tokio::test]
+async fn a_delivery_does_not_answer_a_later_call_that_reuses_the_waits_call_id() {
+    let (_d, s) = store().await;
+    let sid = session(&s).await;
+    let asked = s
+        .append_messages(
+            &sid,
+            &[
+                NewMessage::new(Role::User, "deploy it"),
+                assistant_calling(vec![call("call_1", "request_approval")]),
+            ],
+        )
+        .await
+        .unwrap();
+    let (w, _) = s
+        .create_wait(&NewWait {
+            session_id: &sid,
+            idem_key: &format!("tern-wait:{sid}:call_1@{}", asked[1].seq),
+            tool_call_id: Some("call_1"),
+            kind: WaitKind::Approval,
+            request: r#"{"kind":"approval","summary":"Deploy"}"#,
+        })
+        .await
+        .unwrap();
+    assert_eq!(w.call_seq(), Some(asked[1].seq));
+    s.append_messages(
+        &sid,
+        &[
+            NewMessage::tool_result("call_1", "request_approval", "{}"),
+            NewMessage::new(Role::User, "meanwhile, list the files"),
+            assistant_calling(vec![call("call_1", "terminal")]),
+        ],
+    )
+    .await
+    .unwrap();
+    s.wait_ready(&w.id, r#"{"outcome":{"type":"APPROVE"}}"#, Some("alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    s.deliver_wait(&w.id, &NewMessage::new(Role::User, "[inbox decision] yes"))
+        .await
+        .unwrap()
+        .unwrap();
+    let msgs = s.messages(&sid).await.unwrap();
+    let repaired = &msgs[msgs.len() - 3];
+    assert_eq!(repaired.tool_call_id.as_deref(), Some("call_1"));
+    assert_eq!(repaired.tool_name.as_deref(), Some("terminal"));
+    let content = repaired.content.as_deref().unwrap();
+    assert!(
+        content.contains("interrupted") && !content.contains("decided"),
+        "{content}"
+    );
+}
+
 #[tokio::test]
 async fn a_delivery_after_a_complete_turn_appends_only_the_decision() {
     let (_d, s) = store().await;
@@ -191,6 +247,101 @@ async fn reset_running_leaves_sessions_with_open_waits_waiting() {
     assert_eq!(status(&s, &plain).await, SessionStatus::Idle);
     assert_eq!(status(&s, &stale).await, SessionStatus::Idle);
     assert_eq!(status(&s, &still).await, SessionStatus::Waiting);
+}
+
+/// At the gateway's start, every transcript a dead process left mid-turn is valid again
+/// before anyone reads it: each open call gets a result (the one that asked a human is told
+/// its request stands), then the marker; `tern chat`'s sessions and valid transcripts are
+/// left alone.
+#[tokio::test]
+async fn transcripts_left_running_mid_turn_are_repaired_at_start() {
+    let (_d, s) = store().await;
+    let asked = session(&s).await;
+    s.append_messages(
+        &asked,
+        &[
+            NewMessage::new(Role::User, "deploy it"),
+            assistant_calling(vec![
+                call("call_ls", "terminal"),
+                call("call_req", "request_approval"),
+                call("call_done", "read_file"),
+            ]),
+            NewMessage::tool_result("call_done", "read_file", "contents"),
+        ],
+    )
+    .await
+    .unwrap();
+    let w = wait(&s, &asked, "call_req").await;
+    let cli = s
+        .create_session(NewSession {
+            source: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    s.append_messages(&cli, &[assistant_calling(vec![call("c", "terminal")])])
+        .await
+        .unwrap();
+    let valid = session(&s).await;
+    s.append_messages(&valid, &[NewMessage::new(Role::User, "hi")])
+        .await
+        .unwrap();
+    let idle = session(&s).await;
+    s.append_messages(&idle, &[assistant_calling(vec![call("c", "terminal")])])
+        .await
+        .unwrap();
+    for id in [&asked, &cli, &valid] {
+        s.set_status(id, SessionStatus::Running).await.unwrap();
+    }
+
+    assert_eq!(
+        s.repair_running_transcripts().await.unwrap(),
+        vec![asked.clone()]
+    );
+    let msgs = s.messages(&asked).await.unwrap();
+    let tail: Vec<(Role, Option<&str>)> = msgs[3..]
+        .iter()
+        .map(|m| (m.role, m.tool_call_id.as_deref()))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            (Role::Tool, Some("call_ls")),
+            (Role::Tool, Some("call_req")),
+            (Role::Assistant, None),
+        ]
+    );
+    assert!(msgs[3].content.as_deref().unwrap().contains("interrupted"));
+    let own: serde_json::Value = serde_json::from_str(msgs[4].content.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (own["requestId"].as_str(), own["status"].as_str()),
+        (Some("req_call_req"), Some("pending"))
+    );
+    assert_eq!(msgs[4].tool_name.as_deref(), Some("request_approval"));
+    assert_eq!(msgs[5].content.as_deref(), Some(INTERRUPTED_MARKER));
+    assert_eq!(s.messages(&cli).await.unwrap().len(), 1, "tern chat's own");
+    assert_eq!(s.messages(&valid).await.unwrap().len(), 1);
+    assert_eq!(
+        s.messages(&idle).await.unwrap().len(),
+        1,
+        "not left running"
+    );
+    // Once is enough: a second start finds nothing to repair.
+    assert!(s.repair_running_transcripts().await.unwrap().is_empty());
+    s.reset_running().await.unwrap();
+    assert_eq!(status(&s, &asked).await, SessionStatus::Waiting);
+    // The decision, when it comes, follows the repaired transcript without a second repair.
+    s.wait_ready(&w.id, r#"{"outcome":{"type":"APPROVE"}}"#, Some("alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    let decision = s
+        .deliver_wait(&w.id, &NewMessage::new(Role::User, "[inbox decision] yes"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(decision.seq, msgs[5].seq + 1);
 }
 
 #[tokio::test]

@@ -369,6 +369,7 @@ fn tool_ctx(session: &str, call: &str) -> tern_tools::ToolContext {
     tern_tools::ToolContext {
         session_id: session.into(),
         call_id: call.into(),
+        call_seq: 0,
         workdir: std::env::temp_dir(),
         cancel: CancellationToken::new(),
         approver: Arc::new(tern_tools::DenyAll {
