@@ -283,7 +283,7 @@ async fn an_agent_cannot_approve_its_own_request_from_the_shell() {
         e.fake().push(Reply::tool_call(
             &format!("bg{i}"),
             "terminal",
-            json!({"command": format!("({a}) > bg{i}.out 2>&1; echo exit=$? >> bg{i}.out"), "background": true})
+            json!({"command": format!("({a}) >> bg{i}.out 2>&1; echo exit=$? >> bg{i}.out"), "background": true})
                 .to_string(),
         ));
     }
@@ -299,10 +299,15 @@ async fn an_agent_cannot_approve_its_own_request_from_the_shell() {
             !fg.contains(&admin_token) && !fg.contains(&key),
             "fg{i} read a secret: {fg}"
         );
-        assert!(
-            fg.contains("Permission denied") || fg.contains("no reviewer credentials"),
-            "fg{i}: {fg}"
-        );
+        // Without TERN_HOME (scrubbed) `tern inbox` finds no gateway; pointed at the home it
+        // cannot read the credentials; `cat` is refused outright.
+        let says = [
+            "no gateway to talk to",
+            "no reviewer credentials",
+            "no reviewer credentials",
+            "Permission denied",
+        ][i];
+        assert!(fg.contains(says), "fg{i}: {fg}");
         let out = e.work().join(format!("bg{i}.out"));
         let text =
             wait_until(
@@ -320,8 +325,6 @@ async fn an_agent_cannot_approve_its_own_request_from_the_shell() {
             "bg{i} read a secret: {text}"
         );
     }
-    let fg0 = tool_result(last, "fg0");
-    assert!(fg0.contains("no reviewer credentials"), "{fg0}");
 
     let shown = e.inbox_ok(&["show", &id, "--json"]);
     let view: Value = serde_json::from_slice(&shown.stdout).unwrap();
