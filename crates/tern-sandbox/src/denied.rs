@@ -43,6 +43,9 @@ const NETWORK_HINTS: &[&str] = &[
 
 const FS_HINTS: &[&str] = &[
     "permission denied",
+    // git hides the errno of a push into a repository it may not write.
+    "unable to create temporary object directory",
+    "insufficient permission for adding an object",
     "operation not permitted",
     "read-only file system",
     "eacces",
@@ -51,12 +54,20 @@ const FS_HINTS: &[&str] = &[
     "access is denied",
 ];
 
-/// The probable denial behind a confined command's failure (`exit_code` not 0).
+/// The probable denial behind a confined command's failure. A command that exited 0 counts
+/// only when at least half of its output lines are denials (`perl`'s `rmtree` warns about
+/// every file it could not remove and succeeds): one denied file in a long successful
+/// listing (`grep -r`) is not worth a human's question.
 pub fn probable_denial(output: &str, exit_code: Option<i32>, network_off: bool) -> Option<Denial> {
-    if exit_code == Some(0) {
-        return None;
-    }
     let lower = output.to_ascii_lowercase();
+    if exit_code == Some(0) {
+        let lines: Vec<&str> = lower.lines().filter(|l| !l.trim().is_empty()).collect();
+        let denied = lines
+            .iter()
+            .filter(|l| FS_HINTS.iter().any(|h| l.contains(h)))
+            .count();
+        return (denied > 0 && denied * 2 >= lines.len()).then_some(Denial::FileSystem);
+    }
     if network_off && NETWORK_HINTS.iter().any(|h| lower.contains(h)) {
         return Some(Denial::Network);
     }
@@ -97,7 +108,32 @@ mod tests {
             probable_denial("bash: socket: Operation not permitted", Some(1), false),
             Some(Denial::FileSystem)
         );
-        assert_eq!(probable_denial("Permission denied", Some(0), true), None);
+        // Exit 0: only output that is mostly denials.
+        assert_eq!(
+            probable_denial(
+                "cannot unlink x: Permission denied\ncannot rmdir d: Permission denied\n",
+                Some(0),
+                true
+            ),
+            Some(Denial::FileSystem)
+        );
+        assert_eq!(
+            probable_denial(
+                "a.txt:1:match\nb.txt:2:match\ngrep: c: Permission denied\n",
+                Some(0),
+                true
+            ),
+            None
+        );
+        assert_eq!(probable_denial("all good\n", Some(0), true), None);
+        assert_eq!(
+            probable_denial(
+                "error: remote unpack failed: unable to create temporary object directory",
+                Some(1),
+                true
+            ),
+            Some(Denial::FileSystem)
+        );
         assert_eq!(
             probable_denial("error[E0308]: mismatched types", Some(101), true),
             None
