@@ -251,7 +251,7 @@ async fn inside_the_workspace_each_asks_and_a_refusal_keeps_the_data() {
         let refused = r
             .as_ref()
             .is_err_and(|e| e.0.starts_with("denied") || e.0.starts_with("blocked"));
-        if before != after || !refused || asked.iter().any(|k| *k == PATTERN_KEY) {
+        if before != after || !refused || asked.contains(&PATTERN_KEY) {
             failures.push(format!(
                 "{cmd}\n  asked: {asked:?}\n  result: {r:?}\n  before: {before}\n  after: {after}"
             ));
