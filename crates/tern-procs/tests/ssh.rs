@@ -644,6 +644,11 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
     // The session's local working directory has no `app`: the remote one has.
     let local = d.path().join("local");
     std::fs::create_dir(&local).unwrap();
+    // The default sandbox, with the processes' directory protected as `$TERN_HOME` is: the
+    // local side (the ssh client) runs confined, with its environment scrubbed.
+    let mut policy = tern_sandbox::Policy::new(tern_sandbox::Mode::WorkspaceWrite);
+    policy.protected_paths = vec![d.path().join("procs")];
+    let sandbox = Arc::new(tern_sandbox::Sandbox::new(policy));
     let ctx = || ToolContext {
         session_id: "sess-a".into(),
         call_id: "call-1".into(),
@@ -653,7 +658,10 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
         approver: Arc::new(DenyAll {
             reason: "nobody is here".into(),
         }),
-        limits: ToolLimits::default(),
+        limits: ToolLimits {
+            sandbox: sandbox.clone(),
+            ..ToolLimits::default()
+        },
         preapproved: false,
     };
     let toolsets = ["terminal".to_owned()];

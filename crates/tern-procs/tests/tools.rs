@@ -362,3 +362,64 @@ async fn dangerous_background_commands_need_approval_and_the_cap_holds() {
     assert!(!e.work.join("build").exists());
     e.process("kill", &id, json!({})).await;
 }
+
+/// Background processes are confined like foreground commands, in pipe and PTY mode: the
+/// workspace and their own `TMPDIR` are writable, a directory outside is not, the protected
+/// processes' directory (as `$TERN_HOME/procs` is) is unreadable, and the environment has no
+/// secrets. The private `TMPDIR` is removed when the process is done.
+#[tokio::test]
+async fn background_processes_run_in_the_sandbox() {
+    if !matches!(
+        tern_sandbox::Support::probe(),
+        tern_sandbox::Support::Landlock { .. }
+    ) {
+        return;
+    }
+    let e = env().await;
+    let root = e.work.parent().unwrap().to_path_buf();
+    let outside = root.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let mut policy = tern_sandbox::Policy::new(tern_sandbox::Mode::WorkspaceWrite);
+    policy.protected_paths = vec![root.join("procs")];
+    let mut ctx = e.ctx();
+    ctx.limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(policy));
+    for pty in [false, true] {
+        let script = format!(
+            "echo in >> in-{pty}.txt; echo out >> {out}/out-{pty}.txt; ls {procs} && echo LISTED; \
+             echo t >> \"$TMPDIR/t\" && echo tmp=$TMPDIR; echo done",
+            out = outside.display(),
+            procs = root.join("procs").display(),
+        );
+        let v = e
+            .call_with(
+                "terminal",
+                json!({"command": script, "background": true, "pty": pty}),
+                ctx.clone(),
+            )
+            .await
+            .unwrap();
+        let id = v["session_id"].as_str().unwrap().to_owned();
+        let w = e.process("wait", &id, json!({"timeout": 30})).await;
+        assert_eq!(w["state"], "exited", "{w}");
+        let log = e.process("log", &id, json!({})).await;
+        let out = log["output"].as_str().unwrap().to_owned();
+        assert!(out.contains("done"), "{out}");
+        assert!(e.work.join(format!("in-{pty}.txt")).exists(), "{out}");
+        assert!(!outside.join(format!("out-{pty}.txt")).exists(), "{out}");
+        assert!(
+            !out.contains("LISTED"),
+            "the processes' directory was listed: {out}"
+        );
+        let tmp = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("tmp="))
+            .unwrap_or_else(|| panic!("no TMPDIR: {out}"))
+            .to_owned();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            !Path::new(&tmp).exists()
+        });
+        assert!(gone, "{tmp} outlived its process");
+    }
+    kill_all(&e.mgr).await;
+}
