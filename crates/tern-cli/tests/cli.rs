@@ -536,8 +536,39 @@ async fn bad_config_file_is_a_clear_error() {
 async fn doctor_reports_health_and_problems() {
     let e = Env::new().await;
     let o = e.run(&["doctor"]).await;
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("All checks passed"));
+    if let tern_sandbox::Support::Missing { .. } = tern_sandbox::Support::probe() {
+        // Without Landlock the agent's commands are refused, and doctor says so.
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stdout(&o).contains("✗ sandbox: the sandbox cannot be enforced"),
+            "{}",
+            stdout(&o)
+        );
+    } else {
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).contains("All checks passed"));
+        // The sandbox line: the default policy, and what it keeps out of reach.
+        assert!(
+            stdout(&o).contains("sandbox: workspace-write, network off (Landlock ABI"),
+            "{}",
+            stdout(&o)
+        );
+    }
+    // full-access is said loudly, with what it gives up.
+    std::fs::create_dir_all(e.home()).unwrap();
+    std::fs::write(
+        e.home().join("config.toml"),
+        "[sandbox]\nmode = \"full-access\"\n",
+    )
+    .unwrap();
+    let o = e.run(&["doctor"]).await;
+    assert!(
+        stdout(&o).contains("! sandbox: full-access, no sandbox")
+            && stdout(&o).contains("approve its own requests"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_file(e.home().join("config.toml")).unwrap();
 
     e.fake.require_key("right-key");
     let o = e
