@@ -646,3 +646,29 @@ async fn inbox_only_serves_the_inbox_without_a_model() {
         "no model warning in inbox-only mode"
     );
 }
+
+/// The gateway says at start how the agent's commands are sandboxed, and says it loudly when
+/// they are not.
+#[tokio::test]
+async fn the_gateway_says_how_commands_are_sandboxed_at_start() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let logs = gw.logs();
+    if let tern_sandbox::Support::Missing { .. } = tern_sandbox::Support::probe() {
+        assert!(logs.contains("will be refused"), "{logs}");
+    } else {
+        assert!(
+            logs.contains("the agent's commands run in the sandbox")
+                && logs.contains("workspace-write, network off"),
+            "{logs}"
+        );
+    }
+    drop(gw);
+    e.config("[sandbox]\nmode = \"full-access\"\n");
+    let gw = e.gateway();
+    let logs = gw.logs();
+    assert!(
+        logs.contains("full-access") && logs.contains("approve its own requests"),
+        "{logs}"
+    );
+}
