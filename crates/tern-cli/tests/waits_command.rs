@@ -641,3 +641,66 @@ async fn require_escalated_asks_before_running_and_shows_the_justification() {
     assert_ne!(request_id(error), id, "once is once");
     assert_eq!(outside_runs(&e, "asked"), 1);
 }
+
+/// A dangerous command that also needs to leave the sandbox asks both questions. A
+/// reviewer's `always` for the dangerous one (the allowlist) only passes the
+/// dangerous-command check: the command still runs confined, in this session and in any
+/// other, until a human approves the escalation.
+#[tokio::test]
+async fn an_always_approved_dangerous_command_still_needs_an_escalation() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let victim = outside(&e).join("victim");
+    std::fs::create_dir_all(victim.join("sub")).unwrap();
+    let cmd = format!("rm -r {}", victim.display());
+    let session = api.create_session().await;
+    let id = ask(&e, &api, &session, "c1", &cmd).await;
+    let view = shown(&e, &id);
+    assert!(
+        view["keyValueContext"]["policy"].is_null(),
+        "the dangerous-command question: {view}"
+    );
+
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("c2", &cmd));
+    e.fake().push(Reply::text("Waiting."));
+    e.inbox_ok(&["approve", &id, "--reason-code", "always"]);
+    let reqs = e.model_requests(before + 2).await;
+    api.until_settled(&session).await;
+    let config = std::fs::read_to_string(e.home().join("config.toml")).unwrap();
+    assert!(
+        config.contains(&format!("{cmd:?}")),
+        "allowlisted: {config}"
+    );
+    let escalation = stopped_and_asked(&tool_result(&reqs[before + 1], "c2"));
+    assert!(
+        victim.join("sub").is_dir(),
+        "the allowlist let it out of the sandbox"
+    );
+    assert_eq!(
+        shown(&e, &escalation)["keyValueContext"]["denied"],
+        "a file access outside what the sandbox allows"
+    );
+
+    // Another session: allowlisted, so no dangerous question, but confined all the same.
+    let other = api.create_session().await;
+    let before = e.fake().requests().len();
+    ask(&e, &api, &other, "c1", &cmd).await;
+    stopped_and_asked(&tool_result(&e.fake().requests()[before + 1], "c1"));
+    assert!(
+        victim.join("sub").is_dir(),
+        "the allowlist let it out of the sandbox"
+    );
+
+    // The escalation's approval is what lets it out.
+    let before = e.fake().requests().len();
+    e.fake().push(terminal("c3", &cmd));
+    e.fake().push(Reply::text("Done."));
+    e.inbox_ok(&["approve", &escalation]);
+    let reqs = e.model_requests(before + 2).await;
+    api.until_settled(&session).await;
+    let r = result_json(&tool_result(&reqs[before + 1], "c3"));
+    assert_eq!(r["sandbox"], RAN_OUTSIDE, "{r}");
+    assert!(!victim.exists(), "{r}");
+}
