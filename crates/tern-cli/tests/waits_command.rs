@@ -704,3 +704,41 @@ async fn an_always_approved_dangerous_command_still_needs_an_escalation() {
     assert_eq!(r["sandbox"], RAN_OUTSIDE, "{r}");
     assert!(!victim.exists(), "{r}");
 }
+
+/// A dangerous command that also needs to leave the sandbox, each question approved `once`,
+/// runs, exactly once and outside the sandbox, after a bounded number of approvals: the
+/// escalation's grant is not used up by the dangerous-command check of the resumed run
+/// (which would leave it confined, stopped and asking again, forever).
+#[tokio::test]
+async fn a_dangerous_command_outside_approved_once_at_each_question_runs_once() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let victim = outside(&e).join("victim");
+    std::fs::create_dir_all(victim.join("sub")).unwrap();
+    let cmd = format!("rm -r {}", victim.display());
+    let session = api.create_session().await;
+    let mut id = ask(&e, &api, &session, "c1", &cmd).await;
+    let mut seen = Vec::new();
+    // The dangerous question; the escalation, once its confined run was stopped; the
+    // dangerous question again, its once used by the stopped run.
+    for round in 1..=3 {
+        let call = format!("r{round}");
+        let before = e.fake().requests().len();
+        e.fake().push(terminal(&call, &cmd));
+        e.fake().push(Reply::text("Waiting."));
+        e.inbox_ok(&["approve", &id, "--reason-code", "once"]);
+        let reqs = e.model_requests(before + 2).await;
+        api.until_settled(&session).await;
+        let result = tool_result(&reqs[before + 1], &call);
+        seen.push(result.clone());
+        if !victim.exists() {
+            assert_eq!(result_json(&result)["sandbox"], RAN_OUTSIDE, "{result}");
+            assert_eq!(api.status(&session).await, "idle");
+            return;
+        }
+        assert!(result.contains("needs a human's approval"), "{result}");
+        id = request_id(&result);
+    }
+    panic!("three approvals and it never ran: {seen:#?}");
+}
