@@ -673,3 +673,95 @@ fn process_ended(pid: i32) -> bool {
     }
     false
 }
+
+/// A `terminal` call's result, which is a JSON object.
+fn tool_result(msgs: &[Value], call_id: &str) -> Value {
+    let m = msgs.iter().find(|m| m["tool_call_id"] == call_id).unwrap();
+    serde_json::from_str(m["content"].as_str().unwrap()).unwrap()
+}
+
+/// Issue 12 without a prompt: with `-q` nobody can let a command out of the sandbox, so a
+/// command the sandbox stopped stays stopped (the model is told not to work around it) and
+/// a `require_escalated` one does not run; with `--yolo` both run outside the sandbox, once —
+/// where `$TERN_HOME` still cannot be read.
+#[tokio::test]
+async fn sandbox_escalation_is_refused_with_q_and_approved_with_yolo() {
+    let e = Env::new().await;
+    let outside = e.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::create_dir_all(e.home()).unwrap();
+    let secret = e.home().join("secret.txt");
+    std::fs::write(&secret, "the-secret-in-tern-home\n").unwrap();
+    let log = outside.join("log");
+    let write = |marker: &str| {
+        serde_json::json!({"command": format!("echo {marker} >> {}", log.display())}).to_string()
+    };
+    let asked = |marker: &str| {
+        serde_json::json!({
+            "command": format!("echo {marker} >> {}", log.display()),
+            "sandbox_permissions": "require_escalated",
+            "justification": "the log lives beside the repository",
+        })
+        .to_string()
+    };
+
+    e.fake
+        .push(Reply::tool_call("q1", "terminal", write("quiet")))
+        .push(Reply::tool_call("q2", "terminal", asked("quiet-asked")))
+        .push(Reply::text("I was not allowed to."));
+    let o = e.run(&["chat", "-q", "write the log"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!log.exists(), "nothing was written outside");
+    let msgs = e.fake.requests()[2].messages().to_vec();
+    let q1 = tool_result(&msgs, "q1");
+    let note = q1["sandbox"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("probably stopped this command")
+            && note.contains("not approved: tern chat -q runs without a human to ask")
+            && note.contains("Do not retry it"),
+        "{q1}"
+    );
+    let q2 = tool_error(&msgs, "q2");
+    assert!(
+        q2.starts_with("denied: running this command outside the sandbox was not approved"),
+        "{q2}"
+    );
+
+    e.fake
+        .push(Reply::tool_call("y1", "terminal", write("yolo")))
+        .push(Reply::tool_call("y2", "terminal", asked("yolo-asked")))
+        .push(Reply::tool_call(
+            "y3",
+            "terminal",
+            serde_json::json!({
+                "command": format!("cat {}", secret.display()),
+                "sandbox_permissions": "require_escalated",
+            })
+            .to_string(),
+        ))
+        .push(Reply::text("Written."));
+    let o = e.run(&["chat", "--yolo", "-q", "write the log"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(lines, "yolo\nyolo-asked\n", "each ran once, outside");
+    let msgs = e.fake.requests()[6].messages().to_vec();
+    let y1 = tool_result(&msgs, "y1");
+    assert!(
+        y1["sandbox"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a human approved running it outside the sandbox"),
+        "{y1}"
+    );
+    let outside_note = "ran outside the sandbox, as a human approved";
+    assert_eq!(tool_result(&msgs, "y2")["sandbox"], outside_note);
+    let y3 = tool_result(&msgs, "y3");
+    assert_eq!(y3["sandbox"], outside_note, "{y3}");
+    assert!(
+        y3["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("Permission denied")),
+        "$TERN_HOME is out of reach even outside the sandbox: {y3}"
+    );
+    assert!(!y3.to_string().contains("the-secret-in-tern-home"), "{y3}");
+}

@@ -2,10 +2,11 @@
 //! SIGINT from the terminal, and the approval prompt is answered by typing.
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use portable_pty::{Child, CommandBuilder, MasterPty, PtySize, native_pty_system};
 use tern_fake_model::{FakeModel, Reply};
 
 struct Screen(Arc<Mutex<String>>);
@@ -27,6 +28,68 @@ impl Screen {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// What was shown between byte offsets `from` and `to`.
+    fn text(&self, from: usize, to: usize) -> String {
+        self.0.lock().unwrap()[from..to].to_owned()
+    }
+}
+
+/// `tern chat` running in a pseudo-terminal of its own.
+struct Chat {
+    /// The terminal's master side: keep it, dropping it hangs up.
+    master: Box<dyn MasterPty + Send>,
+    child: Box<dyn Child + Send + Sync>,
+    /// What is typed.
+    writer: Box<dyn Write + Send>,
+    /// What is shown.
+    screen: Screen,
+}
+
+/// Starts `tern chat` in `work`, with `home` and the fake model.
+fn start_chat(home: &Path, work: &Path, fake: &FakeModel) -> Chat {
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 40,
+            cols: 200,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_tern"));
+    cmd.arg("chat");
+    cmd.cwd(work);
+    for k in ["OPENAI_API_KEY", "TERN_LOG"] {
+        cmd.env_remove(k);
+    }
+    cmd.env("TERN_HOME", home);
+    cmd.env("OPENAI_BASE_URL", fake.base_url());
+    cmd.env("TERN_MODEL", "fake-model");
+    cmd.env("NO_COLOR", "1");
+    cmd.env("TERM", "dumb");
+    let child = pty.slave.spawn_command(cmd).unwrap();
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().unwrap();
+    let writer = pty.master.take_writer().unwrap();
+    let screen = Screen(Arc::new(Mutex::new(String::new())));
+    let buf = screen.0.clone();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            buf.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&b[..n]));
+        }
+    });
+    Chat {
+        master: pty.master,
+        child,
+        writer,
+        screen,
     }
 }
 
@@ -56,42 +119,12 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
     ))
     .push(Reply::text("Still here after the interrupt."));
 
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 40,
-            cols: 200,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_tern"));
-    cmd.arg("chat");
-    cmd.cwd(&work);
-    for k in ["OPENAI_API_KEY", "TERN_LOG"] {
-        cmd.env_remove(k);
-    }
-    cmd.env("TERN_HOME", &home);
-    cmd.env("OPENAI_BASE_URL", fake.base_url());
-    cmd.env("TERN_MODEL", "fake-model");
-    cmd.env("NO_COLOR", "1");
-    cmd.env("TERM", "dumb");
-    let mut child = pty.slave.spawn_command(cmd).unwrap();
-    drop(pty.slave);
-    let mut reader = pty.master.try_clone_reader().unwrap();
-    let mut writer = pty.master.take_writer().unwrap();
-    let screen = Screen(Arc::new(Mutex::new(String::new())));
-    let buf = screen.0.clone();
-    std::thread::spawn(move || {
-        let mut b = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut b) {
-            if n == 0 {
-                break;
-            }
-            buf.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&b[..n]));
-        }
-    });
+    let Chat {
+        master: _master,
+        mut child,
+        mut writer,
+        screen,
+    } = start_chat(&home, &work, &fake);
 
     let tool_pidfile = pidfile.clone();
     let screen = tokio::task::spawn_blocking(move || {
@@ -175,4 +208,183 @@ fn process_ended(pid: i32) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     false
+}
+
+/// Issue 12 at the terminal: a command the sandbox stopped (it writes outside the
+/// workspace) is offered at the prompt with the policy and what was denied. Once: it runs
+/// again outside, once, and the next run asks again; deny: the model is told not to retry
+/// and nothing is written; `require_escalated` asks before anything runs, showing the
+/// justification; session: the session's later commands leave the sandbox without a prompt,
+/// yet `$TERN_HOME` stays unreadable; a new session asks again, and its "always" stays in
+/// that session (nothing is saved to the allowlist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_escalation_once_deny_and_session_at_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    let outside = dir.path().join("outside");
+    for d in [&home, &work, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let secret = home.join("secret.txt");
+    std::fs::write(&secret, "the-secret-in-tern-home\n").unwrap();
+    let log = outside.join("log");
+    let write = |marker: &str| {
+        serde_json::json!({"command": format!("echo {marker} >> {}", log.display())}).to_string()
+    };
+    let why = "the release notes live beside the repository";
+    let asked = serde_json::json!({
+        "command": format!("echo asked >> {}", log.display()),
+        "sandbox_permissions": "require_escalated",
+        "justification": why,
+    })
+    .to_string();
+    let made = outside.join("made");
+    let another = serde_json::json!({
+        "command": format!("mkdir {} && echo session-2 >> {}", made.display(), log.display())
+    })
+    .to_string();
+    let cat = serde_json::json!({"command": format!("cat {}", secret.display())}).to_string();
+
+    let fake = FakeModel::start().await.unwrap();
+    fake.push(Reply::tool_call("o1", "terminal", write("once")))
+        .push(Reply::tool_call("o2", "terminal", write("once")))
+        .push(Reply::text("Once is done."))
+        .push(Reply::tool_call("r1", "terminal", asked))
+        .push(Reply::text("Asked is done."))
+        .push(Reply::tool_call("s1", "terminal", write("session-1")))
+        .push(Reply::tool_call("s2", "terminal", another))
+        .push(Reply::tool_call("s3", "terminal", cat))
+        .push(Reply::text("Session is done."))
+        .push(Reply::tool_call("n1", "terminal", write("new-1")))
+        .push(Reply::tool_call("n2", "terminal", write("new-2")))
+        .push(Reply::text("New session is done."));
+
+    let Chat {
+        master: _master,
+        mut child,
+        mut writer,
+        screen,
+    } = start_chat(&home, &work, &fake);
+    const ALLOW: &str = "Allow? [o]nce, [s]ession, [a]lways, [d]eny";
+    let screen = tokio::task::spawn_blocking(move || {
+        let mut at = screen.wait_for("Ctrl-D quits", 0);
+        at = screen.wait_for("› ", at);
+
+        // Stopped, asked with what a human needs to judge; once runs it, the rerun asks
+        // again and is denied.
+        writer.write_all(b"write the log\r").unwrap();
+        at = screen.wait_for(
+            "wants to run outside the sandbox: the sandbox stopped a file access",
+            at,
+        );
+        at = screen.wait_for("policy: workspace-write, network off", at);
+        at = screen.wait_for("denied: a file access outside what the sandbox allows", at);
+        at = screen.wait_for(ALLOW, at);
+        writer.write_all(b"o\r").unwrap();
+        at = screen.wait_for("the sandbox stopped a file access", at);
+        at = screen.wait_for(ALLOW, at);
+        writer.write_all(b"d\r").unwrap();
+        at = screen.wait_for("Once is done.", at);
+        at = screen.wait_for("› ", at);
+
+        // Asked up front, with the justification.
+        writer.write_all(b"write it again, escalated\r").unwrap();
+        at = screen.wait_for("wants to run outside the sandbox, as the agent asked", at);
+        at = screen.wait_for(&format!("justification: {why}"), at);
+        at = screen.wait_for(ALLOW, at);
+        writer.write_all(b"o\r").unwrap();
+        at = screen.wait_for("Asked is done.", at);
+        at = screen.wait_for("› ", at);
+
+        // For the session: one prompt, then the other commands go out without one.
+        writer.write_all(b"write more\r").unwrap();
+        at = screen.wait_for(ALLOW, at);
+        writer.write_all(b"s\r").unwrap();
+        let end = screen.wait_for("Session is done.", at);
+        let between = screen.text(at, end);
+        assert!(!between.contains(ALLOW), "asked again:\n{between}");
+        at = screen.wait_for("› ", end);
+
+        // A new session asks again; its "always" holds for it only.
+        writer.write_all(b"/new\r").unwrap();
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"write in a new session\r").unwrap();
+        at = screen.wait_for("Outside the sandbox it may write anywhere", at);
+        at = screen.wait_for(ALLOW, at);
+        writer.write_all(b"a\r").unwrap();
+        let end = screen.wait_for("New session is done.", at);
+        let between = screen.text(at, end);
+        assert!(!between.contains(ALLOW), "asked again:\n{between}");
+        at = screen.wait_for("› ", end);
+        writer.write_all(b"\x04").unwrap();
+        (screen, at)
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let shown = screen.0.0.lock().unwrap().clone();
+    assert!(status.success(), "screen:\n{shown}");
+
+    // What really happened on disk.
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let runs = |m: &str| lines.lines().filter(|l| *l == m).count();
+    assert_eq!(
+        runs("once"),
+        1,
+        "once: ran once, the denied rerun never\n{lines}"
+    );
+    assert_eq!(runs("asked"), 1, "{lines}");
+    assert_eq!(runs("session-1"), 1, "{lines}");
+    assert_eq!(runs("session-2"), 1, "{lines}");
+    assert!(made.is_dir());
+    assert_eq!(runs("new-1"), 1, "{lines}");
+    assert_eq!(runs("new-2"), 1, "{lines}");
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap_or_default();
+    assert!(
+        !config.contains("new-1"),
+        "always went to the allowlist: {config}"
+    );
+
+    // What the model was told.
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 12);
+    let result = |req: usize, call: &str| -> serde_json::Value {
+        let msgs = reqs[req].messages();
+        let m = msgs.iter().find(|m| m["tool_call_id"] == call).unwrap();
+        serde_json::from_str(m["content"].as_str().unwrap()).unwrap()
+    };
+    let o1 = result(1, "o1");
+    assert!(
+        o1["sandbox"]
+            .as_str()
+            .unwrap()
+            .contains("a human approved running it outside the sandbox"),
+        "{o1}"
+    );
+    assert_eq!(o1["exit_code"], 0, "{o1}");
+    let o2 = result(2, "o2");
+    let note = o2["sandbox"].as_str().unwrap();
+    assert!(
+        note.contains("not approved: the user denied it") && note.contains("Do not retry it"),
+        "{o2}"
+    );
+    assert!(
+        o2["output"].as_str().unwrap().contains("Permission denied"),
+        "{o2}"
+    );
+    let ran_outside = "ran outside the sandbox, as a human approved";
+    assert_eq!(result(4, "r1")["sandbox"], ran_outside);
+    for call in ["s2", "s3"] {
+        assert_eq!(result(8, call)["sandbox"], ran_outside, "{call}");
+    }
+    let s3 = result(8, "s3");
+    assert!(
+        s3["output"].as_str().unwrap().contains("Permission denied"),
+        "$TERN_HOME is out of reach even outside the sandbox: {s3}"
+    );
+    assert!(!s3.to_string().contains("the-secret-in-tern-home"), "{s3}");
+    assert_eq!(result(11, "n2")["sandbox"], ran_outside);
 }

@@ -12,7 +12,10 @@
 //!    covers it — an `always` grant for the exact command (any session), a `session` grant
 //!    for its pattern in this session, else an unused `once` grant for the exact command and
 //!    working directory in this session, consumed by the same statement that finds it, so it
-//!    runs at most once whatever runs concurrently.
+//!    runs at most once whatever runs concurrently. A grant only answers the question it was
+//!    given for, its pattern key: approving a command as dangerous never takes it out of the
+//!    sandbox (`sandbox_escalation`), and an escalation's `once` is not used up by the
+//!    dangerous-command check of the same command.
 //! 3. [`Store::always_command_grants`] lists the `always` commands, which the approver also
 //!    keeps in the configuration's allowlist.
 
@@ -129,7 +132,8 @@ impl Store {
     }
 
     /// Finds the grant that lets `session_id` run `command` (matched trimmed) in `workdir`,
-    /// whose dangerous pattern is `pattern_key`; `None` when a human must be asked.
+    /// for the question `pattern_key` (its dangerous pattern, or `sandbox_escalation`);
+    /// `None` when a human must be asked. Only grants given for that same question count.
     ///
     /// Grants that stay are preferred to a `once` grant, which is only consumed when nothing
     /// else covers the command: an `always` grant for the command, then a `session` grant
@@ -147,9 +151,10 @@ impl Store {
             "SELECT ",
             grant_cols!(),
             " FROM command_grants WHERE scope = 'always' AND command = ? \
-             ORDER BY created_at, id LIMIT 1"
+             AND pattern_key = ? ORDER BY created_at, id LIMIT 1"
         ))
         .bind(command)
+        .bind(pattern_key)
         .fetch_optional(&self.pool)
         .await?;
         if let Some(row) = row {
@@ -173,14 +178,15 @@ impl Store {
         let row = sqlx::query(concat!(
             "UPDATE command_grants SET used_at = ? WHERE id = (SELECT id FROM command_grants \
              WHERE scope = 'once' AND session_id = ? AND command = ? AND workdir = ? \
-             AND used_at IS NULL ORDER BY created_at, id LIMIT 1) AND used_at IS NULL \
-             RETURNING ",
+             AND pattern_key = ? AND used_at IS NULL ORDER BY created_at, id LIMIT 1) \
+             AND used_at IS NULL RETURNING ",
             grant_cols!()
         ))
         .bind(now_ms())
         .bind(session_id)
         .bind(command)
         .bind(workdir)
+        .bind(pattern_key)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(grant_from_row).transpose()
@@ -338,6 +344,49 @@ mod tests {
         assert_eq!(g.scope, GrantScope::Always);
         assert_eq!(s.always_command_grants().await.unwrap(), ["rm -r build"]);
         assert_eq!(s.session_command_grants("a").await.unwrap().len(), 2);
+    }
+
+    /// A command both dangerous and stopped by the sandbox is asked about twice, each answer
+    /// a grant of its own: neither may answer the other question.
+    #[tokio::test]
+    async fn a_grant_answers_only_the_question_it_was_given_for() {
+        let (_d, s) = store().await;
+        let escalation = NewCommandGrant {
+            pattern_key: "sandbox_escalation",
+            ..grant("w1", "a", GrantScope::Once)
+        };
+        s.add_command_grant(&escalation).await.unwrap();
+        assert!(
+            s.use_command_grant("a", "rm -r build", "/w", "recursive_delete")
+                .await
+                .unwrap()
+                .is_none(),
+            "the dangerous-command check does not use up the escalation's once"
+        );
+        let g = s
+            .use_command_grant("a", "rm -r build", "/w", "sandbox_escalation")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.scope, GrantScope::Once);
+
+        s.add_command_grant(&grant("w2", "a", GrantScope::Always))
+            .await
+            .unwrap();
+        assert!(
+            s.use_command_grant("b", "rm -r build", "/w", "sandbox_escalation")
+                .await
+                .unwrap()
+                .is_none(),
+            "always for the dangerous command does not take it out of the sandbox"
+        );
+        assert_eq!(
+            s.use_command_grant("b", "rm -r build", "/w", "recursive_delete")
+                .await
+                .unwrap()
+                .map(|g| g.scope),
+            Some(GrantScope::Always)
+        );
     }
 
     #[tokio::test]
