@@ -661,7 +661,18 @@ mod tests {
             std::thread::spawn(move || {
                 let (mut reads, mut pos) = (0u64, 0u64);
                 while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    let s = read_range(&dir, pos, 40_000).unwrap();
+                    // A reader descheduled long enough (a loaded machine) can be lapped on
+                    // every try and get an error: never wrong bytes, which is the point.
+                    let s = match read_range(&dir, pos, 40_000) {
+                        Ok(s) => s,
+                        Err(ProcError::Protocol(m)) if m.contains("reused") => continue,
+                        Err(ProcError::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            continue;
+                        }
+                        Err(e) => panic!("{e}"),
+                    };
                     for (i, b) in s.data.iter().enumerate() {
                         let o = s.start + i as u64;
                         assert_eq!(*b, pattern(o), "byte at offset {o} of a read from {pos}");
