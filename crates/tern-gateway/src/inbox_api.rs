@@ -8,7 +8,8 @@
 //!    keys get 404 for them.
 //! 2. A POST body is read up to the gateway's body limit and parsed into the service's
 //!    request type; an optional `Idempotency-Key` header is passed on as `idem`, so a repeat
-//!    returns the original response. `X-API-Version` is accepted and ignored.
+//!    returns the original response (a repeat with another body is 422). `X-API-Version` is
+//!    accepted and ignored.
 //! 3. The handler calls the service and answers its value as JSON: approval and elicitation
 //!    creates with 201 (the SDK documents every create as `Created`), a pending request's result
 //!    with 204 and an empty body, a decided one with 200.
@@ -67,9 +68,15 @@ impl IntoResponse for InboxApiError {
     fn into_response(self) -> Response {
         match self {
             InboxApiError::Inbox(e) => {
-                if let InboxError::Store(inner) = &e {
-                    // Details stay in the log; the body says only "internal error".
-                    tracing::error!(error = %inner, "inbox store error");
+                // Details stay in the log; the body says only "internal error".
+                match &e {
+                    InboxError::Store(inner) => {
+                        tracing::error!(error = %inner, "inbox store error");
+                    }
+                    InboxError::Files(inner) => {
+                        tracing::error!(error = %inner, "cannot store an upload's file");
+                    }
+                    _ => {}
                 }
                 let status = StatusCode::from_u16(e.http_status())
                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

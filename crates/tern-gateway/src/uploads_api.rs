@@ -11,7 +11,9 @@
 //!    a temporary file, moved to `uploads/<sha256>` — so a large file is never held whole in
 //!    memory. A file past `max_upload_bytes` → 413 `{"error"}`, nothing kept. The answer is
 //!    201 `{"id", "status": "READY"}`; a repeat with the same `Idempotency-Key` gets the
-//!    same answer and records no new upload.
+//!    same answer and records no new upload; the key with another file (or type, or name) is
+//!    422 `idempotency_key_reused`. Either way the repeat's bytes are not kept: the file
+//!    stays temporary until the key's claim in the service's transaction lets it in.
 //! 2. `GET /api/uploads/{id}` (the owning key; other keys get 404) → `{id, contentType,
 //!    size, url}`, `url` being `<public_url>/api/uploads/{id}/content`.
 //! 3. Downloads — `GET /api/uploads/{id}/content` (the owning key) and
@@ -157,18 +159,20 @@ async fn upload(
                 Err(e) => return bad_request("invalid_multipart", e.body_text()),
             }
         }
-        let stored = match writer.finish().await {
-            Ok(stored) => stored,
+        // Hashed but not yet kept: the service keeps it only if the idempotency key lets it.
+        let hashed = match writer.hash().await {
+            Ok(hashed) => hashed,
             Err(e) => return internal(e),
         };
         let idem = crate::inbox_api::idem(&headers);
+        let size = hashed.stored().size;
         return match gw
             .inbox
-            .create_upload(&owner, &stored, &content_type, file_name.as_deref(), idem)
+            .create_upload(&owner, hashed, &content_type, file_name.as_deref(), idem)
             .await
         {
             Ok(receipt) => {
-                tracing::debug!(id = %receipt.id, size = stored.size, owner = %owner, "upload stored");
+                tracing::debug!(id = %receipt.id, size, owner = %owner, "upload stored");
                 (StatusCode::CREATED, Json(receipt)).into_response()
             }
             Err(e) => InboxApiError::from(e).into_response(),

@@ -119,6 +119,71 @@ async fn create_task_is_idempotent_and_listed() {
 }
 
 #[tokio::test]
+async fn a_key_reused_with_another_body_is_422_and_stores_nothing() {
+    let gw = start().await;
+    let task = gw.task("Pay invoice").await;
+    let body = json!({"projectName": "default", "taskId": task, "summary": "Pay 40 EUR?",
+                      "keyValueContext": {"amount": "40", "currency": "EUR"}});
+    let (status, first) = gw
+        .post("/api/approval-requests", &body, Some("appr-1"))
+        .await;
+    assert_eq!(status, 201, "{first}");
+    let events_path = format!("/api/tasks/{task}/events");
+    let (_, events) = gw.get(&events_path).await;
+
+    let mut other = body.clone();
+    other["summary"] = json!("Pay 4000 EUR?");
+    let (status, refused) = gw
+        .post("/api/approval-requests", &other, Some("appr-1"))
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["code"], "idempotency_key_reused", "{refused}");
+    assert!(refused["message"].is_string(), "{refused}");
+    // Nothing of it was stored: the same timeline, the first request alone and unchanged.
+    assert_eq!(gw.get(&events_path).await.1, events);
+    let (_, detail) = gw.get(&format!("/api/tasks/{task}")).await;
+    let open = detail["openRequests"].as_array().unwrap();
+    assert_eq!(open.len(), 1, "{detail}");
+    assert_eq!(open[0]["summary"], "Pay 40 EUR?");
+
+    // The same body again — keys in another order, other whitespace — is a retry.
+    let text = format!(
+        r#"{{ "keyValueContext": {{"currency": "EUR", "amount": "40"}},
+             "summary": "Pay 40 EUR?", "taskId": "{task}",  "projectName": "default" }}"#
+    );
+    let r = gw
+        .http
+        .post(format!("{}/api/approval-requests", gw.url))
+        .bearer_auth(&gw.key)
+        .header("Content-Type", "application/json")
+        .header("Idempotency-Key", "appr-1")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    let (status, again) = common::status_json(r).await;
+    assert_eq!((status, &again), (201, &first));
+
+    // Tasks too.
+    let task_body = json!({"name": "Refund #42", "projectName": "default"});
+    let (status, t) = gw.post("/api/tasks", &task_body, Some("task-k")).await;
+    assert_eq!(status, 201, "{t}");
+    let (status, refused) = gw
+        .post(
+            "/api/tasks",
+            &json!({"name": "Refund #43", "projectName": "default"}),
+            Some("task-k"),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    let (_, list) = gw.get("/api/tasks?name=refund").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+}
+
+#[tokio::test]
 async fn approval_is_pending_then_decided_once() {
     let gw = start().await;
     let task = gw.task("Pay invoice").await;

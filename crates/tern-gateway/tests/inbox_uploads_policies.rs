@@ -275,7 +275,11 @@ async fn upload_resolve_and_download_for_the_owner_only() {
 
 impl Gw {
     async fn upload_with_key(&self, idem: &str, bytes: &[u8]) -> (u16, Value) {
-        let (ct, body) = multipart("file", "retry.txt", "text/plain", bytes);
+        self.upload_with_key_named(idem, "retry.txt", bytes).await
+    }
+
+    async fn upload_with_key_named(&self, idem: &str, name: &str, bytes: &[u8]) -> (u16, Value) {
+        let (ct, body) = multipart("file", name, "text/plain", bytes);
         let r = self
             .http
             .post(format!("{}/api/uploads", self.url))
@@ -288,6 +292,19 @@ impl Gw {
             .unwrap();
         common::status_json(r).await
     }
+
+    async fn upload_rows(&self) -> i64 {
+        sqlx_count(&self.gw, "SELECT COUNT(*) FROM inbox_uploads").await
+    }
+}
+
+/// A count straight from the database: what the API would not show (rows of a refused create).
+async fn sqlx_count(gw: &Gateway, sql: &'static str) -> i64 {
+    let row: (i64,) = sqlx::query_as(sql)
+        .fetch_one(gw.store.pool())
+        .await
+        .unwrap();
+    row.0
 }
 
 #[tokio::test]
@@ -330,6 +347,31 @@ async fn an_upload_repeated_with_its_idempotency_key_is_recorded_once() {
         (r.status(), r.bytes().await.unwrap())
     };
     assert_eq!(resolved.as_ref(), b"the first bytes");
+}
+
+#[tokio::test]
+async fn an_upload_key_reused_with_another_file_is_422_and_its_bytes_are_not_kept() {
+    let (_d, gw) = start(Setup::default()).await;
+    let (status, first) = gw.upload_with_key("upload-1", b"the first bytes").await;
+    assert_eq!(status, 201, "{first}");
+    let kept = gw.stored_files();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    // Other bytes, or the same bytes under another name: another request.
+    for (name, bytes) in [
+        ("retry.txt", &b"other bytes"[..]),
+        ("renamed.txt", b"the first bytes"),
+    ] {
+        let (status, refused) = gw.upload_with_key_named("upload-1", name, bytes).await;
+        assert_eq!(status, 422, "{name}: {refused}");
+        assert_eq!(refused["code"], "idempotency_key_reused", "{refused}");
+        // Nothing recorded, and nothing of what it sent on disk (no temporary file either).
+        assert_eq!(gw.upload_rows().await, 1);
+        assert_eq!(gw.stored_files(), kept);
+    }
+    // The first request again is still a retry.
+    let (status, again) = gw.upload_with_key("upload-1", b"the first bytes").await;
+    assert_eq!((status, &again), (201, &first));
+    assert_eq!(gw.stored_files(), kept);
 }
 
 #[tokio::test]

@@ -31,6 +31,13 @@ pub enum InboxError {
     /// The `Idempotency-Key` was first used with another method or path.
     #[error("the idempotency key was already used for another method or path")]
     IdempotencyMismatch,
+    /// The `Idempotency-Key` was first used with a different request on the same path: the
+    /// first request stands, and this one stored nothing.
+    #[error(
+        "the idempotency key was already used with a different request; send a new key for a \
+         new request"
+    )]
+    IdempotencyKeyReused,
     /// A `[[inbox.policy.rate_limit]]` for the request's action is exhausted; nothing was
     /// stored. Answered 429 with `Retry-After`.
     #[error(
@@ -43,6 +50,9 @@ pub enum InboxError {
         window: String,
         retry_after_secs: u64,
     },
+    /// An upload's file could not be moved into the uploads directory.
+    #[error("cannot store the upload: {0}")]
+    Files(#[source] std::io::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -72,8 +82,10 @@ impl InboxError {
             // Not 409: the SDK retries 409s, and a key reused elsewhere stays reused.
             | InboxError::IdempotencyMismatch => 400,
             InboxError::AlreadyDecided | InboxError::Withdrawn(_) => 409,
+            // Unprocessable rather than 409 for the same reason: retrying cannot help.
+            InboxError::IdempotencyKeyReused => 422,
             InboxError::RateLimited { .. } => 429,
-            InboxError::Store(_) => 500,
+            InboxError::Files(_) | InboxError::Store(_) => 500,
         }
     }
 
@@ -87,10 +99,11 @@ impl InboxError {
         }
     }
 
-    /// The response body, in the Pump Up shapes: `{"code", "message"}` for a 400 and
-    /// `{"error"}` otherwise. Invalid answers also list `errors` (`[{fieldId, code,
-    /// message}]`) so a form can mark every field at once. A store failure says no more than
-    /// "internal error": its details are for the log, not for the client.
+    /// The response body, in the Pump Up shapes: `{"code", "message"}` for a 400 (and for the
+    /// 422 of a reused idempotency key) and `{"error"}` otherwise. Invalid answers also list
+    /// `errors` (`[{fieldId, code, message}]`) so a form can mark every field at once. A store
+    /// failure says no more than "internal error": its details are for the log, not for the
+    /// client.
     pub fn body(&self) -> Value {
         match self {
             InboxError::Invalid { code, message } => json!({"code": code, "message": message}),
@@ -102,7 +115,7 @@ impl InboxError {
             InboxError::InvalidTransition(_) => {
                 json!({"code": "invalid_transition", "message": self.to_string()})
             }
-            InboxError::IdempotencyMismatch => {
+            InboxError::IdempotencyMismatch | InboxError::IdempotencyKeyReused => {
                 json!({"code": "idempotency_key_reused", "message": self.to_string()})
             }
             InboxError::NotFound(_)
@@ -111,7 +124,7 @@ impl InboxError {
             | InboxError::RateLimited { .. } => {
                 json!({"error": self.to_string()})
             }
-            InboxError::Store(_) => json!({"error": "internal error"}),
+            InboxError::Files(_) | InboxError::Store(_) => json!({"error": "internal error"}),
         }
     }
 }

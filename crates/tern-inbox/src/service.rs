@@ -33,14 +33,17 @@
 //! - **Idempotency**: a create with an `Idempotency-Key` first claims `(agent key, key)` with
 //!   `INSERT … ON CONFLICT DO NOTHING`, in the transaction that then creates the task or
 //!   event and stores the response. A repeat — later, after a decision, or concurrent —
-//!   finds the claim and gets the original response; nothing new is created. A failed create
-//!   rolls back its claim, so the key can be retried.
+//!   finds the claim and gets the original response; nothing new is created. The claim
+//!   records a fingerprint of the request (SHA-256 of its canonical JSON): the same key with
+//!   a different request is [`InboxError::IdempotencyKeyReused`] and creates nothing. A
+//!   failed create rolls back its claim, so the key can be retried.
 //! - **Ownership**: a task belongs to the agent key that created it; other keys get
 //!   [`InboxError::NotFound`] for it, its events and its requests.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use sha2::Digest;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tern_store::{Store, StoreError, now_ms};
@@ -323,8 +326,9 @@ impl Inbox {
         body: CreateTask,
         idem: Option<&str>,
     ) -> Result<Task> {
+        let idem = IdemKey::of(idem, &body)?;
         let mut tx = self.begin().await?;
-        if let Some(original) = claim_key(&mut tx, owner, idem, POST_TASKS).await? {
+        if let Some(original) = claim_key(&mut tx, owner, idem.as_ref(), POST_TASKS).await? {
             return Ok(original);
         }
         require_text("name", &body.name)?;
@@ -370,7 +374,7 @@ impl Inbox {
         };
         let event = NewEvent::new(EventType::TaskCreated, Actor::Agent, payload);
         insert_event(&mut tx, &task, &project, event, now).await?;
-        remember_response(&mut tx, owner, idem, &task).await?;
+        remember_response(&mut tx, owner, idem.as_ref(), &task).await?;
         tx.commit().await?;
         Ok(task)
     }
@@ -484,8 +488,9 @@ impl Inbox {
         body: CreateApproval,
         idem: Option<&str>,
     ) -> Result<EventId> {
+        let idem = IdemKey::of(idem, &body)?;
         let mut tx = self.begin().await?;
-        if let Some(original) = claim_key(&mut tx, owner, idem, POST_APPROVALS).await? {
+        if let Some(original) = claim_key(&mut tx, owner, idem.as_ref(), POST_APPROVALS).await? {
             return Ok(original);
         }
         require_text("summary", &body.request.summary)?;
@@ -500,7 +505,7 @@ impl Inbox {
             request_json: &request_json,
         };
         let payload = Payload::ApprovalRequested(body.request.clone());
-        self.open_asked(tx, owner, idem, Kind::Approval, asked, payload)
+        self.open_asked(tx, owner, idem.as_ref(), Kind::Approval, asked, payload)
             .await
     }
 
@@ -513,8 +518,9 @@ impl Inbox {
         body: CreateElicitation,
         idem: Option<&str>,
     ) -> Result<EventId> {
+        let idem = IdemKey::of(idem, &body)?;
         let mut tx = self.begin().await?;
-        if let Some(original) = claim_key(&mut tx, owner, idem, POST_ELICITATIONS).await? {
+        if let Some(original) = claim_key(&mut tx, owner, idem.as_ref(), POST_ELICITATIONS).await? {
             return Ok(original);
         }
         let request = &body.request;
@@ -555,7 +561,7 @@ impl Inbox {
             request_json: &request_json,
         };
         let payload = Payload::ElicitationRequested(request.clone());
-        self.open_asked(tx, owner, idem, Kind::Elicitation, asked, payload)
+        self.open_asked(tx, owner, idem.as_ref(), Kind::Elicitation, asked, payload)
             .await
     }
 
@@ -565,7 +571,7 @@ impl Inbox {
         &self,
         tx: Tx,
         owner: &str,
-        idem: Option<&str>,
+        idem: Option<&IdemKey<'_>>,
         kind: Kind,
         asked: Asked<'_>,
         payload: Payload,
@@ -753,6 +759,7 @@ impl Inbox {
         body: RecordAction,
         idem: Option<&str>,
     ) -> Result<EventId> {
+        let idem = IdemKey::of(idem, &body)?;
         require_text("description", &body.description)?;
         let patch = body.metadata_patch.clone().unwrap_or_default();
         let payload = Payload::Action {
@@ -774,7 +781,7 @@ impl Inbox {
                 payload,
             )
         };
-        self.agent_event(owner, idem, new).await
+        self.agent_event(owner, idem.as_ref(), new).await
     }
 
     /// Logs something that went wrong; may move the task to another step.
@@ -784,6 +791,7 @@ impl Inbox {
         body: ReportException,
         idem: Option<&str>,
     ) -> Result<EventId> {
+        let idem = IdemKey::of(idem, &body)?;
         require_text("message", &body.message)?;
         let payload = Payload::ExceptionRaised {
             message: body.message.clone(),
@@ -800,7 +808,7 @@ impl Inbox {
                 payload,
             )
         };
-        self.agent_event(owner, idem, new).await
+        self.agent_event(owner, idem.as_ref(), new).await
     }
 
     /// Logs a note on the task.
@@ -810,6 +818,7 @@ impl Inbox {
         body: AddNote,
         idem: Option<&str>,
     ) -> Result<EventId> {
+        let idem = IdemKey::of(idem, &body)?;
         require_text("message", &body.message)?;
         let payload = Payload::Note {
             message: body.message.clone(),
@@ -822,13 +831,13 @@ impl Inbox {
             EventType::Note,
             payload,
         );
-        self.agent_event(owner, idem, new).await
+        self.agent_event(owner, idem.as_ref(), new).await
     }
 
     async fn agent_event(
         &self,
         owner: &str,
-        idem: Option<&str>,
+        idem: Option<&IdemKey<'_>>,
         mut new: AgentEvent<'_>,
     ) -> Result<EventId> {
         let mut tx = self.begin().await?;
@@ -876,22 +885,86 @@ struct Summary {
 
 // ---- idempotency ----------------------------------------------------------------------------
 
+/// An `Idempotency-Key` with the fingerprint of the request it came with, so that a repeat
+/// with a different request can be told from a retry.
+pub(crate) struct IdemKey<'a> {
+    key: &'a str,
+    /// Hex SHA-256 of the request's canonical JSON ([`canonical_json`]).
+    fingerprint: String,
+}
+
+impl<'a> IdemKey<'a> {
+    /// The key (if any) with the fingerprint of `request`, the create's parsed body: two
+    /// bodies that differ only in whitespace, key order or an absent optional field are the
+    /// same request.
+    pub(crate) fn of<B: Serialize + ?Sized>(
+        key: Option<&'a str>,
+        request: &B,
+    ) -> Result<Option<Self>> {
+        let Some(key) = key else { return Ok(None) };
+        let value = serde_json::to_value(request)
+            .map_err(|e| corrupt(format!("cannot encode the request: {e}")))?;
+        let mut canonical = String::new();
+        canonical_json(&value, &mut canonical);
+        Ok(Some(IdemKey {
+            key,
+            fingerprint: hex::encode(sha2::Sha256::digest(canonical.as_bytes())),
+        }))
+    }
+}
+
+/// Compact JSON with every object's keys sorted, whatever order the map keeps them in.
+fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 /// Claims `(owner, key)` for this create. `None`: the claim is new, go on and create.
-/// `Some(response)`: the key was used before; this is the original response.
+/// `Some(response)`: the key was used before for the same request; this is the original
+/// response. The same key with another method or path is [`InboxError::IdempotencyMismatch`],
+/// with another request [`InboxError::IdempotencyKeyReused`]; a key claimed before
+/// fingerprints were recorded answers its original response to any request.
 pub(crate) async fn claim_key<T: DeserializeOwned>(
     conn: &mut SqliteConnection,
     owner: &str,
-    key: Option<&str>,
+    idem: Option<&IdemKey<'_>>,
     method_path: &'static str,
 ) -> Result<Option<T>> {
-    let Some(key) = key else { return Ok(None) };
+    let Some(idem) = idem else { return Ok(None) };
+    let key = idem.key;
     let claimed = sqlx::query(
-        "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, created_at) \
-         VALUES (?, ?, ?, ?) ON CONFLICT (owner_key, idem_key) DO NOTHING",
+        "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, fingerprint, \
+         created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner_key, idem_key) DO NOTHING",
     )
     .bind(owner)
     .bind(key)
     .bind(method_path)
+    .bind(&idem.fingerprint)
     .bind(now_ms())
     .execute(&mut *conn)
     .await?
@@ -902,7 +975,8 @@ pub(crate) async fn claim_key<T: DeserializeOwned>(
     // Someone used the key first. Their transaction has committed (the claim above waited
     // for it), and it stored the response along with the claim.
     let row = sqlx::query(
-        "SELECT method_path, response FROM inbox_idempotency WHERE owner_key = ? AND idem_key = ?",
+        "SELECT method_path, fingerprint, response FROM inbox_idempotency \
+         WHERE owner_key = ? AND idem_key = ?",
     )
     .bind(owner)
     .bind(key)
@@ -911,6 +985,10 @@ pub(crate) async fn claim_key<T: DeserializeOwned>(
     let stored_path: String = row.try_get("method_path")?;
     if stored_path != method_path {
         return Err(InboxError::IdempotencyMismatch);
+    }
+    let stored_print: Option<String> = row.try_get("fingerprint")?;
+    if stored_print.is_some_and(|p| p != idem.fingerprint) {
+        return Err(InboxError::IdempotencyKeyReused);
     }
     let response: Option<String> = row.try_get("response")?;
     let response = response.ok_or_else(|| {
@@ -925,10 +1003,10 @@ pub(crate) async fn claim_key<T: DeserializeOwned>(
 pub(crate) async fn remember_response<T: Serialize>(
     conn: &mut SqliteConnection,
     owner: &str,
-    key: Option<&str>,
+    idem: Option<&IdemKey<'_>>,
     response: &T,
 ) -> Result<()> {
-    let Some(key) = key else { return Ok(()) };
+    let Some(idem) = idem else { return Ok(()) };
     sqlx::query(
         "UPDATE inbox_idempotency SET response = ?, status_code = ? \
          WHERE owner_key = ? AND idem_key = ?",
@@ -936,7 +1014,7 @@ pub(crate) async fn remember_response<T: Serialize>(
     .bind(to_json(response)?)
     .bind(CREATED)
     .bind(owner)
-    .bind(key)
+    .bind(idem.key)
     .execute(conn)
     .await?;
     Ok(())
@@ -960,7 +1038,7 @@ struct RequestTarget<'a> {
     /// Its policy and notifications apply.
     inbox: &'a Inbox,
     owner: &'a str,
-    idem: Option<&'a str>,
+    idem: Option<&'a IdemKey<'a>>,
     task_id: &'a str,
     project_name: &'a str,
     external_trace_id: Option<&'a str>,

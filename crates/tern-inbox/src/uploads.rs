@@ -6,16 +6,17 @@
 //!    [`UploadDir::begin`]: each chunk goes to a temporary file under `uploads/tmp/` while
 //!    a SHA-256 and the size are computed; past the size limit the write stops with
 //!    [`UploadError::TooLarge`] and the temporary file is removed.
-//! 2. [`UploadWriter::finish`] flushes the file to disk and renames it to
-//!    `uploads/<first two hex digits>/<sha256>`. When that file exists already (the same
-//!    content was uploaded before) the temporary file is dropped instead: identical content
-//!    is stored once. A rename within one directory tree is atomic, so a reader never sees a
-//!    half-written file under its final name.
+//! 2. [`UploadWriter::hash`] flushes the file to disk and hashes it; [`HashedFile::keep`]
+//!    renames it to `uploads/<first two hex digits>/<sha256>`. When that file exists already
+//!    (the same content was uploaded before) the temporary file is dropped instead: identical
+//!    content is stored once. A rename within one directory tree is atomic, so a reader never
+//!    sees a half-written file under its final name.
 //! 3. [`Inbox::create_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
 //!    owning agent key, the hash, the size, the declared content type ([`normalize_content_type`])
 //!    and file name ([`sanitize_file_name`]). With an `Idempotency-Key` it claims the key in
-//!    the same transaction, like every create ([`crate::service`]): a repeat gets the first
-//!    `{id, status}` and no new row.
+//!    the same transaction, like every create ([`crate::service`]), before the file is kept:
+//!    a repeat gets the first `{id, status}` and no new row, a repeat with another file (or
+//!    type, or name) is refused, and neither leaves its bytes behind.
 //! 4. Reads: [`Inbox::owned_upload`] for the owning key (another key's upload is reported
 //!    missing, like a missing one), [`Inbox::upload`] for reviewers. Downloads serve
 //!    [`Upload::served_content_type`] with [`Upload::content_disposition`]: images a browser
@@ -38,7 +39,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::InboxError;
 use crate::outcome::Timestamp;
-use crate::service::{Inbox, Result, claim_key, remember_response};
+use crate::service::{IdemKey, Inbox, Result, claim_key, remember_response};
 
 /// Why a file could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -134,15 +135,50 @@ impl UploadWriter {
 
     /// Flushes the file to disk and moves it to its content address (or drops it when that
     /// content is stored already).
-    pub async fn finish(mut self) -> Result<StoredFile, UploadError> {
+    pub async fn finish(self) -> Result<StoredFile, UploadError> {
+        Ok(self.hash().await?.keep().await?)
+    }
+
+    /// Flushes the file to disk and hashes it; it stays a temporary file until
+    /// [`HashedFile::keep`], and is removed if dropped before.
+    pub async fn hash(mut self) -> Result<HashedFile, UploadError> {
         let mut file = self.file.take().ok_or_else(finished)?;
         file.flush().await?;
         file.sync_all().await?;
         drop(file);
         let sha256 = hex::encode(std::mem::take(&mut self.hasher).finalize());
+        Ok(HashedFile {
+            dir: self.dir.clone(),
+            tmp_path: self.tmp_path.take(),
+            stored: StoredFile {
+                sha256,
+                size: self.size,
+            },
+        })
+    }
+}
+
+/// A file written and hashed but not yet under its content address; see
+/// [`UploadWriter::hash`]. Dropped before [`HashedFile::keep`], it removes its temporary file.
+#[derive(Debug)]
+pub struct HashedFile {
+    dir: UploadDir,
+    tmp_path: Option<PathBuf>,
+    stored: StoredFile,
+}
+
+impl HashedFile {
+    /// Its hash and size.
+    pub fn stored(&self) -> &StoredFile {
+        &self.stored
+    }
+
+    /// Moves the file to its content address (or drops it when that content is stored
+    /// already).
+    pub async fn keep(mut self) -> std::io::Result<StoredFile> {
         let target = self
             .dir
-            .path_of(&sha256)
+            .path_of(&self.stored.sha256)
             .ok_or_else(|| std::io::Error::other("hex digest of unexpected shape"))?;
         let tmp_path = self.tmp_path.take().ok_or_else(finished)?;
         if tokio::fs::try_exists(&target).await? {
@@ -155,10 +191,28 @@ impl UploadWriter {
             // same bytes in place, so whichever lands last changes nothing.
             tokio::fs::rename(&tmp_path, &target).await?;
         }
-        Ok(StoredFile {
-            sha256,
-            size: self.size,
-        })
+        Ok(self.stored.clone())
+    }
+}
+
+impl HashedFile {
+    /// Removes the temporary file now (dropping it removes it in the background).
+    pub async fn discard(mut self) {
+        if let Some(path) = self.tmp_path.take()
+            && let Err(e) = tokio::fs::remove_file(&path).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            // Harmless: a `*.part` file under `uploads/tmp/`, never read.
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove a temporary upload");
+        }
+    }
+}
+
+impl Drop for HashedFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.tmp_path.take() {
+            remove_soon(path);
+        }
     }
 }
 
@@ -168,16 +222,19 @@ fn finished() -> std::io::Error {
 
 impl Drop for UploadWriter {
     fn drop(&mut self) {
-        let Some(path) = self.tmp_path.take() else {
-            return;
-        };
-        // Removing a file may block; off the runtime's worker threads when there is one.
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || remove_quietly(&path));
-            }
-            Err(_) => remove_quietly(&path),
+        if let Some(path) = self.tmp_path.take() {
+            remove_soon(path);
         }
+    }
+}
+
+fn remove_soon(path: PathBuf) {
+    // Removing a file may block; off the runtime's worker threads when there is one.
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn_blocking(move || remove_quietly(&path));
+        }
+        Err(_) => remove_quietly(&path),
     }
 }
 
@@ -314,28 +371,60 @@ pub struct UploadReceipt {
 /// The method and path an upload's idempotency key is recorded with.
 const POST_UPLOADS: &str = "POST api/uploads";
 
+/// What an upload's idempotency fingerprint covers: the content and how it was declared.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UploadRequest<'a> {
+    sha256: &'a str,
+    size: u64,
+    content_type: &'a str,
+    file_name: Option<&'a str>,
+}
+
 impl Inbox {
-    /// Records an upload of `owner` whose bytes [`UploadWriter::finish`] stored, under an
-    /// optional `Idempotency-Key`: a repeat of the key answers the first receipt and records
-    /// nothing (the bytes it sent again are the same content-addressed file, stored once).
+    /// Records an upload of `owner` whose bytes [`UploadWriter::hash`] wrote, under an
+    /// optional `Idempotency-Key`. The file is kept only when the key is new (or there is
+    /// none): a repeat of the key with the same file, type and name answers the first receipt
+    /// and records nothing; with anything else it is [`InboxError::IdempotencyKeyReused`].
+    /// Either way the repeat's temporary file is removed, so a refused upload leaves no bytes
+    /// behind (content stored before by another upload stays, of course).
     pub async fn create_upload(
         &self,
         owner: &str,
-        stored: &StoredFile,
+        file: HashedFile,
         content_type: &str,
         file_name: Option<&str>,
         idem: Option<&str>,
     ) -> Result<UploadReceipt> {
+        let request = UploadRequest {
+            sha256: &file.stored().sha256,
+            size: file.stored().size,
+            content_type,
+            file_name,
+        };
+        let idem = IdemKey::of(idem, &request)?;
         let mut tx = self.begin().await?;
-        if let Some(original) = claim_key(&mut tx, owner, idem, POST_UPLOADS).await? {
-            return Ok(original);
+        match claim_key(&mut tx, owner, idem.as_ref(), POST_UPLOADS).await {
+            Ok(None) => {}
+            // Removed before answering, so that a refused or repeated upload is gone from the
+            // disk by the time its client hears back.
+            Ok(Some(original)) => {
+                file.discard().await;
+                return Ok(original);
+            }
+            Err(e) => {
+                file.discard().await;
+                return Err(e);
+            }
         }
-        let upload = insert_upload(&mut tx, owner, stored, content_type, file_name).await?;
+        // Kept inside the transaction, so that the key's claim decides whether the bytes stay.
+        let stored = file.keep().await.map_err(InboxError::Files)?;
+        let upload = insert_upload(&mut tx, owner, &stored, content_type, file_name).await?;
         let receipt = UploadReceipt {
             id: upload.id,
             status: "READY".into(),
         };
-        remember_response(&mut tx, owner, idem, &receipt).await?;
+        remember_response(&mut tx, owner, idem.as_ref(), &receipt).await?;
         tx.commit().await?;
         Ok(receipt)
     }
@@ -521,6 +610,12 @@ mod tests {
         assert!(files_under(dir.root()).is_empty());
     }
 
+    async fn hashed(dir: &UploadDir, bytes: &[u8]) -> HashedFile {
+        let mut w = dir.begin(1 << 20).await.unwrap();
+        w.write(bytes).await.unwrap();
+        w.hash().await.unwrap()
+    }
+
     #[tokio::test]
     async fn an_upload_repeated_with_its_key_is_recorded_once() {
         let tmp = tempfile::tempdir().unwrap();
@@ -528,10 +623,7 @@ mod tests {
             .await
             .unwrap();
         let inbox = Inbox::new(store);
-        let stored = StoredFile {
-            sha256: "2".repeat(64),
-            size: 5,
-        };
+        let dir = UploadDir::new(tmp.path().join("uploads"));
         let rows = || async {
             sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM inbox_uploads")
                 .fetch_one(inbox.store().pool())
@@ -539,32 +631,127 @@ mod tests {
                 .unwrap()
         };
         let first = inbox
-            .create_upload("a", &stored, "text/plain", None, Some("k1"))
+            .create_upload(
+                "a",
+                hashed(&dir, b"hello").await,
+                "text/plain",
+                None,
+                Some("k1"),
+            )
             .await
             .unwrap();
         assert_eq!(first.status, "READY");
         let repeat = inbox
-            .create_upload("a", &stored, "text/plain", Some("x.txt"), Some("k1"))
+            .create_upload(
+                "a",
+                hashed(&dir, b"hello").await,
+                "text/plain",
+                None,
+                Some("k1"),
+            )
             .await
             .unwrap();
         assert_eq!(repeat, first);
         assert_eq!(rows().await, 1);
         // The same key of another agent key, or no key, records a new upload.
         let theirs = inbox
-            .create_upload("b", &stored, "text/plain", None, Some("k1"))
+            .create_upload(
+                "b",
+                hashed(&dir, b"hello").await,
+                "text/plain",
+                None,
+                Some("k1"),
+            )
             .await
             .unwrap();
         assert_ne!(theirs.id, first.id);
-        inbox
-            .create_upload("a", &stored, "text/plain", None, None)
-            .await
-            .unwrap();
-        inbox
-            .create_upload("a", &stored, "text/plain", None, None)
-            .await
-            .unwrap();
+        for _ in 0..2 {
+            inbox
+                .create_upload("a", hashed(&dir, b"hello").await, "text/plain", None, None)
+                .await
+                .unwrap();
+        }
         assert_eq!(rows().await, 4);
         assert_eq!(inbox.owned_upload("a", &first.id).await.unwrap().size, 5);
+        // One stored file for all of them, and no temporary one left.
+        assert_eq!(files_under(dir.root()).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_key_reused_with_another_file_is_refused_and_keeps_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tern_store::Store::open(&tmp.path().join("tern.db"))
+            .await
+            .unwrap();
+        let inbox = Inbox::new(store);
+        let dir = UploadDir::new(tmp.path().join("uploads"));
+        let first = inbox
+            .create_upload(
+                "a",
+                hashed(&dir, b"first").await,
+                "text/plain",
+                Some("a.txt"),
+                Some("k"),
+            )
+            .await
+            .unwrap();
+        let kept = files_under(dir.root());
+        assert_eq!(kept.len(), 1);
+        // Other bytes, another type, another name: each is another request.
+        let others: [(&[u8], &str, Option<&str>); 3] = [
+            (b"second", "text/plain", Some("a.txt")),
+            (b"first", "application/json", Some("a.txt")),
+            (b"first", "text/plain", Some("b.txt")),
+        ];
+        for (bytes, ct, name) in others {
+            let err = inbox
+                .create_upload("a", hashed(&dir, bytes).await, ct, name, Some("k"))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, InboxError::IdempotencyKeyReused), "{err:?}");
+            assert_eq!(err.http_status(), 422);
+            assert_eq!(err.body()["code"], "idempotency_key_reused");
+        }
+        // Nothing recorded, and the refused bytes are not on disk.
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM inbox_uploads")
+            .fetch_one(inbox.store().pool())
+            .await
+            .unwrap();
+        assert_eq!(count, 1);
+        assert_eq!(files_under(dir.root()), kept);
+        let second = hex::encode(Sha256::digest(b"second"));
+        assert!(!dir.path_of(&second).unwrap().exists());
+        // The same request again still gets the first receipt.
+        let again = inbox
+            .create_upload(
+                "a",
+                hashed(&dir, b"first").await,
+                "text/plain",
+                Some("a.txt"),
+                Some("k"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+
+        // A key claimed before fingerprints were recorded answers its first receipt, as
+        // before.
+        sqlx::query("UPDATE inbox_idempotency SET fingerprint = NULL")
+            .execute(inbox.store().pool())
+            .await
+            .unwrap();
+        let legacy = inbox
+            .create_upload(
+                "a",
+                hashed(&dir, b"second").await,
+                "text/plain",
+                None,
+                Some("k"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(legacy, first);
+        assert_eq!(files_under(dir.root()), kept);
     }
 
     #[tokio::test]

@@ -160,6 +160,70 @@ async fn task_create_is_idempotent() {
         .unwrap();
 }
 
+#[tokio::test]
+async fn a_key_reused_with_another_request_is_refused_and_stores_nothing() {
+    let (_d, inbox) = inbox().await;
+    let task = inbox
+        .create_task(AGENT, new_task("Session 1"), Some("task-key"))
+        .await
+        .unwrap();
+    let err = inbox
+        .create_task(AGENT, new_task("Session 2"), Some("task-key"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InboxError::IdempotencyKeyReused), "{err:?}");
+    assert_eq!(count(&inbox, "SELECT COUNT(*) FROM inbox_tasks").await, 1);
+
+    let first = inbox
+        .create_approval(AGENT, approval(&task.id), Some("req-key"))
+        .await
+        .unwrap();
+    let events = all_events(&inbox, AGENT, &task.id).await.len();
+    let mut other = approval(&task.id);
+    other.request.summary = "Run rm -rf /".into();
+    let err = inbox
+        .create_approval(AGENT, other.clone(), Some("req-key"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InboxError::IdempotencyKeyReused), "{err:?}");
+    assert_eq!(
+        (err.http_status(), err.body()["code"].clone()),
+        (422, json!("idempotency_key_reused"))
+    );
+    // Nothing of the refused request was stored; the first stands.
+    assert_eq!(
+        count(&inbox, "SELECT COUNT(*) FROM inbox_requests").await,
+        1
+    );
+    assert_eq!(all_events(&inbox, AGENT, &task.id).await.len(), events);
+    assert_eq!(
+        inbox.task(AGENT, &task.id).await.unwrap().open_requests[0].summary,
+        "Run rm -rf build/"
+    );
+    // The same request again is a retry: the original answer.
+    let again = inbox
+        .create_approval(AGENT, approval(&task.id), Some("req-key"))
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+
+    // A key claimed before fingerprints were recorded (migration 0014) keeps answering its
+    // original response, whatever the repeat sends.
+    sqlx::query("UPDATE inbox_idempotency SET fingerprint = NULL")
+        .execute(inbox.store.pool())
+        .await
+        .unwrap();
+    let legacy = inbox
+        .create_approval(AGENT, other, Some("req-key"))
+        .await
+        .unwrap();
+    assert_eq!(legacy, first);
+    assert_eq!(
+        count(&inbox, "SELECT COUNT(*) FROM inbox_requests").await,
+        1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_with_one_key_create_one_task() {
     let (_d, inbox) = inbox().await;
