@@ -7,9 +7,9 @@
 //!    (a name can pass to a new key once the old one is revoked; an id cannot), and other
 //!    keys get 404 for them.
 //! 2. A POST body is read up to the gateway's body limit and parsed into the service's
-//!    request type; an optional `Idempotency-Key` header is passed on as `idem`, so a repeat
-//!    returns the original response (a repeat with another body is 422). `X-API-Version` is
-//!    accepted and ignored.
+//!    request type; an optional `Idempotency-Key` header (printable ASCII, at most 255
+//!    characters, else 400) is passed on as `idem`, so a repeat returns the original response
+//!    (and a repeat with another body is 422). `X-API-Version` is accepted and ignored.
 //! 3. The handler calls the service and answers its value as JSON: approval and elicitation
 //!    creates with 201 (the SDK documents every create as `Created`), a pending request's result
 //!    with 204 and an empty body, a decided one with 200.
@@ -154,13 +154,33 @@ impl<T: DeserializeOwned> FromRequest<AppState> for MaybeInboxJson<T> {
 
 type ApiResult<T> = Result<T, InboxApiError>;
 
-/// The `Idempotency-Key` header, when present and readable.
-pub(crate) fn idem(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
+/// The longest `Idempotency-Key` accepted.
+pub(crate) const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The `Idempotency-Key` header (`None` when absent or blank). A key that is not visible
+/// ASCII or longer than [`MAX_IDEMPOTENCY_KEY`] is refused with 400 rather than ignored: a
+/// client that sent one expects its retries to be recognized.
+pub(crate) fn idem(headers: &HeaderMap) -> ApiResult<Option<&str>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map(str::trim).map_err(|_| {
+        InboxApiError::bad_request(
+            "invalid_idempotency_key",
+            "the Idempotency-Key header must be printable ASCII",
+        )
+    })?;
+    if key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(InboxApiError::bad_request(
+            "invalid_idempotency_key",
+            format!(
+                "the Idempotency-Key header is {} characters long; at most \
+                 {MAX_IDEMPOTENCY_KEY} are accepted",
+                key.len()
+            ),
+        ));
+    }
+    Ok(Some(key).filter(|k| !k.is_empty()))
 }
 
 /// A non-empty query parameter.
@@ -215,7 +235,7 @@ pub(crate) async fn create_task(
 ) -> ApiResult<impl IntoResponse> {
     Ok((
         StatusCode::CREATED,
-        Json(gw.inbox.create_task(&owner, body, idem(&headers)).await?),
+        Json(gw.inbox.create_task(&owner, body, idem(&headers)?).await?),
     ))
 }
 
@@ -307,7 +327,7 @@ pub(crate) async fn create_approval(
 ) -> ApiResult<impl IntoResponse> {
     let id = gw
         .inbox
-        .create_approval(&owner, body, idem(&headers))
+        .create_approval(&owner, body, idem(&headers)?)
         .await?;
     Ok((StatusCode::CREATED, Json(id)))
 }
@@ -332,7 +352,7 @@ pub(crate) async fn create_elicitation(
 ) -> ApiResult<impl IntoResponse> {
     let id = gw
         .inbox
-        .create_elicitation(&owner, body, idem(&headers))
+        .create_elicitation(&owner, body, idem(&headers)?)
         .await?;
     Ok((StatusCode::CREATED, Json(id)))
 }
@@ -402,7 +422,11 @@ pub(crate) async fn record_action(
 ) -> ApiResult<impl IntoResponse> {
     Ok((
         StatusCode::CREATED,
-        Json(gw.inbox.record_action(&owner, body, idem(&headers)).await?),
+        Json(
+            gw.inbox
+                .record_action(&owner, body, idem(&headers)?)
+                .await?,
+        ),
     ))
 }
 
@@ -417,7 +441,7 @@ pub(crate) async fn report_exception(
         StatusCode::CREATED,
         Json(
             gw.inbox
-                .report_exception(&owner, body, idem(&headers))
+                .report_exception(&owner, body, idem(&headers)?)
                 .await?,
         ),
     ))
@@ -432,6 +456,6 @@ pub(crate) async fn add_note(
 ) -> ApiResult<impl IntoResponse> {
     Ok((
         StatusCode::CREATED,
-        Json(gw.inbox.add_note(&owner, body, idem(&headers)).await?),
+        Json(gw.inbox.add_note(&owner, body, idem(&headers)?).await?),
     ))
 }

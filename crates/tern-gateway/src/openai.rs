@@ -63,6 +63,23 @@ fn now_secs() -> i64 {
     tern_store::now_ms() / 1000
 }
 
+/// The session `X-Hermes-Session-Id` names (`None` when absent or blank). A value that is not
+/// printable ASCII is refused: ignoring it would run the turn on a new session instead of the
+/// one the client meant.
+fn session_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(SESSION_HEADER) else {
+        return Ok(None);
+    };
+    let id = value.to_str().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_header",
+            "the X-Hermes-Session-Id header must be printable ASCII (a session id)",
+        )
+        .param("X-Hermes-Session-Id")
+    })?;
+    Ok(Some(id.trim()).filter(|s| !s.is_empty()))
+}
+
 pub(crate) async fn models(State(gw): State<AppState>) -> impl IntoResponse {
     axum::Json(json!({
         "object": "list",
@@ -94,11 +111,7 @@ pub(crate) async fn completions(
         .model
         .clone()
         .unwrap_or_else(|| gw.settings.model.clone());
-    let requested = headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty());
+    let requested = session_header(&headers)?;
     // The place under the cap first: a refused request must not leave a new session behind.
     let permit = gw.turns.permit()?;
     let session_id = match requested {

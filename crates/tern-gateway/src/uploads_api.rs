@@ -108,6 +108,11 @@ async fn upload(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Response {
+    // Before any byte is read: a key that cannot be honoured must not cost a stored file.
+    let idem = match crate::inbox_api::idem(&headers) {
+        Ok(idem) => idem,
+        Err(e) => return e.into_response(),
+    };
     let limit = gw.inbox_settings.max_upload_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -164,7 +169,6 @@ async fn upload(
             Ok(hashed) => hashed,
             Err(e) => return internal(e),
         };
-        let idem = crate::inbox_api::idem(&headers);
         let size = hashed.stored().size;
         return match gw
             .inbox

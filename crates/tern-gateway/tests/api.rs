@@ -822,6 +822,37 @@ async fn openai_chat_completions_and_models() {
 }
 
 #[tokio::test]
+async fn a_session_header_that_is_not_ascii_is_refused_and_starts_nothing() {
+    let g = start().await;
+    let id = g.new_session().await;
+    // `é` in UTF-8: a header value, but not one `to_str` reads.
+    let value = reqwest::header::HeaderValue::from_bytes(format!("{id}\u{e9}").as_bytes()).unwrap();
+    for stream in [false, true] {
+        let r = g
+            .req(reqwest::Method::POST, "/v1/chat/completions")
+            .header("X-Hermes-Session-Id", value.clone())
+            .json(&json!({"stream": stream, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "invalid_header", "{v}");
+        assert_eq!(v["error"]["param"], "X-Hermes-Session-Id", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("ASCII"),
+            "{v}"
+        );
+    }
+    // Neither a new session nor a turn on the existing one.
+    let (_, list) = g.get("/api/sessions").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list}");
+    let (_, m) = g.get(&format!("/api/sessions/{id}/messages")).await;
+    assert_eq!(m["data"], json!([]), "{m}");
+    assert!(g.fake.requests().is_empty());
+}
+
+#[tokio::test]
 async fn a_non_streaming_client_that_goes_away_interrupts_its_turn_cleanly() {
     let g = start().await;
     let id = g.new_session().await;

@@ -184,6 +184,40 @@ async fn a_key_reused_with_another_body_is_422_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn idempotency_keys_must_be_printable_ascii_and_at_most_255_characters() {
+    let gw = start().await;
+    let body = json!({"name": "Keyed", "projectName": "default"});
+    let send = |key: reqwest::header::HeaderValue| {
+        gw.http
+            .post(format!("{}/api/tasks", gw.url))
+            .bearer_auth(&gw.key)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let non_ascii = reqwest::header::HeaderValue::from_bytes("clé-1".as_bytes()).unwrap();
+    let too_long = reqwest::header::HeaderValue::from_str(&"k".repeat(256)).unwrap();
+    for (key, says) in [(non_ascii, "ASCII"), (too_long, "256")] {
+        let (status, refused) = common::status_json(send(key).await.unwrap()).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["code"], "invalid_idempotency_key", "{refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains(says),
+            "{refused}"
+        );
+    }
+    // Nothing was created for the refused keys.
+    let (_, list) = gw.get("/api/tasks").await;
+    assert_eq!(list["items"], json!([]));
+    // 255 characters is a key like any other.
+    let longest = reqwest::header::HeaderValue::from_str(&"k".repeat(255)).unwrap();
+    let (status, first) = common::status_json(send(longest.clone()).await.unwrap()).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = common::status_json(send(longest).await.unwrap()).await;
+    assert_eq!((status, &again), (201, &first));
+}
+
+#[tokio::test]
 async fn approval_is_pending_then_decided_once() {
     let gw = start().await;
     let task = gw.task("Pay invoice").await;

@@ -375,6 +375,31 @@ async fn an_upload_key_reused_with_another_file_is_422_and_its_bytes_are_not_kep
 }
 
 #[tokio::test]
+async fn an_upload_with_an_unusable_idempotency_key_is_400_and_keeps_nothing() {
+    let (_d, gw) = start(Setup::default()).await;
+    let non_ascii = reqwest::header::HeaderValue::from_bytes("clé".as_bytes()).unwrap();
+    let too_long = reqwest::header::HeaderValue::from_str(&"k".repeat(256)).unwrap();
+    for key in [non_ascii, too_long] {
+        let (ct, body) = multipart("file", "a.txt", "text/plain", b"bytes");
+        let r = gw
+            .http
+            .post(format!("{}/api/uploads", gw.url))
+            .bearer_auth(&gw.key)
+            .header("Content-Type", ct)
+            .header("Idempotency-Key", key)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, refused) = common::status_json(r).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["code"], "invalid_idempotency_key", "{refused}");
+    }
+    assert_eq!(gw.upload_rows().await, 0);
+    assert_eq!(gw.stored_files(), Vec::<PathBuf>::new());
+}
+
+#[tokio::test]
 async fn reviewers_download_with_safe_headers_and_agents_cannot_use_their_route() {
     let (_d, gw) = start(Setup::default()).await;
     let (_, png) = gw.upload("shot.png", "image/png", b"\x89PNG fake").await;
