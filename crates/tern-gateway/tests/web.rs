@@ -800,3 +800,161 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
     assert_eq!(result["outcome"]["type"], "APPROVE");
     assert_eq!(result["outcome"]["reasonCode"], "session");
 }
+
+/// The sources a Content-Security-Policy directive lists (empty when it has none).
+fn csp_sources<'a>(csp: &'a str, directive: &str) -> Vec<&'a str> {
+    csp.split(';')
+        .map(str::trim)
+        .find_map(|d| {
+            let mut words = d.split_whitespace();
+            (words.next() == Some(directive)).then(|| words.collect())
+        })
+        .unwrap_or_default()
+}
+
+/// The contents of every `<tag>…</tag>` element of a page.
+fn inline_elements<'a>(page: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    page.match_indices(&open)
+        .map(|(i, _)| {
+            let rest = &page[i + open.len()..];
+            &rest[..rest.find(&close).expect("a closed element")]
+        })
+        .collect()
+}
+
+/// `'sha256-…'` of an inline element's contents, as a policy names it.
+fn csp_hash(text: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
+
+/// The page's policy is strict — only the gateway's own resources, no framing, no inline
+/// code but what it names by hash — and every inline script and stylesheet of the page is
+/// one it names; no element carries an inline handler or style.
+fn assert_strict_csp(what: &str, h: &reqwest::header::HeaderMap, page: &str) {
+    assert_eq!(h["x-content-type-options"], "nosniff", "{what}");
+    let csp = h
+        .get("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"))
+        .to_str()
+        .unwrap();
+    assert_eq!(csp_sources(csp, "default-src"), ["'self'"], "{what}: {csp}");
+    assert_eq!(
+        csp_sources(csp, "frame-ancestors"),
+        ["'none'"],
+        "{what}: {csp}"
+    );
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval") && !csp.contains('*'),
+        "{what}: {csp}"
+    );
+    let scripts = csp_sources(csp, "script-src");
+    let styles = csp_sources(csp, "style-src");
+    assert!(
+        scripts
+            .iter()
+            .chain(&styles)
+            .all(|s| s.starts_with("'sha256-")),
+        "{what}: only hashes may allow inline code: {csp}"
+    );
+    for script in inline_elements(page, "script") {
+        assert!(
+            scripts.contains(&csp_hash(script).as_str()),
+            "{what}: a script the policy does not allow:\n{script}"
+        );
+    }
+    let sheets = inline_elements(page, "style");
+    assert!(!sheets.is_empty(), "{what}: unstyled");
+    for sheet in sheets {
+        assert!(
+            styles.contains(&csp_hash(sheet).as_str()),
+            "{what}: a stylesheet the policy does not allow"
+        );
+    }
+    let lower = page.to_ascii_lowercase();
+    assert!(
+        !lower.contains(" style="),
+        "{what}: an inline style attribute"
+    );
+    let handler = lower.match_indices(" on").find(|(i, _)| {
+        let rest = &lower[i + 3..];
+        let name_len = rest.bytes().take_while(u8::is_ascii_lowercase).count();
+        name_len > 0 && rest[name_len..].starts_with('=')
+    });
+    assert!(
+        handler.is_none(),
+        "{what}: an inline event handler at {handler:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_inbox_page_sends_a_strict_content_security_policy() {
+    let gw = start().await;
+    let task = gw.task("t", "default").await;
+    let approval = gw.ship_it(&task).await;
+    let slider = gw
+        .elicitation(
+            &task,
+            json!({"summary": "How urgent?", "fields": [
+                {"type": "Slider", "id": "prio", "label": "Priority", "required": true,
+                 "min": 0, "max": 10, "step": 2}]}),
+        )
+        .await;
+    let decided = gw.ship_it(&task).await;
+    gw.gw
+        .inbox
+        .decide_approval(
+            &decided,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Approve),
+            "alice",
+        )
+        .await
+        .unwrap();
+    let browser = [("cookie", gw.cookie.as_str()), ("accept", "text/html")];
+    let pages = [
+        "/inbox".to_owned(),
+        "/inbox?status=decided".to_owned(),
+        format!("/inbox/requests/{approval}"),
+        format!("/inbox/requests/{slider}"),
+        format!("/inbox/requests/{decided}"),
+        "/inbox/requests/nope".to_owned(),
+    ];
+    let mut scripted = 0;
+    for path in &pages {
+        let r = gw.get(path, &browser).await;
+        let status = r.status();
+        assert!(status == 200 || status == 404, "{path}: {status}");
+        let headers = r.headers().clone();
+        let page = r.text().await.unwrap();
+        assert_strict_csp(path, &headers, &page);
+        scripted += inline_elements(&page, "script").len();
+    }
+    // The list and the pending request pages carry their scripts (which the policy allows).
+    assert!(scripted >= 3, "{scripted}");
+    // The slider shows its value through the allowed script, not an `oninput` attribute.
+    let (_, page) = gw.page(&format!("/inbox/requests/{slider}")).await;
+    assert!(
+        page.contains("type=\"range\"") && !page.contains("oninput"),
+        "{page}"
+    );
+
+    // The pages outside the shell: the 401 page, a login link's page, a bad link's page.
+    let token = gw.gw.inbox.reviewers().login_token("alice").await.unwrap();
+    for path in [
+        "/inbox".to_owned(),
+        format!("/inbox/login/{token}"),
+        "/inbox/login/not-a-token".to_owned(),
+    ] {
+        let r = gw.get(&path, &[("accept", "text/html")]).await;
+        let headers = r.headers().clone();
+        let page = r.text().await.unwrap();
+        assert!(page.contains("<html"), "{path}: {page}");
+        assert_strict_csp(&path, &headers, &page);
+    }
+}

@@ -220,7 +220,6 @@ fn field_control(
                 div.slider {
                     input type="range" id=(dom_id) name=(name) value=(start)
                         min=(number_text(f.min)) max=(number_text(f.max)) step=(step)
-                        oninput="this.nextElementSibling.value = this.value"
                         aria-describedby=[described];
                     output for=(dom_id) { (start) }
                 }

@@ -8,8 +8,37 @@ use tern_inbox::Timestamp;
 
 /// The stylesheet, inlined into every page's `<head>`: a separate asset route would be an
 /// endpoint that answers without authentication (only `/health` may), and the sheet is
-/// small.
+/// small. The Content-Security-Policy allows it by hash ([`CSP`]).
 pub(crate) const CSS: &str = include_str!("inbox.css");
+
+/// The Content-Security-Policy of every inbox page. Everything comes from the gateway itself;
+/// the only inline code allowed is the stylesheet and the pages' two scripts, named by their
+/// SHA-256, so markup that slipped into a page through some escaping bug could run nothing
+/// (no other inline script, no `on…=` handler, no `style=` attribute). Pages cannot be
+/// framed, and forms post only to the gateway.
+static CSP: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| {
+    let policy = format!(
+        "default-src 'self'; script-src {} {}; style-src {}; img-src 'self'; \
+         object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        csp_hash(super::list::LIVE_SCRIPT),
+        csp_hash(super::request::PENDING_SCRIPT),
+        csp_hash(CSS),
+    );
+    // The policy is ASCII, so this cannot fail; if it did, pages would fail closed (unstyled,
+    // without scripts) rather than go out without a policy.
+    HeaderValue::from_str(&policy).unwrap_or(HeaderValue::from_static("default-src 'none'"))
+});
+
+/// A CSP hash source, `'sha256-<base64>'`, for an inline element whose content is `text`.
+fn csp_hash(text: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
 
 /// Which navigation entry is the current page.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,7 +57,8 @@ pub(super) struct Page<'a> {
     /// The session's CSRF token, for the sign-out form (cookie sessions only).
     pub csrf: Option<&'a str>,
     pub body: Markup,
-    /// Inline script run after the page (live refresh); the pages work without it.
+    /// Inline script run after the page (live refresh); the pages work without it. Only the
+    /// scripts [`CSP`] names by hash run.
     pub script: Option<&'static str>,
 }
 
@@ -77,8 +107,9 @@ impl Page<'_> {
 }
 
 /// An HTML response with the headers every inbox page carries: not cached (it shows live
-/// state and a CSRF token), not framed (no clickjacking of the decision buttons), and no
-/// referrer (a login link's token must not leak to an attachment's host).
+/// state and a CSRF token), not framed (no clickjacking of the decision buttons), no
+/// referrer (a login link's token must not leak to an attachment's host), never sniffed as
+/// another type, and the Content-Security-Policy ([`CSP`]).
 pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
@@ -96,6 +127,7 @@ pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    h.insert(header::CONTENT_SECURITY_POLICY, CSP.clone());
     resp
 }
 

@@ -80,7 +80,7 @@ impl ListQuery {
 }
 
 /// Keeps the list's filters when the page refreshes itself or pages on.
-const LIVE_SCRIPT: &str = r#"
+pub(super) const LIVE_SCRIPT: &str = r#"
 (function () {
   var live = document.getElementById('live');
   if (!window.EventSource || !live) return;

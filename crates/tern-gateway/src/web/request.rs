@@ -173,14 +173,23 @@ pub(super) fn page(
         reviewer: Some(reviewer),
         csrf: Some(csrf),
         body,
-        script: pending.then_some(DECIDED_ELSEWHERE_SCRIPT),
+        script: pending.then_some(PENDING_SCRIPT),
     }
     .render(status)
 }
 
-/// While a request is pending: if someone else settles it meanwhile, say so above the
-/// form (the page itself is not reloaded, so nothing typed is lost).
-const DECIDED_ELSEWHERE_SCRIPT: &str = r#"
+/// While a request is pending: each slider shows its value as it moves, and if someone else
+/// settles the request meanwhile, the page says so above the form (it is not reloaded, so
+/// nothing typed is lost). A script rather than `oninput` attributes: the page's
+/// Content-Security-Policy allows no inline handlers, only scripts it names by hash.
+pub(super) const PENDING_SCRIPT: &str = r#"
+(function () {
+  document.querySelectorAll('.slider input[type=range]').forEach(function (input) {
+    var out = input.nextElementSibling;
+    if (!out) return;
+    input.addEventListener('input', function () { out.value = input.value; });
+  });
+})();
 (function () {
   var notice = document.getElementById('elsewhere');
   if (!window.EventSource || !notice) return;
