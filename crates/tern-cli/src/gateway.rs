@@ -304,6 +304,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     if let Some(after) = eff.config.gateway.idle_reset() {
         gw.set_idle_reset(after);
     }
+    gw.set_local_addr(addr);
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();

@@ -14,7 +14,8 @@ pub struct InboxSettings {
     /// Largest file `POST /api/uploads` accepts (413 past it).
     pub max_upload_bytes: u64,
     /// The base of links (upload URLs, request pages), without a trailing slash; `None`:
-    /// `http://` and the `Host` the client used.
+    /// the address the gateway is bound to ([`crate::Gateway::set_local_addr`]), never the
+    /// `Host` the client sent.
     pub public_url: Option<String>,
 }
 

@@ -93,6 +93,8 @@ pub struct Gateway {
     pub(crate) procs: std::sync::OnceLock<procs::GatewayProcs>,
     /// `[gateway] idle_reset`, when on ([`idle`]).
     pub(crate) idle_reset: std::sync::OnceLock<Duration>,
+    /// The address the server is bound to ([`Gateway::set_local_addr`]).
+    pub(crate) local_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// What a gateway serves.
@@ -140,6 +142,7 @@ impl Gateway {
             waits: waits::GatewayWaits::new(&inbox),
             procs: std::sync::OnceLock::new(),
             idle_reset: std::sync::OnceLock::new(),
+            local_addr: std::sync::OnceLock::new(),
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -150,6 +153,15 @@ impl Gateway {
             approver,
             settings,
         })
+    }
+
+    /// The address the server is bound to: the base of links (upload URLs) when `[inbox]
+    /// public_url` is unset. Links never follow the request's `Host`, which the client
+    /// chooses.
+    pub fn set_local_addr(&self, addr: std::net::SocketAddr) {
+        if self.local_addr.set(addr).is_err() {
+            tracing::warn!("the local address was set already; the second one is ignored");
+        }
     }
 
     /// Background upkeep; runs until `stop` is cancelled.

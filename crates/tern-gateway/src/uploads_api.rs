@@ -15,7 +15,8 @@
 //!    422 `idempotency_key_reused`. Either way the repeat's bytes are not kept: the file
 //!    stays temporary until the key's claim in the service's transaction lets it in.
 //! 2. `GET /api/uploads/{id}` (the owning key; other keys get 404) → `{id, contentType,
-//!    size, url}`, `url` being `<public_url>/api/uploads/{id}/content`.
+//!    size, url}`, `url` being `<public_url>/api/uploads/{id}/content` (without `[inbox]
+//!    public_url`, the address the gateway is bound to; never the request's `Host`).
 //! 3. Downloads — `GET /api/uploads/{id}/content` (the owning key) and
 //!    `GET /inbox/uploads/{id}` (reviewers, outside the agent key check) — stream the file
 //!    with a safe `Content-Type` ([`tern_inbox::uploads::Upload::served_content_type`]),
@@ -23,6 +24,7 @@
 //!    nosniff` and a sandboxing `Content-Security-Policy`, so no upload ever runs as a page of
 //!    the inbox's origin.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use axum::Router;
@@ -193,11 +195,10 @@ async fn resolve(
     State(gw): State<AppState>,
     Extension(CallerKey { id: owner, .. }): Extension<CallerKey>,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
     match gw.inbox.owned_upload(&owner, &id).await {
         Ok(upload) => {
-            let base = public_base(&gw, &headers);
+            let base = public_base(&gw);
             Json(json!({
                 "id": upload.id,
                 "contentType": upload.content_type,
@@ -210,21 +211,25 @@ async fn resolve(
     }
 }
 
-/// The base of links: `[inbox] public_url`, else the address the client used.
-pub(crate) fn public_base(gw: &AppState, headers: &HeaderMap) -> String {
+/// The base of links: `[inbox] public_url`, else the address the gateway is bound to (a
+/// wildcard as loopback). Never the request's `Host`: a client could otherwise have the
+/// gateway hand out links to a host of its choosing.
+pub(crate) fn public_base(gw: &AppState) -> String {
     if let Some(url) = &gw.inbox_settings.public_url {
         return url.trim_end_matches('/').to_owned();
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
-        })
-        .unwrap_or("localhost");
-    format!("http://{host}")
+    match gw.local_addr.get() {
+        Some(addr) => {
+            let ip = match addr.ip() {
+                IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                ip => ip,
+            };
+            format!("http://{}", SocketAddr::new(ip, addr.port()))
+        }
+        // A gateway embedded without `set_local_addr`: nothing better is known.
+        None => "http://localhost".to_owned(),
+    }
 }
 
 /// `GET /api/uploads/{id}/content`: the owning key's download.

@@ -31,6 +31,8 @@ struct Setup {
     max_upload_bytes: u64,
     /// Run the notification worker and expiry sweeper.
     upkeep: bool,
+    /// `[inbox] public_url`.
+    public_url: Option<&'static str>,
 }
 
 impl Default for Setup {
@@ -40,6 +42,7 @@ impl Default for Setup {
             notify: Vec::new(),
             max_upload_bytes: 1024 * 1024,
             upkeep: false,
+            public_url: Some("https://inbox.example"),
         }
     }
 }
@@ -77,7 +80,7 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
         InboxSettings {
             uploads_dir: Some(uploads.clone()),
             max_upload_bytes: setup.max_upload_bytes,
-            public_url: Some("https://inbox.example".into()),
+            public_url: setup.public_url.map(str::to_owned),
         },
     );
     gw.inbox.ensure_default_project().await.unwrap();
@@ -271,6 +274,34 @@ async fn upload_resolve_and_download_for_the_owner_only() {
     let files = gw.stored_files();
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+}
+
+#[tokio::test]
+async fn without_public_url_upload_links_are_on_the_bound_address_whatever_the_host() {
+    let (_d, gw) = start(Setup {
+        public_url: None,
+        ..Setup::default()
+    })
+    .await;
+    let (_, body) = gw.upload("a.txt", "text/plain", b"abc").await;
+    let id = body["id"].as_str().unwrap();
+    for host in ["evil.example", "evil.example:443"] {
+        let r = gw
+            .http
+            .get(format!("{}/api/uploads/{id}", gw.url))
+            .bearer_auth(&gw.key)
+            .header("Host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let resolved: Value = r.json().await.unwrap();
+        assert_eq!(
+            resolved["url"],
+            format!("{}/api/uploads/{id}/content", gw.url),
+            "Host: {host}"
+        );
+    }
 }
 
 impl Gw {

@@ -91,7 +91,10 @@ pub async fn inbox_gateway(dir: &Path) -> Arc<Gateway> {
 /// Serves `gw` on a loopback port; returns its base URL and the server's task.
 pub async fn serve(gw: &Arc<Gateway>) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
+    // As `tern gateway` does: links are made on the bound address.
+    gw.set_local_addr(addr);
+    let url = format!("http://{addr}");
     let app = gw.router();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (url, server)
