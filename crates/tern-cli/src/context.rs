@@ -24,13 +24,25 @@ pub fn load_config(explicit: Option<PathBuf>) -> anyhow::Result<(Home, Effective
 /// Writes logs to `$TERN_HOME/logs/tern.log` (level from `TERN_LOG`, default `info`). The
 /// returned guard flushes on drop.
 pub fn init_logging(home: &Home) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = home.logs_dir();
-    std::fs::create_dir_all(&dir).ok()?;
-    let appender = tracing_appender::rolling::never(dir, "tern.log");
+    // Logs quote commands and their output: tern's user only, whatever the umask (an
+    // existing directory or file keeps its mode).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(dir.join("tern.log"))
+        .ok()?;
     // A short queue: the default preallocates 128k lines (4 MB) for a CLI that logs little.
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .buffered_lines_limit(1024)
-        .finish(appender);
+        .finish(file);
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

@@ -671,4 +671,120 @@ async fn the_gateway_says_how_commands_are_sandboxed_at_start() {
         logs.contains("full-access") && logs.contains("approve its own requests"),
         "{logs}"
     );
+
+/// Every file and directory under `root` (not `root` itself), with its permission bits.
+fn modes_under(root: &Path) -> Vec<(std::path::PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push((path, meta.permissions().mode() & 0o777));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn files_tern_creates_in_an_existing_home_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    // A home made before, readable by everyone, and the usual umask: files would be 0644.
+    let e = Env::with_model().await.with_umask(0o022);
+    std::fs::set_permissions(e.home(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A turn on the command line: the store and the log file. Off the runtime's thread,
+    // which serves the fake model.
+    e.fake().push(Reply::text("hello"));
+    let mut chat = e.tern();
+    chat.args(["chat", "-q", "hi"]);
+    let out = tokio::task::spawn_blocking(move || chat.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gw = e.gateway();
+    let key = e.key();
+    // An upload: its directories and file.
+    let boundary = "tern-perm-test";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\
+         Content-Type: text/plain\r\n\r\nprivate bytes\r\n--{boundary}--\r\n"
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/uploads", gw.url))
+        .bearer_auth(&key)
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+
+    // While the gateway runs, so the database's -wal and -shm files are there too.
+    let found = modes_under(&e.home());
+    let names: Vec<String> = found
+        .iter()
+        .map(|(p, _)| p.strip_prefix(e.home()).unwrap().display().to_string())
+        .collect();
+    for expected in [
+        "tern.db",
+        "tern.db-wal",
+        "tern.db-shm",
+        "gateway.key",
+        "inbox-admin.json",
+        "logs",
+        "logs/tern.log",
+        "uploads",
+        "uploads/tmp",
+        "procs",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "no {expected} in {names:?}"
+        );
+    }
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("uploads/") && n.len() > 70),
+        "no stored upload in {names:?}"
+    );
+    let loose: Vec<String> = found
+        .iter()
+        .filter(|(p, mode)| *mode != if p.is_dir() { 0o700 } else { 0o600 })
+        .map(|(p, mode)| format!("{} {mode:o}", p.display()))
+        .collect();
+    assert!(loose.is_empty(), "not private: {loose:?}");
+    // The home keeps the mode it was given.
+    let home = std::fs::metadata(e.home()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(home, 0o755);
+
+    // Upload links are made on the bound address, never on the Host the client sent.
+    let (id, url) = {
+        let text = r.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let id = v["id"].as_str().unwrap().to_owned();
+        let r = reqwest::Client::new()
+            .get(format!("{}/api/uploads/{id}", gw.url))
+            .bearer_auth(&key)
+            .header("Host", "evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        (id, v["url"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(url, format!("{}/api/uploads/{id}/content", gw.url));
 }

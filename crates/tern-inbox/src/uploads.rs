@@ -10,7 +10,8 @@
 //!    renames it to `uploads/<first two hex digits>/<sha256>`. When that file exists already
 //!    (the same content was uploaded before) the temporary file is dropped instead: identical
 //!    content is stored once. A rename within one directory tree is atomic, so a reader never
-//!    sees a half-written file under its final name.
+//!    sees a half-written file under its final name. Directories are made 0700 and files
+//!    0600, whatever the umask.
 //! 3. [`Inbox::create_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
 //!    owning agent key, the hash, the size, the declared content type ([`normalize_content_type`])
 //!    and file name ([`sanitize_file_name`]). With an `Idempotency-Key` it claims the key in
@@ -80,9 +81,15 @@ impl UploadDir {
     /// Starts storing a file of at most `limit` bytes.
     pub async fn begin(&self, limit: u64) -> Result<UploadWriter, UploadError> {
         let tmp_dir = self.root.join("tmp");
-        tokio::fs::create_dir_all(&tmp_dir).await?;
+        create_private_dir(&tmp_dir).await?;
         let tmp_path = tmp_dir.join(format!("{}.part", uuid::Uuid::now_v7().simple()));
-        let file = tokio::fs::File::create(&tmp_path).await?;
+        // 0600 whatever the umask; the rename to the content address keeps the mode.
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp_path)
+            .await?;
         Ok(UploadWriter {
             dir: self.clone(),
             file: Some(file),
@@ -185,7 +192,7 @@ impl HashedFile {
             tokio::fs::remove_file(&tmp_path).await?;
         } else {
             if let Some(parent) = target.parent() {
-                tokio::fs::create_dir_all(parent).await?;
+                create_private_dir(parent).await?;
             }
             // Two uploads of the same new content may race to here; both renames put the
             // same bytes in place, so whichever lands last changes nothing.
@@ -214,6 +221,14 @@ impl Drop for HashedFile {
             remove_soon(path);
         }
     }
+}
+
+/// Creates `dir` and its missing parents with mode 0700: uploads are readable by tern's user
+/// only, whatever the umask (an existing directory keeps its mode).
+async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = tokio::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o700);
+    builder.create(dir).await
 }
 
 fn finished() -> std::io::Error {
@@ -752,6 +767,20 @@ mod tests {
             .unwrap();
         assert_eq!(legacy, first);
         assert_eq!(files_under(dir.root()), kept);
+    }
+
+    #[tokio::test]
+    async fn stored_files_and_their_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = UploadDir::new(tmp.path().join("uploads"));
+        let stored = store_bytes(&dir, b"private").await;
+        let file = dir.path_of(&stored.sha256).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+        for d in [dir.root(), &dir.root().join("tmp"), file.parent().unwrap()] {
+            assert_eq!(mode(d), 0o700, "{}", d.display());
+        }
     }
 
     #[tokio::test]

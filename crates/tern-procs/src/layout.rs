@@ -15,9 +15,14 @@
 //!
 //! Every JSON file is written whole through a temporary file and a rename, so a reader sees
 //! either nothing or the complete file, also after a crash.
+//!
+//! Directories are made with mode 0700 and files with 0600 ([`private_dir_all`],
+//! [`private_file`]), whatever the umask: a process's output and its control socket are for
+//! tern's user only.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -25,6 +30,26 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::ProcError;
+
+/// Creates `dir` and its missing parents with mode 0700 (an existing one keeps its mode).
+pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Creates the directory `dir` with mode 0700; `AlreadyExists` if it does.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// Opens `path` for writing, truncated, like `File::create`; created with mode 0600.
+pub fn private_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
 
 /// Longest path a unix socket address can hold (`sun_path` less its terminating NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -202,6 +227,7 @@ impl ProcDir {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(self.lock())
             .map_err(|e| ProcError::io(self.lock(), e))?;
         Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
@@ -247,7 +273,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ProcError> {
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = private_file(&tmp)?;
         f.write_all(bytes)?;
         f.sync_data()?;
         std::fs::rename(&tmp, path)

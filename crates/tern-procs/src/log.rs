@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -126,10 +127,10 @@ fn remove_segment(path: &Path) {
 impl LogWriter {
     /// Starts a log in `dir` (created if needed) with `max_bytes` kept on disk.
     pub fn create(dir: &Path, max_bytes: u64) -> Result<Self, ProcError> {
-        std::fs::create_dir_all(dir).map_err(|e| ProcError::io(dir, e))?;
+        crate::layout::private_dir_all(dir).map_err(|e| ProcError::io(dir, e))?;
         let segment_max = (max_bytes / 4).max(MIN_SEGMENT);
         let path = dir.join(segment_name(0));
-        let file = File::create(&path).map_err(|e| ProcError::io(&path, e))?;
+        let file = crate::layout::private_file(&path).map_err(|e| ProcError::io(&path, e))?;
         Ok(Self {
             dir: dir.to_path_buf(),
             max_bytes: max_bytes.max(segment_max),
@@ -222,7 +223,7 @@ impl LogWriter {
             }
             _ => {
                 self.mark_end()?;
-                self.file = File::create(&path)?;
+                self.file = crate::layout::private_file(&path)?;
                 self.reused = false;
             }
         }
@@ -274,6 +275,7 @@ impl EndMarker {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(&new)?;
         file.set_len(END_LEN.get() as u64)?;
         let marker = Self::map(&file, true)?;

@@ -779,7 +779,7 @@ impl ProcessManager {
         let log_path = pd.supervisor_log();
         let stderr = blocking(move || {
             write_json_atomic(&spec_path, &spec)?;
-            std::fs::File::create(&log_path).map_err(|e| ProcError::io(&log_path, e))
+            crate::layout::private_file(&log_path).map_err(|e| ProcError::io(&log_path, e))
         })
         .await?;
         let sup = &self.cfg.supervisor;
@@ -1089,11 +1089,11 @@ pub(crate) fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
 
 /// Creates `root/<new id>/`, retrying on the (unlikely) clash of random ids.
 fn create_dir(root: &Path) -> Result<(String, ProcDir), ProcError> {
-    std::fs::create_dir_all(root).map_err(|e| ProcError::io(root, e))?;
+    crate::layout::private_dir_all(root).map_err(|e| ProcError::io(root, e))?;
     for _ in 0..8 {
         let id = new_id()?;
         let dir = root.join(&id);
-        match std::fs::create_dir(&dir) {
+        match crate::layout::private_dir(&dir) {
             Ok(()) => return Ok((id, ProcDir::new(dir))),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(ProcError::io(&dir, e)),
@@ -1104,7 +1104,7 @@ fn create_dir(root: &Path) -> Result<(String, ProcDir), ProcError> {
 
 /// Reads every process directory under `root` (blocking).
 fn adopt_all(root: &Path) -> Result<Vec<Entry>, ProcError> {
-    std::fs::create_dir_all(root).map_err(|e| ProcError::io(root, e))?;
+    crate::layout::private_dir_all(root).map_err(|e| ProcError::io(root, e))?;
     let mut out = Vec::new();
     for dirent in std::fs::read_dir(root).map_err(|e| ProcError::io(root, e))? {
         let dirent = dirent.map_err(|e| ProcError::io(root, e))?;

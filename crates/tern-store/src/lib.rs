@@ -1,9 +1,10 @@
 //! The session store: sessions and their messages, on SQLite through sqlx.
 //!
-//! Flow: [`Store::open`] creates `tern.db` if needed (WAL journal, foreign keys on) and runs
-//! the embedded migrations → the agent appends every message with [`Store::append_message`],
-//! each in its own committed transaction, so a `kill -9` at any moment loses at most the model
-//! answer in flight → a turn reads its transcript back with [`Store::messages`].
+//! Flow: [`Store::open`] creates `tern.db` if needed (mode 0600, like its `-wal` and `-shm`
+//! files; WAL journal, foreign keys on) and runs the embedded migrations → the agent appends
+//! every message with [`Store::append_message`], each in its own committed transaction, so a
+//! `kill -9` at any moment loses at most the model answer in flight → a turn reads its
+//! transcript back with [`Store::messages`].
 //!
 //! Durability: WAL with `synchronous = NORMAL` survives the crash of the process at any point
 //! (a committed transaction is in the WAL, which the OS keeps); only a power loss may drop the
@@ -259,6 +260,53 @@ pub fn now_ms() -> i64 {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
+/// The files SQLite keeps beside the database in WAL mode.
+const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
+
+/// Creates the database file, empty, with mode 0600 if it does not exist. SQLite would
+/// create it with 0644 less the umask, and it gives its `-wal` and `-shm` files the
+/// database's mode, so creating it first makes all three private from the start. Failures
+/// are left for SQLite to report when it opens the file.
+fn create_private(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Err(e) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        tracing::debug!(path = %path.display(), error = %e, "cannot create the database file first");
+    }
+}
+
+/// Takes group and other permissions off the database and its side files: they hold the
+/// sessions, key hashes and reviewer sessions. Also a database made by an older tern (0644
+/// under the usual umask) becomes private. A file that cannot be changed (another owner, a
+/// read-only file system) is left as it is, with a warning.
+fn make_private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut files = vec![path.to_path_buf()];
+    for suffix in SIDE_FILES {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        files.push(name.into());
+    }
+    for file in files {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        if !meta.is_file() || mode & 0o077 == 0 {
+            continue;
+        }
+        let private = std::fs::Permissions::from_mode(mode & 0o700);
+        if let Err(e) = std::fs::set_permissions(&file, private) {
+            tracing::warn!(path = %file.display(), error = %e, "cannot make the database file private (mode 0600)");
+        }
+    }
+}
+
 // A macro rather than a const so that every query stays a `&'static str` literal (sqlx refuses
 // SQL built at run time unless audited).
 macro_rules! session_cols {
@@ -288,6 +336,7 @@ impl Store {
             path: display.clone(),
             source,
         };
+        create_private(path);
         let opts = SqliteConnectOptions::from_str("sqlite://")
             .map_err(open_err)?
             .filename(path)
@@ -309,6 +358,7 @@ impl Store {
             .connect_with(opts)
             .await
             .map_err(open_err)?;
+        make_private(path);
         MIGRATOR.run(&pool).await?;
         Ok(Self { pool })
     }

@@ -574,4 +574,38 @@ async fn the_session_owner_migration_promotes_only_the_first_key() {
         .map(|k| k.kind)
         .collect();
     assert_eq!(kinds, [KeyKind::Agent, KeyKind::Agent]);
+
+/// The permission bits of the database and its WAL files.
+fn db_modes(db: &Path) -> Vec<(String, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    ["", "-wal", "-shm"]
+        .iter()
+        .map(|suffix| {
+            let name = format!("{}{suffix}", db.display());
+            let mode = std::fs::metadata(&name).unwrap().permissions().mode() & 0o777;
+            (name, mode)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_database_and_its_wal_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A new database: private from its creation, whatever the umask.
+    let db = dir.path().join("new.db");
+    let s = Store::open(&db).await.unwrap();
+    s.create_session(new_session("cli")).await.unwrap();
+    for (name, mode) in db_modes(&db) {
+        assert_eq!(format!("{mode:o}"), "600", "{name}");
+    }
+    // One an older tern left readable by everyone is made private when opened.
+    let old = dir.path().join("old.db");
+    drop(Store::open(&old).await.unwrap());
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let s = Store::open(&old).await.unwrap();
+    s.create_session(new_session("cli")).await.unwrap();
+    for (name, mode) in db_modes(&old) {
+        assert_eq!(format!("{mode:o}"), "600", "{name}");
+    }
 }

@@ -39,6 +39,8 @@ const CLEARED: [&str; 9] = [
 pub struct Env {
     pub dir: tempfile::TempDir,
     fake: Option<FakeModel>,
+    /// The umask `tern` runs with; the test's own when `None`.
+    umask: Option<u32>,
 }
 
 impl Env {
@@ -47,7 +49,11 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
         std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Env { dir, fake: None }
+        Env {
+            dir,
+            fake: None,
+            umask: None,
+        }
     }
 
     /// With the fake model, which every `tern` command of this env uses.
@@ -56,6 +62,12 @@ impl Env {
             fake: Some(FakeModel::start().await.unwrap()),
             ..Env::new()
         }
+    }
+
+    /// Every `tern` of this env runs with `umask`, whatever the test's own.
+    pub fn with_umask(mut self, umask: u32) -> Self {
+        self.umask = Some(umask);
+        self
     }
 
     pub fn fake(&self) -> &FakeModel {
@@ -89,6 +101,17 @@ impl Env {
         c.env("TERN_HOME", self.home())
             .current_dir(self.work())
             .stdin(Stdio::null());
+        if let Some(mask) = self.umask {
+            use std::os::unix::process::CommandExt;
+            let mode = nix::sys::stat::Mode::from_bits_truncate(mask);
+            // SAFETY: umask(2) is async-signal-safe and the closure allocates nothing.
+            unsafe {
+                c.pre_exec(move || {
+                    nix::sys::stat::umask(mode);
+                    Ok(())
+                });
+            }
+        }
         c
     }
 
