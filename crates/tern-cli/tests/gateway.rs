@@ -671,6 +671,7 @@ async fn the_gateway_says_how_commands_are_sandboxed_at_start() {
         logs.contains("full-access") && logs.contains("approve its own requests"),
         "{logs}"
     );
+}
 
 /// Every file and directory under `root` (not `root` itself), with its permission bits.
 fn modes_under(root: &Path) -> Vec<(std::path::PathBuf, u32)> {

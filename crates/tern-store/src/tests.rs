@@ -574,6 +574,7 @@ async fn the_session_owner_migration_promotes_only_the_first_key() {
         .map(|k| k.kind)
         .collect();
     assert_eq!(kinds, [KeyKind::Agent, KeyKind::Agent]);
+}
 
 /// The permission bits of the database and its WAL files.
 fn db_modes(db: &Path) -> Vec<(String, u32)> {
