@@ -20,8 +20,8 @@ static CSP: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| {
     let policy = format!(
         "default-src 'self'; script-src {} {}; style-src {}; img-src 'self'; \
          object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-        csp_hash(super::list::LIVE_SCRIPT),
-        csp_hash(super::request::PENDING_SCRIPT),
+        csp_hash(super::scripts::LIVE_SCRIPT),
+        csp_hash(super::scripts::PENDING_SCRIPT),
         csp_hash(CSS),
     );
     // The policy is ASCII, so this cannot fail; if it did, pages would fail closed (unstyled,

@@ -79,34 +79,6 @@ impl ListQuery {
     }
 }
 
-/// Keeps the list's filters when the page refreshes itself or pages on.
-pub(super) const LIVE_SCRIPT: &str = r#"
-(function () {
-  var live = document.getElementById('live');
-  if (!window.EventSource || !live) return;
-  var busy = false, again = false;
-  function refresh() {
-    if (busy) { again = true; return; }
-    busy = true;
-    fetch(location.href, { credentials: 'same-origin', headers: { 'Accept': 'text/html' } })
-      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-      .then(function (text) {
-        var doc = new DOMParser().parseFromString(text, 'text/html');
-        var fresh = doc.getElementById('results');
-        var now = document.getElementById('results');
-        if (fresh && now) now.replaceWith(fresh);
-      })
-      .catch(function () {})
-      .then(function () { busy = false; if (again) { again = false; refresh(); } });
-  }
-  var es = new EventSource('/inbox/events');
-  es.addEventListener('open', function () { live.classList.add('on'); live.textContent = 'Live'; });
-  es.addEventListener('error', function () { live.classList.remove('on'); live.textContent = 'Reconnecting…'; });
-  es.addEventListener('change', refresh);
-  es.addEventListener('reload', refresh);
-})();
-"#;
-
 pub(super) fn page(
     query: &ListQuery,
     list: &RequestList,
@@ -165,7 +137,7 @@ pub(super) fn page(
         reviewer: Some(reviewer),
         csrf: Some(csrf),
         body,
-        script: Some(LIVE_SCRIPT),
+        script: Some(super::scripts::LIVE_SCRIPT),
     }
     .render(StatusCode::OK)
 }

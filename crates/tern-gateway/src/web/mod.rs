@@ -33,6 +33,7 @@ mod layout;
 pub(crate) use layout::{CSS, html_response};
 mod list;
 mod request;
+mod scripts;
 mod sse;
 
 use axum::Form;

@@ -173,37 +173,10 @@ pub(super) fn page(
         reviewer: Some(reviewer),
         csrf: Some(csrf),
         body,
-        script: pending.then_some(PENDING_SCRIPT),
+        script: pending.then_some(super::scripts::PENDING_SCRIPT),
     }
     .render(status)
 }
-
-/// While a request is pending: each slider shows its value as it moves, and if someone else
-/// settles the request meanwhile, the page says so above the form (it is not reloaded, so
-/// nothing typed is lost). A script rather than `oninput` attributes: the page's
-/// Content-Security-Policy allows no inline handlers, only scripts it names by hash.
-pub(super) const PENDING_SCRIPT: &str = r#"
-(function () {
-  document.querySelectorAll('.slider input[type=range]').forEach(function (input) {
-    var out = input.nextElementSibling;
-    if (!out) return;
-    input.addEventListener('input', function () { out.value = input.value; });
-  });
-})();
-(function () {
-  var notice = document.getElementById('elsewhere');
-  if (!window.EventSource || !notice) return;
-  var id = notice.dataset.id;
-  var es = new EventSource('/inbox/events');
-  es.addEventListener('open', function () { notice.dataset.live = 'on'; });
-  es.addEventListener('change', function (e) {
-    var c;
-    try { c = JSON.parse(e.data); } catch (_) { return; }
-    if (c.requestId === id && c.what === 'decided') { notice.hidden = false; es.close(); }
-  });
-  window.addEventListener('submit', function () { es.close(); });
-})();
-"#;
 
 fn result_card(view: &RequestView) -> Markup {
     let s = &view.summary;

@@ -6,7 +6,7 @@
 //! flags and operands the way that command does (`-rf` is a cluster, `--` ends flags,
 //! `-t DIR` takes a value).
 
-use super::shell::{Stdin, Word};
+use super::shell::{STDIN_PATHS, Stdin, Word};
 use super::{Rule, Scan, Target};
 
 /// Top-level directories whose recursive delete is hard-line, like `/` itself.
@@ -72,9 +72,6 @@ const SHELL_RC: &[&str] = &[
 
 /// Paths whose writes go nowhere or to the terminal.
 const HARMLESS_OUTPUTS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"];
-
-/// Names that read code from a path meaning stdin.
-pub(super) const STDIN_PATHS: &[&str] = &["-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"];
 
 const SHELLS: &[&str] = &[
     "sh", "bash", "rbash", "zsh", "dash", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "fish",

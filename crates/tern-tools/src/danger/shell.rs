@@ -12,6 +12,9 @@ use tree_sitter::{Node, Parser, Tree};
 
 use super::{Rule, Scan};
 
+/// Names that read code from a path meaning stdin.
+pub(super) const STDIN_PATHS: &[&str] = &["-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"];
+
 /// Scripts inside scripts (`sh -c "sh -c '…'"`) deeper than this are not read: asking.
 const MAX_NESTING: usize = 8;
 
@@ -610,7 +613,7 @@ fn redirect_stdin(r: Node<'_>, src: &str) -> Option<Stdin> {
                 .child_by_field_name("destination")
                 .map(|d| Word::of(d, src).text);
             // `< /dev/stdin` leaves stdin where it was.
-            let same = source.is_some_and(|s| super::commands::STDIN_PATHS.contains(&s.as_str()));
+            let same = source.is_some_and(|s| STDIN_PATHS.contains(&s.as_str()));
             (operator(r) == Some("<") && descriptor.is_none_or(|d| d == "0") && !same)
                 .then_some(Stdin::File)
         }
