@@ -344,7 +344,10 @@ async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
         .trim()
         .parse()
         .unwrap();
-    assert!(process_ended(pid), "the tool's child process was killed");
+    assert!(
+        tern_fake_model::process_ended(pid),
+        "the tool's child process was killed"
+    );
     let t = e.transcript().await;
     let last = &t[t.len() - 1];
     assert_eq!(last.content.as_deref(), Some(INTERRUPTED_MARKER));
@@ -777,26 +780,4 @@ async fn turns_run_in_the_order_their_queue_tickets_were_taken() {
         contents,
         ["first", "answer to first", "second", "answer to second"]
     );
-}
-
-/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped
-/// yet (a command's shell is its watchdog's child; killed with its group, it waits for init
-/// to reap it).
-fn process_ended(pid: i32) -> bool {
-    for _ in 0..250 {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit(')')
-                    .next()
-                    .map(|r| r.trim_start().starts_with('Z'))
-            });
-        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
-            || zombie == Some(true)
-        {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
 }

@@ -418,7 +418,10 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
         .trim()
         .parse()
         .unwrap();
-    assert!(process_ended(tool_pid), "tool child killed");
+    assert!(
+        tern_fake_model::process_ended(tool_pid),
+        "tool child killed"
+    );
     let id = e.sessions().await[0]["id"].as_str().unwrap().to_owned();
     let msgs = e.messages(&id).await;
     assert_eq!(msgs.last().unwrap()["content"], "[interrupted]");
@@ -650,28 +653,6 @@ async fn interactive_session_with_commands() {
     assert_eq!(e.sessions().await.len(), 2);
     // The second session did not see the first one's messages.
     assert_eq!(e.fake.requests()[1].messages().len(), 2);
-}
-
-/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped
-/// yet (a command's shell is its watchdog's child; killed with its group, it waits for init
-/// to reap it).
-fn process_ended(pid: i32) -> bool {
-    for _ in 0..250 {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit(')')
-                    .next()
-                    .map(|r| r.trim_start().starts_with('Z'))
-            });
-        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
-            || zombie == Some(true)
-        {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
 }
 
 /// A `terminal` call's result, which is a JSON object.

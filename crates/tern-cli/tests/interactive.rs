@@ -176,7 +176,10 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
         .trim()
         .parse()
         .unwrap();
-    assert!(process_ended(pid), "the interrupted tool's process is gone");
+    assert!(
+        tern_fake_model::process_ended(pid),
+        "the interrupted tool's process is gone"
+    );
     // The interrupted turn left a valid transcript: the third request carries the result.
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);
@@ -186,28 +189,6 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
     // History was written.
     let history = std::fs::read_to_string(home.join("history")).unwrap();
     assert!(history.contains("start the long job"), "{history}");
-}
-
-/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped
-/// yet (a command's shell is its watchdog's child; killed with its group, it waits for init
-/// to reap it).
-fn process_ended(pid: i32) -> bool {
-    for _ in 0..250 {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit(')')
-                    .next()
-                    .map(|r| r.trim_start().starts_with('Z'))
-            });
-        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
-            || zombie == Some(true)
-        {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
 }
 
 /// Issue 12 at the terminal: a command the sandbox stopped (it writes outside the

@@ -547,3 +547,22 @@ fn sse_response(chunks: Vec<String>, chunk_delay: Duration) -> Response {
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
+
+/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped yet.
+/// A `terminal` command's shell is its watchdog's child; killed with its group, it waits for
+/// init to reap it, so "ended" is what tests of interrupted tools can ask.
+pub fn process_ended(pid: i32) -> bool {
+    for _ in 0..250 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat) => {
+                let state = stat.rsplit(')').next().map(str::trim_start);
+                if state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
+                    return true;
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
