@@ -1030,8 +1030,10 @@ async fn the_upkeep_also_sends_a_command_wait_a_crash_left_without_its_request()
         .client
         .create_request(
             RequestKind::Approval,
+            // The body the approver sent (an idempotency key only replays the same body).
             json!({"projectName": task.project_name, "taskId": task.task_id,
-                   "summary": "Run a dangerous command: git push --force"}),
+                   "summary": "Run a dangerous command: git push --force",
+                   "keyValueContext": asked["keyValueContext"]}),
             &tern_waits::command::request_key("s1", "call_t@4"),
         )
         .await
