@@ -92,6 +92,14 @@ fn tool_result(req: &tern_fake_model::Recorded, call: &str) -> String {
         .to_owned()
 }
 
+/// The text of the last message the model got in `req` (a decision, when resumed).
+fn last_content(req: &tern_fake_model::Recorded) -> String {
+    req.messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The request id the pending answer names.
 fn request_id(result: &str) -> String {
     let rest = result
@@ -149,10 +157,7 @@ async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
     e.inbox_ok(&["approve", &id]);
     let reqs = e.model_requests(before + 3).await;
     api.until_settled(&session).await;
-    let decision = reqs[before].messages().last().unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let decision = last_content(&reqs[before]);
     assert!(
         decision.contains(&id) && decision.contains("APPROVE"),
         "{decision}"
@@ -176,10 +181,7 @@ async fn approve_runs_exactly_that_command_once_and_reject_never_runs_it() {
     e.inbox_ok(&["reject", &id, "--note", "not today"]);
     let reqs = e.model_requests(before + 1).await;
     api.until_settled(&session).await;
-    let decision = reqs[before].messages().last().unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let decision = last_content(&reqs[before]);
     assert!(decision.contains("REJECT"), "{decision}");
     assert!(
         decision.to_lowercase().contains("do not retry")
@@ -477,10 +479,7 @@ async fn a_command_the_sandbox_stopped_runs_outside_once_if_approved_never_if_re
     e.inbox_ok(&["approve", &id, "--reason-code", "once"]);
     let reqs = e.model_requests(before + 3).await;
     api.until_settled(&session).await;
-    let decision = reqs[before].messages().last().unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let decision = last_content(&reqs[before]);
     assert!(
         decision.contains(&id) && decision.contains("approved once"),
         "{decision}"
@@ -507,10 +506,7 @@ async fn a_command_the_sandbox_stopped_runs_outside_once_if_approved_never_if_re
     e.inbox_ok(&["reject", &id, "--note", "not outside the repository"]);
     let reqs = e.model_requests(before + 1).await;
     api.until_resumed(&session).await;
-    let decision = reqs[before].messages().last().unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let decision = last_content(&reqs[before]);
     assert!(
         decision.contains(&id) && decision.contains("REJECT"),
         "{decision}"

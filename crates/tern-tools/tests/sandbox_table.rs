@@ -173,6 +173,61 @@ fn commands(t: &Target) -> Vec<String> {
         .collect()
 }
 
+/// One run of example `i` against a fresh target outside the workspace or in it, with a
+/// human who approves dangerous commands or not.
+struct Run {
+    cmd: String,
+    before: String,
+    after: String,
+    result: tern_tools::ToolResult,
+    /// The pattern keys the human was asked about, in order.
+    asked: Vec<&'static str>,
+}
+
+async fn run_example(i: usize, outside: bool, approve_dangerous: bool) -> Run {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().canonicalize().unwrap();
+    let (ws, out, home) = (root.join("ws"), root.join("out"), root.join("home"));
+    for p in [&ws, &out, &home] {
+        std::fs::create_dir(p).unwrap();
+    }
+    let t = target(if outside { &out } else { &ws });
+    let cmd = commands(&t).swap_remove(i);
+    let before = state(&t);
+    let human = Arc::new(Human {
+        approve_dangerous,
+        asked: Mutex::new(Vec::new()),
+    });
+    let result = terminal::run(
+        json!({"command": cmd, "workdir": t.repo.to_str().unwrap()}),
+        ctx(&ws, &home, human.clone(), i),
+    )
+    .await;
+    let asked = human
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.pattern_key)
+        .collect();
+    Run {
+        cmd,
+        before,
+        after: state(&t),
+        result,
+        asked,
+    }
+}
+
+impl Run {
+    fn report(&self) -> String {
+        format!(
+            "{}\n  asked: {:?}\n  result: {:?}\n  before: {}\n  after: {}",
+            self.cmd, self.asked, self.result, self.before, self.after
+        )
+    }
+}
+
 #[tokio::test]
 async fn outside_the_workspace_the_sandbox_stops_each_and_offers_escalation() {
     if !matches!(Support::probe(), Support::Landlock { .. }) {
@@ -181,35 +236,9 @@ async fn outside_the_workspace_the_sandbox_stops_each_and_offers_escalation() {
     assert_eq!(DESTRUCTIVE_EXAMPLES.len(), 33);
     let mut failures = Vec::new();
     for i in 0..DESTRUCTIVE_EXAMPLES.len() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().canonicalize().unwrap();
-        let (ws, out, home) = (root.join("ws"), root.join("out"), root.join("home"));
-        for p in [&ws, &out, &home] {
-            std::fs::create_dir(p).unwrap();
-        }
-        let t = target(&out);
-        let cmd = commands(&t).swap_remove(i);
-        let before = state(&t);
-        let human = Arc::new(Human {
-            approve_dangerous: true,
-            asked: Mutex::new(Vec::new()),
-        });
-        let r = terminal::run(
-            json!({"command": cmd, "workdir": t.repo.to_str().unwrap()}),
-            ctx(&ws, &home, human.clone(), i),
-        )
-        .await;
-        let after = state(&t);
-        let escalation_asked = human
-            .asked
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|r| r.pattern_key == PATTERN_KEY);
-        if before != after || !escalation_asked {
-            failures.push(format!(
-                "{cmd}\n  escalation asked: {escalation_asked}\n  result: {r:?}\n  before: {before}\n  after: {after}"
-            ));
+        let r = run_example(i, true, true).await;
+        if r.before != r.after || !r.asked.contains(&PATTERN_KEY) {
+            failures.push(r.report());
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -222,39 +251,13 @@ async fn inside_the_workspace_each_asks_and_a_refusal_keeps_the_data() {
     }
     let mut failures = Vec::new();
     for i in 0..DESTRUCTIVE_EXAMPLES.len() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().canonicalize().unwrap();
-        let (ws, home) = (root.join("ws"), root.join("home"));
-        for p in [&ws, &home] {
-            std::fs::create_dir(p).unwrap();
-        }
-        let t = target(&ws);
-        let cmd = commands(&t).swap_remove(i);
-        let before = state(&t);
-        let human = Arc::new(Human {
-            approve_dangerous: false,
-            asked: Mutex::new(Vec::new()),
-        });
-        let r = terminal::run(
-            json!({"command": cmd, "workdir": t.repo.to_str().unwrap()}),
-            ctx(&ws, &home, human.clone(), i),
-        )
-        .await;
-        let after = state(&t);
-        let asked: Vec<&'static str> = human
-            .asked
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|r| r.pattern_key)
-            .collect();
+        let r = run_example(i, false, false).await;
         let refused = r
+            .result
             .as_ref()
             .is_err_and(|e| e.0.starts_with("denied") || e.0.starts_with("blocked"));
-        if before != after || !refused || asked.contains(&PATTERN_KEY) {
-            failures.push(format!(
-                "{cmd}\n  asked: {asked:?}\n  result: {r:?}\n  before: {before}\n  after: {after}"
-            ));
+        if r.before != r.after || !refused || r.asked.contains(&PATTERN_KEY) {
+            failures.push(r.report());
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
