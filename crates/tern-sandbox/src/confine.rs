@@ -270,8 +270,11 @@ fn landlock_ruleset(grants: &[Grant], network: bool) -> Result<OwnedFd, SandboxE
 }
 
 /// What the kernel's file rules cannot say, said with syscalls:
-/// - without `network`, every socket but a unix one is refused, and io_uring (which can open
-///   sockets without the `socket` syscall);
+/// - no `socket` at all without `network` (io_uring too, which can open sockets without the
+///   syscall), and no unix socket even with it: connecting to a socket file reaches a
+///   program outside the sandbox (the session bus's `systemd-run`, `docker.sock`), and
+///   Landlock controls that only from ABI 9. `socketpair` (an unnamed pair between a
+///   command's own processes) stays allowed;
 /// - chmod that widens a file's mode (group or other write, setuid, setgid, sticky) is
 ///   refused, since Landlock has no right for a file's mode: `chmod 777 FILE` outside the
 ///   writable roots would pass it. `chmod +x` and `chmod 600` stay possible;
@@ -331,19 +334,33 @@ fn syscall_filter(network: bool) -> Result<seccompiler::BpfProgram, SandboxError
         rules.insert(libc::SYS_chown, vec![]);
         rules.insert(libc::SYS_lchown, vec![]);
     }
-    if !network {
-        let not_unix = SeccompRule::new(vec![
+    if network {
+        // Unix sockets by path stay refused (below): only internet sockets are the network.
+        let unix = SeccompRule::new(vec![
             SeccompCondition::new(
                 0,
                 SeccompCmpArgLen::Dword,
-                SeccompCmpOp::Ne,
+                SeccompCmpOp::Eq,
                 libc::AF_UNIX as u64,
             )
             .map_err(err)?,
         ])
         .map_err(err)?;
-        rules.insert(libc::SYS_socket, vec![not_unix]);
+        rules.insert(libc::SYS_socket, vec![unix]);
+    } else {
+        rules.insert(libc::SYS_socket, vec![]);
         rules.insert(libc::SYS_io_uring_setup, vec![]);
+    }
+    // x32 syscalls (the number with bit 30 set) report the x86_64 architecture: the same
+    // rules under those numbers, or they would slip past.
+    #[cfg(target_arch = "x86_64")]
+    {
+        const X32_BIT: i64 = 0x4000_0000;
+        let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+            .iter()
+            .map(|(nr, r)| (nr | X32_BIT, r.clone()))
+            .collect();
+        rules.extend(x32);
     }
     let filter = SeccompFilter::new(
         rules,

@@ -295,6 +295,20 @@ fn the_network_is_off_unless_allowed() {
     let o = run(&on, &f, &connect);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("connected"));
+
+    // A socket file outside (a session bus, docker.sock, another program's control socket)
+    // is out of reach with the network on or off: connecting would reach a program outside
+    // the sandbox.
+    let path = f.outside.join("ctl.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let script = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"reached\")' 2>&1; command -v python3 || echo nopython",
+        path.display()
+    );
+    for sb in [&off, &on] {
+        let o = run(sb, &f, &script);
+        assert!(!text(&o).contains("reached"), "{}", text(&o));
+    }
 }
 
 #[test]

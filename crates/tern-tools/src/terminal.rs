@@ -326,7 +326,10 @@ async fn execute(
             _ => eof = true,
         }
     }
-    guard.0 = None;
+    // What the command left running in its group (`sleep 60 &`, `nohup server &`) ends with
+    // it: a long-lived process belongs in the background tool, where it is supervised. The
+    // group's id stays reserved while any member lives, so this reaches nothing else.
+    guard.kill();
     let status = status.map_err(|e| ToolError::new(format!("cannot wait for the command: {e}")))?;
     let code = status.code().or_else(|| {
         use std::os::unix::process::ExitStatusExt;
@@ -603,13 +606,23 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t0 = std::time::Instant::now();
         let v = run(
-            json!({"command": "sleep 20 & echo started"}),
+            json!({"command": "sleep 20 & echo $! >> pid; echo started"}),
             ctx(d.path(), deny()),
         )
         .await
         .unwrap();
         assert_eq!(v["output"], "started\n");
         assert!(t0.elapsed() < Duration::from_secs(5));
+        // And it does not outlive the call: the group goes with the command.
+        let pid: i32 = std::fs::read_to_string(d.path().join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            dead_soon(pid).await,
+            "the backgrounded sleep outlived the call"
+        );
     }
 
     #[tokio::test]
