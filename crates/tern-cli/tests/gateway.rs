@@ -673,24 +673,6 @@ async fn the_gateway_says_how_commands_are_sandboxed_at_start() {
     );
 }
 
-/// Every file and directory under `root` (not `root` itself), with its permission bits.
-fn modes_under(root: &Path) -> Vec<(std::path::PathBuf, u32)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.push((path, meta.permissions().mode() & 0o777));
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn files_tern_creates_in_an_existing_home_are_private_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
@@ -733,7 +715,7 @@ async fn files_tern_creates_in_an_existing_home_are_private_whatever_the_umask()
     assert_eq!(r.status(), 201);
 
     // While the gateway runs, so the database's -wal and -shm files are there too.
-    let found = modes_under(&e.home());
+    let found = tern_fake_model::modes_under(&e.home());
     let names: Vec<String> = found
         .iter()
         .map(|(p, _)| p.strip_prefix(e.home()).unwrap().display().to_string())

@@ -566,3 +566,28 @@ pub fn process_ended(pid: i32) -> bool {
     }
     false
 }
+
+/// Every file and directory under `root` (not `root` itself), with its permission bits:
+/// what tests of `$TERN_HOME`'s modes compare.
+pub fn modes_under(root: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        // What cannot be read is left out (a test compares what it finds).
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push((path, meta.permissions().mode() & 0o777));
+        }
+    }
+    out
+}

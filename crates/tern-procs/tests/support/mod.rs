@@ -127,21 +127,3 @@ impl Drop for Reap {
         }
     }
 }
-
-/// Every file and directory under `root` (not `root` itself), with its permission bits.
-pub fn modes_under(root: &Path) -> Vec<(PathBuf, u32)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.push((path, meta.permissions().mode() & 0o777));
-        }
-    }
-    out
-}
