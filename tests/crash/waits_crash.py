@@ -36,6 +36,9 @@ SEED = int(os.environ.get("WAITS_CRASH_SEED", str(int(time.time()))))
 LOG = open(os.path.join(HOME, "..", "gateway.log"), "ab")
 # What a request to a gateway being killed may raise.
 DOWN = (OSError, urllib.error.URLError, http.client.HTTPException)
+# How long one step (a session's chat, a decision) may take, kills included, before the test
+# fails instead of waiting on.
+STEP_SECS = 120
 # The agent's marker for a turn cut short: never an answer.
 INTERRUPTED = "[interrupted]"
 # How a decision message begins.
@@ -60,6 +63,19 @@ def http(method, path, token, body=None, timeout=30):
             return e.code, raw.decode(errors="replace")
 
 
+GATEWAY = None
+
+
+def fail(why):
+    """Ends the test at once, from any thread: SystemExit in a thread other than the main one
+    ends only that thread, and the main one would wait for a gateway that never comes back."""
+    print(f"waits crash test failed: {why}", file=sys.stderr, flush=True)
+    print(f"waits-crash: 0 passed, 1 failed ({why})", flush=True)
+    if GATEWAY is not None and GATEWAY.proc is not None and GATEWAY.proc.poll() is None:
+        GATEWAY.proc.kill()
+    os._exit(1)
+
+
 class Gateway:
     def __init__(self):
         self.proc = None
@@ -80,7 +96,7 @@ class Gateway:
                 return
             except OSError:
                 time.sleep(0.05)
-        raise SystemExit("the gateway did not start; see gateway.log")
+        fail("the gateway did not start within 30 s; see gateway.log")
 
     def kill9(self):
         with self.lock:
@@ -107,7 +123,7 @@ def retry(what, fn, attempts=600):
             return fn()
         except DOWN:
             time.sleep(0.05)
-    raise SystemExit(f"{what}: the gateway stayed unreachable")
+    fail(f"{what}: the gateway stayed unreachable")
 
 
 def start_killer(gw, rng, pause):
@@ -117,13 +133,16 @@ def start_killer(gw, rng, pause):
     done = threading.Event()
 
     def killer():
-        while not done.is_set():
-            time.sleep(rng.uniform(*pause))
-            if done.is_set():
-                break
-            gw.kill9()
-            time.sleep(rng.uniform(0.0, 0.3))
-            gw.start()
+        try:
+            while not done.is_set():
+                time.sleep(rng.uniform(*pause))
+                if done.is_set():
+                    break
+                gw.kill9()
+                time.sleep(rng.uniform(0.0, 0.3))
+                gw.start()
+        except BaseException as e:  # noqa: BLE001 - whatever stops the killer ends the test
+            fail(f"the killer thread: {e!r}")
 
     k = threading.Thread(target=killer)
     k.start()
@@ -138,6 +157,8 @@ def session_view(sid):
         try:
             status, body = http("GET", f"/api/sessions/{sid}", KEY, timeout=10)
         except DOWN:
+            if time.time() > deadline + STEP_SECS:
+                fail(f"session {sid}: the gateway stayed unreachable")
             time.sleep(0.05)
             continue
         if status == 200:
@@ -151,7 +172,10 @@ def session_view(sid):
 def ask(n):
     """Creates a session and has it ask once, retrying the chat until the session has its
     wait. Returns the session id and how many chats it took."""
+    deadline = time.time() + STEP_SECS
     while True:
+        if time.time() > deadline:
+            fail(f"session {n}: not created within {STEP_SECS} s")
         try:
             status, s = http("POST", "/api/sessions", KEY, {}, timeout=10)
         except DOWN:
@@ -163,6 +187,8 @@ def ask(n):
         time.sleep(0.05)  # starting up
     chats = 0
     while True:
+        if time.time() > deadline:
+            fail(f"session {sid}: no wait after {chats} chats in {STEP_SECS} s")
         chats += 1
         try:
             http("POST", f"/api/sessions/{sid}/chat", KEY, {"message": f"ask: deploy step {n}"}, timeout=60)
@@ -225,7 +251,8 @@ def well_formed(msgs):
 def main():
     rng = random.Random(SEED)
     print(f"waits crash test: {SESSIONS} sessions, seed {SEED}", flush=True)
-    gw = Gateway()
+    global GATEWAY
+    gw = GATEWAY = Gateway()
     # Whatever happens, no gateway outlives the script.
     atexit.register(lambda: gw.proc and gw.proc.poll() is None and gw.proc.kill())
     gw.start()
@@ -242,6 +269,8 @@ def main():
     done.set()
     k.join()
     asking_kills = gw.kills
+    if asking_kills == 0:
+        fail("the gateway was never killed while the sessions asked")
     print(f"asked in {SESSIONS} sessions; the gateway was killed {asking_kills} times, {retried} chats retried", flush=True)
 
     # Each session's wait, once its request exists (a wait recorded just before a kill gets
@@ -284,7 +313,10 @@ def main():
     rng.shuffle(order)
     decided = 0
     for sid, rid in order:
+        deadline = time.time() + STEP_SECS
         while True:
+            if time.time() > deadline:
+                fail(f"deciding {rid}: no answer within {STEP_SECS} s")
             try:
                 status, body = http(
                     "POST", f"/inbox/api/requests/{rid}/decide", admin_token(),
@@ -299,11 +331,13 @@ def main():
             if status == 401:  # a restart replaced the admin token
                 time.sleep(0.05)
                 continue
-            raise SystemExit(f"deciding {rid}: {status} {body}")
+            fail(f"deciding {rid}: {status} {body}")
         time.sleep(rng.uniform(0.01, 0.06))
     done.set()
     k.join()
     print(f"decided {decided} requests; the gateway was killed {gw.kills - asking_kills} times", flush=True)
+    if gw.kills == asking_kills:
+        fail("the gateway was never killed while the requests were decided")
 
     # Let the last gateway catch up: every wait delivered and answered (a resume whose turn
     # failed is retried after a pause, with the session idle meanwhile).

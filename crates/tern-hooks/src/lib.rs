@@ -354,9 +354,6 @@ impl HookBus {
 mod tests {
     use super::*;
 
-    #[test]
-    fn event_names_match_the_config_crates_copy() {}
-
     fn every_event() -> Vec<HookEvent> {
         let s = || "s".to_owned();
         vec![

@@ -1,5 +1,7 @@
 //! The client against the scripted fake model over real HTTP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on a broken setup.
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

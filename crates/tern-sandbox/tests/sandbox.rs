@@ -2,6 +2,8 @@
 //! for the network). Each test needs Landlock; where the kernel lacks it they check that
 //! nothing runs instead.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on a broken setup.
+
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;

@@ -8,6 +8,8 @@
 //! - **inside** the workspace the sandbox lets them write, so the dangerous-command check
 //!   must ask: each asks, is refused, and the data is intact.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on a broken setup.
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

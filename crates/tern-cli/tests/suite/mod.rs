@@ -1,0 +1,14 @@
+mod cli;
+mod gateway;
+mod inbox;
+mod inbox_notify;
+mod interactive;
+mod procs;
+mod procs_gateway;
+mod procs_notify;
+mod ps;
+mod reviewers;
+mod waits;
+mod waits_command;
+mod waits_remote;
+mod waits_reset;

@@ -1,0 +1,6 @@
+mod api;
+mod inbox_api;
+mod inbox_decisions;
+mod inbox_uploads_policies;
+mod reviewers;
+mod web;

@@ -1,0 +1,2 @@
+mod command_hooks;
+mod webhooks;

@@ -1,0 +1,4 @@
+mod command;
+mod prompt;
+mod remote_feed;
+mod tools;
