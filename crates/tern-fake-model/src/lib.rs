@@ -7,6 +7,11 @@
 //! → a request with `"stream": true` gets the same reply as SSE chunks, tool-call arguments
 //! split across chunks the way real servers split them. With neither script nor responder,
 //! the server answers 500 with a body that says so, so a test that under-scripts fails loudly.
+//!
+//! Every request's transcript is checked as a real API checks it ([`check_transcript`]): each
+//! tool call of an assistant message answered by exactly one tool result, right after it and
+//! in order, and no tool result without its call. A request that breaks this is answered 400
+//! (as OpenAI does), and the test fails when the [`FakeModel`] is dropped.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -198,6 +203,8 @@ struct Inner {
     required_key: Option<String>,
     /// Keep only arrival times, not bodies (benchmarks send thousands of large requests).
     light: bool,
+    /// What was wrong with the transcripts of malformed requests, in arrival order.
+    violations: Vec<String>,
 }
 
 #[derive(Default)]
@@ -224,7 +231,63 @@ pub struct FakeModel {
 impl Drop for FakeModel {
     fn drop(&mut self) {
         self.task.abort();
+        let violations = std::mem::take(&mut self.shared.lock().violations);
+        // A test that already fails keeps its own message.
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!(
+                "the fake model received malformed transcripts:\n{}",
+                violations.join("\n")
+            );
+        }
     }
+}
+
+/// Checks a request's `messages` as a chat-completions API does: every tool call of an
+/// assistant message has exactly one tool result, in the messages right after it and in the
+/// order of the calls, and no tool result comes without its call. Returns what is wrong.
+pub fn check_transcript(messages: &[Value]) -> Result<(), String> {
+    let mut i = 0;
+    while i < messages.len() {
+        let m = &messages[i];
+        match m["role"].as_str() {
+            Some("tool") => {
+                return Err(format!(
+                    "message {i}: a tool result ({:?}) without its call right before it",
+                    m["tool_call_id"].as_str().unwrap_or("")
+                ));
+            }
+            Some("assistant") => {
+                let calls = m["tool_calls"].as_array().map_or(&[][..], Vec::as_slice);
+                for (k, call) in calls.iter().enumerate() {
+                    let id = call["id"].as_str().unwrap_or("");
+                    let at = i + 1 + k;
+                    match messages.get(at) {
+                        Some(r)
+                            if r["role"] == "tool" && r["tool_call_id"].as_str() == Some(id) => {}
+                        Some(r) => {
+                            return Err(format!(
+                                "message {at}: expected the result of tool call {id:?} (call {} of \
+                                 message {i}), found a {} message{}",
+                                k + 1,
+                                r["role"].as_str().unwrap_or("?"),
+                                r["tool_call_id"]
+                                    .as_str()
+                                    .map(|c| format!(" for {c:?}"))
+                                    .unwrap_or_default()
+                            ));
+                        }
+                        None => {
+                            return Err(format!("tool call {id:?} of message {i} has no result"));
+                        }
+                    }
+                }
+                i += calls.len();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 impl FakeModel {
@@ -290,6 +353,13 @@ impl FakeModel {
     /// Every completion request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.lock().requests.clone()
+    }
+
+    /// What was wrong with each malformed transcript received so far (see
+    /// [`check_transcript`]); taken, so that a test that expects one can say so and the drop
+    /// does not fail it.
+    pub fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut self.shared.lock().violations)
     }
 
     /// Waits until at least `n` completion requests arrived; `None` on timeout.
@@ -361,6 +431,18 @@ async fn completions(
                 .into_response();
         }
     };
+    if let Err(why) = check_transcript(body["messages"].as_array().map_or(&[], Vec::as_slice)) {
+        shared.lock().violations.push(why.clone());
+        shared.arrived.notify_waiters();
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {
+                "message": format!("fake model: malformed transcript: {why}"),
+                "type": "invalid_request_error",
+            }})),
+        )
+            .into_response();
+    }
     let reply = {
         let mut inner = shared.lock();
         let (recorded_body, headers) = if inner.light {
@@ -590,4 +672,101 @@ pub fn modes_under(root: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": "terminal", "arguments": "{}"}})
+    }
+
+    fn result(id: &str) -> Value {
+        json!({"role": "tool", "tool_call_id": id, "content": "ok"})
+    }
+
+    #[test]
+    fn well_formed_transcripts_pass() {
+        let msgs = [
+            json!({"role": "system", "content": "s"}),
+            json!({"role": "user", "content": "u"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")]}),
+            result("a"),
+            result("b"),
+            json!({"role": "assistant", "content": "done"}),
+            json!({"role": "user", "content": "again"}),
+        ];
+        assert_eq!(check_transcript(&msgs), Ok(()));
+    }
+
+    #[test]
+    fn each_broken_transcript_is_named() {
+        let cases: Vec<(Vec<Value>, &str)> = vec![
+            (
+                vec![json!({"role": "assistant", "tool_calls": [call("a")]})],
+                "\"a\" of message 0 has no result",
+            ),
+            (
+                vec![
+                    json!({"role": "assistant", "tool_calls": [call("a"), call("b")]}),
+                    result("b"),
+                    result("a"),
+                ],
+                "expected the result of tool call \"a\"",
+            ),
+            (
+                vec![
+                    json!({"role": "assistant", "tool_calls": [call("a")]}),
+                    json!({"role": "user", "content": "[inbox decision]"}),
+                    result("a"),
+                ],
+                "found a user message",
+            ),
+            (
+                vec![json!({"role": "user", "content": "u"}), result("x")],
+                "a tool result (\"x\") without its call",
+            ),
+            (
+                vec![
+                    json!({"role": "assistant", "tool_calls": [call("a")]}),
+                    result("a"),
+                    result("a"),
+                ],
+                "message 2: a tool result (\"a\") without its call",
+            ),
+        ];
+        for (msgs, want) in cases {
+            let err = check_transcript(&msgs).unwrap_err();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_malformed_request_is_refused_and_fails_the_test_on_drop() {
+        let fake = FakeModel::start().await.unwrap();
+        fake.push(Reply::text("never sent"));
+        let resp = reqwest::Client::new()
+            .post(format!("{}/chat/completions", fake.base_url()))
+            .json(
+                &json!({"model": "m", "messages": [{"role": "user", "content": "u"}, result("x")]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("malformed transcript"),
+            "{body}"
+        );
+        assert_eq!(fake.remaining(), 1, "no scripted reply is used up");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(fake)));
+        let msg = panicked.unwrap_err();
+        let msg = msg.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("without its call"), "{msg}");
+    }
 }
