@@ -17,6 +17,7 @@
 //! Every message is committed before the next model call, so a `kill -9` loses at most the
 //! model answer in flight.
 
+pub mod from_config;
 mod interrupt;
 mod prompt;
 

@@ -1,14 +1,12 @@
 //! Loading what every command needs: home, configuration, store, agent.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use tern_agent::{Agent, AgentSettings};
+use tern_agent::Agent;
 use tern_config::{Effective, Home};
 use tern_store::Store;
-use tern_tools::{Registry, ToolLimits};
+use tern_tools::Registry;
 
 pub fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok()
@@ -65,8 +63,7 @@ pub async fn open_store(home: &Home) -> anyhow::Result<Store> {
 /// The sandbox of the agent's commands and file tools, from `[sandbox]`, with this home
 /// protected.
 pub fn sandbox(home: &Home, eff: &Effective) -> tern_sandbox::Sandbox {
-    let user_home = std::env::var_os("HOME").map(PathBuf::from);
-    tern_sandbox::Sandbox::new(eff.config.sandbox.policy(home, user_home.as_deref()))
+    tern_agent::from_config::sandbox(home, eff)
 }
 
 /// Hardens this process against the commands it runs (its `/proc` files unreadable to
@@ -110,49 +107,17 @@ pub const FULL_ACCESS_WARNING: &str = "[sandbox] mode = \"full-access\": the age
     and admin token (and so approve its own requests), write and delete anywhere you can, and \
     use the network. See docs/security.md.";
 
-pub fn tool_limits(home: &Home, eff: &Effective) -> ToolLimits {
-    let t = &eff.config.tools;
-    ToolLimits {
-        sandbox: Arc::new(sandbox(home, eff)),
-        terminal_timeout_secs: t.terminal_timeout_secs,
-        terminal_max_timeout_secs: t.terminal_max_timeout_secs,
-        output_limit_chars: t.output_limit_chars,
-        read_limit_bytes: t.read_limit_bytes,
-    }
-}
-
 /// The agent; a missing model configuration is kept as the error message a turn reports.
 pub fn build_agent(home: &Home, eff: &Effective, store: Store) -> anyhow::Result<Agent> {
     build_agent_with(home, eff, store, Registry::builtin())
 }
 
-/// [`build_agent`] with the tools of `registry` (the gateway adds the `inbox` toolset).
+/// [`build_agent`] with the tools of `registry`.
 pub fn build_agent_with(
     home: &Home,
     eff: &Effective,
     store: Store,
     registry: Registry,
 ) -> anyhow::Result<Agent> {
-    let (llm, model, stream) = match eff.resolved_model() {
-        Ok(m) => {
-            let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
-            cfg.api_key = m.api_key.clone();
-            cfg.timeout = Duration::from_secs(m.timeout_secs);
-            cfg.max_retries = m.max_retries;
-            (Ok(tern_llm::Client::new(cfg)?), m.name, m.stream)
-        }
-        Err(e) => (Err(e.to_string()), String::new(), false),
-    };
-    Ok(Agent::new(
-        store,
-        llm,
-        Arc::new(registry),
-        AgentSettings {
-            model,
-            max_iterations: eff.config.agent.max_iterations,
-            stream,
-            system_prompt: eff.config.agent.system_prompt.clone(),
-            limits: tool_limits(home, eff),
-        },
-    ))
+    Ok(tern_agent::from_config::agent(home, eff, store, registry)?)
 }

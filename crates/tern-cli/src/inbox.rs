@@ -890,48 +890,6 @@ async fn projects(home: Option<PathBuf>, cmd: ProjectsCommand) -> anyhow::Result
     Ok(code)
 }
 
-/// Creates the `[[inbox.projects]]` of config.toml that do not exist yet (at gateway start).
-/// A project that exists keeps its steps: a project's tasks refer to them, so changing them
-/// under running tasks is not done silently; a difference is logged.
-pub async fn apply_config_projects(
-    inbox: &tern_inbox::Inbox,
-    projects: &[tern_config::InboxProjectConfig],
-) -> anyhow::Result<()> {
-    for p in projects {
-        let mut steps = Vec::new();
-        for s in &p.steps {
-            steps.push(Step {
-                name: s.name.clone(),
-                owner: parse_owner(&s.owner).map_err(|e| {
-                    anyhow::anyhow!("[[inbox.projects]] {:?}, step {:?}: {e}", p.name, s.name)
-                })?,
-                exits: s.exits.clone(),
-            });
-        }
-        let wanted = Steps {
-            initial_step: p.initial_step().unwrap_or_default().to_owned(),
-            steps,
-            step_schemas: None,
-        };
-        let existing = inbox.projects(Some(&p.name)).await?;
-        match existing.items.iter().find(|e| e.name == p.name) {
-            Some(e) if e.steps == wanted => {}
-            Some(_) => tracing::warn!(
-                project = %p.name,
-                "the project exists with other steps than config.toml's; its stored steps stay"
-            ),
-            None => {
-                inbox
-                    .add_project(&p.name, wanted)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("[[inbox.projects]] {:?}: {e}", p.name))?;
-                tracing::info!(project = %p.name, "created the project from config.toml");
-            }
-        }
-    }
-    Ok(())
-}
-
 /// `triage (AGENT → review), review (HUMAN)`, initial step first.
 fn steps_line(steps: &Steps) -> String {
     let mut ordered: Vec<&Step> = steps.steps.iter().collect();
@@ -1008,13 +966,7 @@ pub(crate) fn parse_steps(
 }
 
 fn parse_owner(s: &str) -> Result<Actor, String> {
-    match s.to_ascii_uppercase().as_str() {
-        "AGENT" => Ok(Actor::Agent),
-        "HUMAN" => Ok(Actor::Human),
-        _ => Err(format!(
-            "step owner {s:?}: write AGENT or HUMAN (PLATFORM steps are not for people to set)"
-        )),
-    }
+    Actor::step_owner(s).map_err(|e| e.to_string())
 }
 
 // ---- HTTP ---------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use tern_hooks::SessionEndReason;
 use tern_store::Session;
-use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
 use crate::error::ApiError;
@@ -22,22 +21,14 @@ use crate::error::ApiError;
 const BATCH: i64 = 100;
 
 impl Gateway {
-    /// Resets sessions idle for `after` from now on (call it before
-    /// [`Gateway::spawn_upkeep`]).
-    pub fn set_idle_reset(&self, after: Duration) {
-        if self.idle_reset.set(after).is_err() {
-            tracing::warn!("the idle reset was set already; the second one is ignored");
-        }
-    }
-
-    pub(crate) fn spawn_idle_reset(self: &Arc<Self>, stop: &CancellationToken) {
-        let Some(&after) = self.idle_reset.get() else {
+    pub(crate) fn spawn_idle_reset(self: &Arc<Self>, upkeep: &crate::Upkeep) {
+        let Some(after) = self.idle_reset else {
             return;
         };
         let every = (after / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let gw = Arc::downgrade(self);
-        let stop = stop.clone();
-        tokio::spawn(async move {
+        let stop = upkeep.stop_token().clone();
+        upkeep.spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

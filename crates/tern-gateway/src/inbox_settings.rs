@@ -14,7 +14,7 @@ pub struct InboxSettings {
     /// Largest file `POST /api/uploads` accepts (413 past it).
     pub max_upload_bytes: u64,
     /// The base of links (upload URLs, request pages), without a trailing slash; `None`:
-    /// the address the gateway is bound to ([`crate::Gateway::set_local_addr`]), never the
+    /// the address the gateway is bound to ([`crate::GatewayParts::local_addr`]), never the
     /// `Host` the client sent.
     pub public_url: Option<String>,
 }

@@ -36,10 +36,11 @@ const BATCH: u32 = 16;
 const IDLE: Duration = Duration::from_secs(60);
 
 /// Starts both loops.
-pub(crate) fn spawn(inbox: Inbox, stop: CancellationToken) {
-    tokio::spawn(expire_requests(inbox.clone(), stop.clone()));
+pub(crate) fn spawn(upkeep: &crate::Upkeep, inbox: Inbox) {
+    let stop = upkeep.stop_token();
+    upkeep.spawn(expire_requests(inbox.clone(), stop.clone()));
     if !inbox.notifications().targets.is_empty() {
-        tokio::spawn(deliver_notifications(inbox, stop));
+        upkeep.spawn(deliver_notifications(inbox, stop.clone()));
     }
 }
 

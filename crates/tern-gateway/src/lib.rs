@@ -18,8 +18,10 @@
 //! to finish, the rest are interrupted (each records its `[interrupted]` marker), then the
 //! server stops.
 
+pub mod admin_file;
 mod api;
 pub mod auth;
+pub mod boot;
 pub mod error;
 mod idle;
 mod inbox_api;
@@ -87,14 +89,62 @@ pub struct Gateway {
     /// Cancelled when the gateway starts shutting down, to end long-lived responses (the web
     /// inbox's event streams) that would otherwise hold the server open.
     pub(crate) closing: tokio_util::sync::CancellationToken,
-    /// Durable waits: which inbox they use, and the resumer once upkeep started it.
+    /// Durable waits: which inbox they use, and their resumer.
     pub(crate) waits: waits::GatewayWaits,
-    /// Background processes, when the binary gave the gateway a manager.
-    pub(crate) procs: std::sync::OnceLock<procs::GatewayProcs>,
+    /// Background processes, when the gateway runs them.
+    pub(crate) procs: Option<procs::GatewayProcs>,
     /// `[gateway] idle_reset`, when on ([`idle`]).
-    pub(crate) idle_reset: std::sync::OnceLock<Duration>,
-    /// The address the server is bound to ([`Gateway::set_local_addr`]).
-    pub(crate) local_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    pub(crate) idle_reset: Option<Duration>,
+    /// The address the server is bound to: the base of links (upload URLs) when `[inbox]
+    /// public_url` is unset. Links never follow the request's `Host`, which the client
+    /// chooses.
+    pub(crate) local_addr: Option<std::net::SocketAddr>,
+}
+
+/// Everything a [`Gateway`] is made of. [`GatewayParts::new`] leaves the optional parts off;
+/// [`boot::GatewayBuilder`] makes them from the configuration. Nothing is set later: a
+/// gateway is whole from the start.
+pub struct GatewayParts {
+    pub agent: Arc<Agent>,
+    pub auth: Authenticator,
+    pub approver: Arc<dyn Approver>,
+    pub settings: GatewaySettings,
+    /// The human inbox, on the agent's store, with its policy and notification targets.
+    pub inbox: tern_inbox::Inbox,
+    /// The inbox's uploads, size limit and links.
+    pub inbox_settings: InboxSettings,
+    /// Which inbox durable waits use; `None`: this gateway's own.
+    pub waits: Option<WaitsSetup>,
+    /// Background processes, and how long finished ones are kept.
+    pub procs: Option<(Arc<tern_procs::ProcessManager>, Duration)>,
+    /// Reset sessions idle for this long (`[gateway] idle_reset`).
+    pub idle_reset: Option<Duration>,
+    /// The address the server is bound to.
+    pub local_addr: Option<std::net::SocketAddr>,
+}
+
+impl GatewayParts {
+    /// A gateway of `agent` with its own default inbox, and nothing optional.
+    pub fn new(
+        agent: Arc<Agent>,
+        auth: Authenticator,
+        approver: Arc<dyn Approver>,
+        settings: GatewaySettings,
+    ) -> Self {
+        let inbox = tern_inbox::Inbox::new(agent.store().clone());
+        GatewayParts {
+            agent,
+            auth,
+            approver,
+            settings,
+            inbox,
+            inbox_settings: InboxSettings::default(),
+            waits: None,
+            procs: None,
+            idle_reset: None,
+            local_addr: None,
+        }
+    }
 }
 
 /// What a gateway serves.
@@ -109,6 +159,65 @@ pub enum Serve {
 
 pub type AppState = Arc<Gateway>;
 
+/// The gateway's background tasks ([`Gateway::spawn_upkeep`]): each ends when the stop token
+/// is cancelled, and [`Upkeep::stop_and_join`] waits until all have.
+pub struct Upkeep {
+    tasks: tokio_util::task::TaskTracker,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+/// Upkeep tasks still running when [`Upkeep::stop_and_join`] gave up waiting.
+#[derive(Debug, thiserror::Error)]
+#[error("{running} upkeep task(s) still running {timeout:?} after the stop")]
+pub struct UpkeepStuck {
+    pub running: usize,
+    pub timeout: Duration,
+}
+
+impl Upkeep {
+    /// Runs `task` as one of the upkeep's tasks (joined with them).
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(task);
+    }
+
+    /// Joins a task spawned elsewhere (a follower that spawns itself) with the upkeep's.
+    pub fn track<T: Send + 'static>(&self, handle: tokio::task::JoinHandle<T>) {
+        self.tasks.spawn(async move {
+            if let Err(e) = handle.await
+                && e.is_panic()
+            {
+                tracing::error!(error = %e, "an upkeep task panicked");
+            }
+        });
+    }
+
+    /// The token that stops every upkeep task.
+    pub fn stop_token(&self) -> &tokio_util::sync::CancellationToken {
+        &self.stop
+    }
+
+    /// Tasks not finished yet.
+    pub fn running(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Stops every task and waits, at most `timeout`, until all have ended.
+    pub async fn stop_and_join(self, timeout: Duration) -> Result<(), UpkeepStuck> {
+        self.stop.cancel();
+        self.tasks.close();
+        match tokio::time::timeout(timeout, self.tasks.wait()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(UpkeepStuck {
+                running: self.tasks.len(),
+                timeout,
+            }),
+        }
+    }
+}
+
 impl Gateway {
     pub fn new(
         agent: Arc<Agent>,
@@ -116,15 +225,7 @@ impl Gateway {
         approver: Arc<dyn Approver>,
         settings: GatewaySettings,
     ) -> Arc<Self> {
-        let inbox = tern_inbox::Inbox::new(agent.store().clone());
-        Self::with_inbox(
-            agent,
-            auth,
-            approver,
-            settings,
-            inbox,
-            InboxSettings::default(),
-        )
+        Self::from_parts(GatewayParts::new(agent, auth, approver, settings))
     }
 
     /// [`Gateway::new`] with a configured inbox: `inbox` (on the agent's store) carries the
@@ -137,12 +238,38 @@ impl Gateway {
         inbox: tern_inbox::Inbox,
         inbox_settings: InboxSettings,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let mut parts = GatewayParts::new(agent, auth, approver, settings);
+        parts.inbox = inbox;
+        parts.inbox_settings = inbox_settings;
+        Self::from_parts(parts)
+    }
+
+    /// A whole gateway of `parts`. Its upkeep starts with [`Gateway::spawn_upkeep`].
+    pub fn from_parts(parts: GatewayParts) -> Arc<Self> {
+        let GatewayParts {
+            agent,
+            auth,
+            approver,
+            settings,
+            inbox,
+            inbox_settings,
+            waits,
+            procs,
+            idle_reset,
+            local_addr,
+        } = parts;
+        let waits = waits.unwrap_or_else(|| WaitsSetup::embedded(&inbox));
+        // The resumer runs its turns through this gateway, which holds the resumer: a weak
+        // reference each way up.
+        Arc::new_cyclic(|me| Self {
             store: agent.store().clone(),
-            waits: waits::GatewayWaits::new(&inbox),
-            procs: std::sync::OnceLock::new(),
-            idle_reset: std::sync::OnceLock::new(),
-            local_addr: std::sync::OnceLock::new(),
+            waits: waits::GatewayWaits::new(waits, me.clone(), &agent),
+            procs: procs.map(|(manager, keep_finished)| procs::GatewayProcs {
+                manager,
+                keep_finished,
+            }),
+            idle_reset,
+            local_addr,
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -155,27 +282,26 @@ impl Gateway {
         })
     }
 
-    /// The address the server is bound to: the base of links (upload URLs) when `[inbox]
-    /// public_url` is unset. Links never follow the request's `Host`, which the client
-    /// chooses.
-    pub fn set_local_addr(&self, addr: std::net::SocketAddr) {
-        if self.local_addr.set(addr).is_err() {
-            tracing::warn!("the local address was set already; the second one is ignored");
-        }
-    }
-
-    /// Background upkeep; runs until `stop` is cancelled.
-    pub fn spawn_upkeep(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+    /// Starts the background upkeep, which runs until `stop` is cancelled; the returned
+    /// [`Upkeep`] joins its tasks.
+    pub fn spawn_upkeep(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) -> Upkeep {
+        let upkeep = Upkeep {
+            tasks: tokio_util::task::TaskTracker::new(),
+            stop,
+        };
         // The inbox's notification worker and expiry sweeper (see `inbox_upkeep`).
-        inbox_upkeep::spawn(self.inbox.clone(), stop.clone());
+        inbox_upkeep::spawn(&upkeep, self.inbox.clone());
         // Durable waits: the resumer (recovering decisions a crash left unanswered first)
         // and the follower of decisions.
-        self.spawn_waits(&stop);
+        self.spawn_waits(&upkeep);
         // Background processes: hook events and the retention of finished ones.
-        self.spawn_procs_upkeep(&stop);
+        self.spawn_procs_upkeep(&upkeep);
         // Sessions idle for `[gateway] idle_reset` are reset (see `idle`).
-        self.spawn_idle_reset(&stop);
-        tokio::spawn(self.turns.clone().trim_when_idle(stop));
+        self.spawn_idle_reset(&upkeep);
+        upkeep
+            .tasks
+            .spawn(self.turns.clone().trim_when_idle(upkeep.stop.clone()));
+        upkeep
     }
 
     /// The HTTP routes of a full gateway: the agent's and the inbox's.

@@ -1,8 +1,8 @@
 //! The gateway's background processes ([`tern_procs::ProcessManager`]).
 //!
-//! The binary opens the manager on `$TERN_HOME/procs` (adopting every live supervisor),
-//! registers the `terminal`/`process` tools on it and hands it over with
-//! [`Gateway::set_procs`]. Upkeep then turns the manager's events into the hook events
+//! The builder ([`crate::boot`]) opens the manager on `$TERN_HOME/procs` (adopting every live
+//! supervisor), registers the `terminal`/`process` tools on it and makes the gateway with it
+//! ([`crate::GatewayParts::procs`]). Upkeep then turns the manager's events into the hook events
 //! `process_started` and `process_exited` (each exit once, also one that happened while the
 //! gateway was down) and removes finished processes after `[processes] keep_finished`. A
 //! reset or delete of a session kills its running processes ([`Gateway::kill_session_procs`])
@@ -24,7 +24,6 @@ use tern_hooks::{HookEvent, ProcessExited, ProcessStarted};
 use tern_procs::{ProcEvent, ProcInfo, ProcStatus, ProcessManager, WatchBatch, WatchSink};
 use tern_tools::BoxFuture;
 use tern_waits::process::ProcessWaits;
-use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
 use crate::error::ApiError;
@@ -40,24 +39,9 @@ pub(crate) struct GatewayProcs {
 }
 
 impl Gateway {
-    /// Gives the gateway its process manager (before [`Gateway::spawn_upkeep`]); finished
-    /// processes are removed `keep_finished` after they ended.
-    pub fn set_procs(&self, manager: Arc<ProcessManager>, keep_finished: Duration) {
-        if self
-            .procs
-            .set(GatewayProcs {
-                manager,
-                keep_finished,
-            })
-            .is_err()
-        {
-            tracing::warn!("the process manager was set already; the second one is ignored");
-        }
-    }
-
     /// The process manager, if this gateway runs background processes.
     pub fn procs(&self) -> Option<&Arc<ProcessManager>> {
-        self.procs.get().map(|p| &p.manager)
+        self.procs.as_ref().map(|p| &p.manager)
     }
 
     /// Kills every running process `session_id` started; returns how many.
@@ -101,10 +85,11 @@ impl Gateway {
 
     /// Hook events from the manager's events, and the retention sweep (with a sweep for
     /// exits not yet notified); both end with `stop`.
-    pub(crate) fn spawn_procs_upkeep(self: &Arc<Self>, stop: &CancellationToken) {
-        let Some(p) = self.procs.get() else {
+    pub(crate) fn spawn_procs_upkeep(self: &Arc<Self>, upkeep: &crate::Upkeep) {
+        let Some(p) = self.procs.as_ref() else {
             return;
         };
+        let stop = upkeep.stop_token();
         p.manager.set_watch_sink(Arc::new(GatewayWatch {
             gw: Arc::downgrade(self),
         }));
@@ -113,10 +98,10 @@ impl Gateway {
         let stop2 = stop.clone();
         let sweep_mgr = Arc::clone(&p.manager);
         let waits = ProcessWaits::new(self.store.clone());
-        tokio::spawn(async move {
+        upkeep.spawn(async move {
             if let Some(gw) = gw.upgrade() {
                 let resumer = gw.resumer();
-                if let Err(e) = waits.sweep(&sweep_mgr, resumer.as_deref()).await {
+                if let Err(e) = waits.sweep(&sweep_mgr, Some(&resumer)).await {
                     tracing::error!(error = %e, "cannot look for processes that ended unnotified");
                 }
             }
@@ -137,7 +122,7 @@ impl Gateway {
         let stop = stop.clone();
         let gw = Arc::downgrade(self);
         let waits = ProcessWaits::new(self.store.clone());
-        tokio::spawn(async move {
+        upkeep.spawn(async move {
             let mut tick = tokio::time::interval((keep / 4).clamp(PRUNE_EVERY.0, PRUNE_EVERY.1));
             loop {
                 tokio::select! {
@@ -149,7 +134,7 @@ impl Gateway {
                 // its process `lost`.
                 if let Some(gw) = gw.upgrade() {
                     let resumer = gw.resumer();
-                    if let Err(e) = waits.sweep(&manager, resumer.as_deref()).await {
+                    if let Err(e) = waits.sweep(&manager, Some(&resumer)).await {
                         tracing::warn!(error = %e, "cannot look for processes that ended unnotified");
                     }
                 }
@@ -174,7 +159,7 @@ impl Gateway {
         {
             let resumer = self.resumer();
             if let Err(e) = ProcessWaits::new(self.store.clone())
-                .exited(mgr, i, resumer.as_deref())
+                .exited(mgr, i, Some(&resumer))
                 .await
             {
                 // The start-up sweep makes it ready next time.
@@ -214,7 +199,7 @@ impl WatchSink for GatewayWatch {
             };
             let resumer = gw.resumer();
             ProcessWaits::new(gw.store.clone())
-                .watch_matched(info, batch, resumer.as_deref())
+                .watch_matched(info, batch, Some(&resumer))
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())

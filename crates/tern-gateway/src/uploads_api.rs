@@ -24,7 +24,6 @@
 //!    nosniff` and a sandboxing `Content-Security-Policy`, so no upload ever runs as a page of
 //!    the inbox's origin.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use axum::Router;
@@ -218,16 +217,9 @@ pub(crate) fn public_base(gw: &AppState) -> String {
     if let Some(url) = &gw.inbox_settings.public_url {
         return url.trim_end_matches('/').to_owned();
     }
-    match gw.local_addr.get() {
-        Some(addr) => {
-            let ip = match addr.ip() {
-                IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                ip => ip,
-            };
-            format!("http://{}", SocketAddr::new(ip, addr.port()))
-        }
-        // A gateway embedded without `set_local_addr`: nothing better is known.
+    match gw.local_addr {
+        Some(addr) => crate::admin_file::local_url(addr),
+        // A gateway embedded without `GatewayParts::local_addr`: nothing better is known.
         None => "http://localhost".to_owned(),
     }
 }

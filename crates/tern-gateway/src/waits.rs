@@ -4,8 +4,8 @@
 //!
 //! # At a glance
 //!
-//! - [`Gateway::set_waits`] (before [`Gateway::spawn_upkeep`]) says which inbox the waits use
-//!   ([`WaitsSetup`]); without it, the gateway's own inbox is used.
+//! - [`crate::GatewayParts::waits`] says which inbox the waits use ([`WaitsSetup`]); without
+//!   it, the gateway's own inbox is used. The [`Resumer`] is made with the gateway.
 //! - Upkeep: the [`Resumer`] (recovery first, then ready waits), the embedded [`Follower`]
 //!   when the inbox is this gateway's, and the tools' [`InboxTools::send_unsent`] every
 //!   minute (requests whose inbox could not be reached when the model asked).
@@ -16,7 +16,7 @@
 //!   withdrawn ("session deleted"), `wait_resolved` (cancelled); a reset does the same, or
 //!   moves the open waits to the successor with `[inbox] keep_waits_on_reset = true`.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -29,7 +29,6 @@ use tern_waits::resume::{
     CommandHook, Deliver, ResumeError, Resumed, Resumer, TurnRunner, emit_resolved,
 };
 use tern_waits::tools::InboxTools;
-use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
 
@@ -67,63 +66,59 @@ impl WaitsSetup {
 
 /// The gateway's part of the waits.
 pub(crate) struct GatewayWaits {
-    setup: Mutex<WaitsSetup>,
-    resumer: std::sync::OnceLock<Arc<Resumer>>,
+    setup: WaitsSetup,
+    resumer: Arc<Resumer>,
 }
 
 impl GatewayWaits {
-    pub(crate) fn new(inbox: &tern_inbox::Inbox) -> Self {
+    /// The waits of the gateway `gw` (being made) and its resumer, which runs its turns.
+    pub(crate) fn new(setup: WaitsSetup, gw: Weak<Gateway>, agent: &tern_agent::Agent) -> Self {
+        let runner = Arc::new(GatewayRunner { gw });
+        let mut resumer = Resumer::new(agent.store().clone(), agent.hooks().clone(), runner);
+        if let Some(hook) = setup.command_hook.clone() {
+            resumer = resumer.with_command_hook(hook);
+        }
         GatewayWaits {
-            setup: Mutex::new(WaitsSetup::embedded(inbox)),
-            resumer: std::sync::OnceLock::new(),
+            setup,
+            resumer: Arc::new(resumer),
         }
     }
 
-    fn setup(&self) -> WaitsSetup {
-        // Replaced whole under the lock: never half-written.
-        self.setup.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn setup(&self) -> &WaitsSetup {
+        &self.setup
     }
 }
 
 impl Gateway {
-    /// Which inbox the waits use; call before [`Gateway::spawn_upkeep`].
-    pub fn set_waits(&self, setup: WaitsSetup) {
-        *self.waits.setup.lock().unwrap_or_else(|e| e.into_inner()) = setup;
-    }
-
-    /// The resumer, once upkeep started it (remote followers wake it).
-    pub fn resumer(&self) -> Option<Arc<Resumer>> {
-        self.waits.resumer.get().cloned()
+    /// The resumer of durable waits (remote followers and command approvals wake it).
+    pub fn resumer(&self) -> Arc<Resumer> {
+        self.waits.resumer.clone()
     }
 
     /// Starts the resumer (recovery first), the embedded follower and the unsent-request
-    /// retries; they stop with `stop`.
-    pub(crate) fn spawn_waits(self: &Arc<Self>, stop: &CancellationToken) {
-        let setup = self.waits.setup();
-        let runner = Arc::new(GatewayRunner {
-            gw: Arc::downgrade(self),
-        });
-        let mut resumer = Resumer::new(self.store.clone(), self.hooks.clone(), runner);
-        if let Some(hook) = setup.command_hook.clone() {
-            resumer = resumer.with_command_hook(hook);
-        }
-        let resumer = self.waits.resumer.get_or_init(|| Arc::new(resumer)).clone();
-        resumer.spawn(stop.clone());
+    /// retries; they stop with the upkeep.
+    pub(crate) fn spawn_waits(self: &Arc<Self>, upkeep: &crate::Upkeep) {
+        let setup = self.waits.setup().clone();
+        let stop = upkeep.stop_token();
+        let resumer = self.resumer();
+        upkeep.track(resumer.spawn(stop.clone()));
         if setup.follow_embedded {
-            Follower::new(
-                self.store.clone(),
-                self.inbox.clone(),
-                setup.client.clone(),
-                self.hooks.clone(),
-                resumer.clone(),
-            )
-            .spawn(stop.clone());
+            upkeep.track(
+                Follower::new(
+                    self.store.clone(),
+                    self.inbox.clone(),
+                    setup.client.clone(),
+                    self.hooks.clone(),
+                    resumer.clone(),
+                )
+                .spawn(stop.clone()),
+            );
         }
         if let Some(tools) = setup.tools {
             // A request decided inside its create (an auto-approve policy) wakes it.
             tools.wake_on_ready(resumer.clone());
             let stop = stop.clone();
-            tokio::spawn(async move {
+            upkeep.spawn(async move {
                 loop {
                     match tools.send_unsent().await {
                         Ok(0) => {}

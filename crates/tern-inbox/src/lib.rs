@@ -38,6 +38,7 @@
 //! Dates and times are parsed by small hand-written parsers (no chrono/time dependency):
 //! `YYYY-MM-DD`, RFC 3339 with an offset, and `HH:MM[:SS]`.
 
+mod config_projects;
 mod datetime;
 pub mod error;
 pub mod fields;

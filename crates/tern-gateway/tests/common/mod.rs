@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tern_agent::{Agent, AgentSettings};
-use tern_gateway::{Authenticator, Gateway, GatewaySettings, InboxSettings};
+use tern_gateway::{Authenticator, Gateway, GatewayParts, GatewaySettings, InboxSettings};
 use tern_store::Store;
 use tern_tools::{DenyAll, Registry, ToolLimits};
 
@@ -67,16 +67,21 @@ pub fn gateway(agent: Arc<Agent>, settings: GatewaySettings) -> Arc<Gateway> {
     Gateway::new(agent, auth, deny_all(), settings)
 }
 
-/// [`gateway`] with a configured inbox.
+/// [`gateway`] with a configured inbox, bound to `local_addr` (the base of its links).
 #[allow(dead_code)]
 pub fn gateway_with_inbox(
     agent: Arc<Agent>,
     settings: GatewaySettings,
     inbox: tern_inbox::Inbox,
     inbox_settings: InboxSettings,
+    local_addr: std::net::SocketAddr,
 ) -> Arc<Gateway> {
     let auth = authenticator(&agent);
-    Gateway::with_inbox(agent, auth, deny_all(), settings, inbox, inbox_settings)
+    let mut parts = GatewayParts::new(agent, auth, deny_all(), settings);
+    parts.inbox = inbox;
+    parts.inbox_settings = inbox_settings;
+    parts.local_addr = Some(local_addr);
+    Gateway::from_parts(parts)
 }
 
 /// A gateway for the inbox tests on `dir`'s database, with its default project.
@@ -88,12 +93,22 @@ pub async fn inbox_gateway(dir: &Path) -> Arc<Gateway> {
     gw
 }
 
+/// A loopback port to serve on.
+pub async fn listener() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
 /// Serves `gw` on a loopback port; returns its base URL and the server's task.
 pub async fn serve(gw: &Arc<Gateway>) -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(listener().await, gw).await
+}
+
+/// Serves `gw` on `listener`; returns its base URL and the server's task.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    gw: &Arc<Gateway>,
+) -> (String, tokio::task::JoinHandle<()>) {
     let addr = listener.local_addr().unwrap();
-    // As `tern gateway` does: links are made on the bound address.
-    gw.set_local_addr(addr);
     let url = format!("http://{addr}");
     let app = gw.router();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

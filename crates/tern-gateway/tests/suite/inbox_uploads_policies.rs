@@ -73,6 +73,9 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
         max_body_bytes: 16 * 1024,
         ..common::settings(work)
     };
+    // As `tern gateway` does: bound first, and links are made on the bound address.
+    let listener = common::listener().await;
+    let addr = listener.local_addr().unwrap();
     let gw = common::gateway_with_inbox(
         agent,
         settings,
@@ -82,11 +85,13 @@ async fn start_in(dir: &std::path::Path, setup: Setup) -> Gw {
             max_upload_bytes: setup.max_upload_bytes,
             public_url: setup.public_url.map(str::to_owned),
         },
+        addr,
     );
     gw.inbox.ensure_default_project().await.unwrap();
-    let (url, _) = common::serve(&gw).await;
+    let (url, _) = common::serve_on(listener, &gw).await;
     if setup.upkeep {
-        gw.spawn_upkeep(CancellationToken::new());
+        // Dropping the handle leaves the tasks running, as long as the test's runtime.
+        drop(gw.spawn_upkeep(CancellationToken::new()));
     }
     Gw {
         gw,

@@ -1,0 +1,72 @@
+//! An [`Agent`] from tern's configuration: the model client from `[model]` (or the error a
+//! turn reports when none is configured), the tool limits from `[tools]`, the sandbox from
+//! `[sandbox]` with tern's home protected. `tern chat`, `tern ask` and the gateway's builder
+//! all make their agent here.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tern_config::{Effective, Home};
+use tern_store::Store;
+use tern_tools::{Registry, ToolLimits};
+
+use crate::{Agent, AgentSettings};
+
+/// Why no agent could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum FromConfigError {
+    #[error("the model client: {0}")]
+    Llm(#[from] tern_llm::LlmError),
+}
+
+/// The sandbox of the agent's commands and file tools, from `[sandbox]`, with `home`
+/// protected.
+pub fn sandbox(home: &Home, eff: &Effective) -> tern_sandbox::Sandbox {
+    let user_home = std::env::var_os("HOME").map(PathBuf::from);
+    tern_sandbox::Sandbox::new(eff.config.sandbox.policy(home, user_home.as_deref()))
+}
+
+/// The limits of the agent's tools, from `[tools]`, with the sandbox of [`sandbox`].
+pub fn tool_limits(home: &Home, eff: &Effective) -> ToolLimits {
+    let t = &eff.config.tools;
+    ToolLimits {
+        sandbox: Arc::new(sandbox(home, eff)),
+        terminal_timeout_secs: t.terminal_timeout_secs,
+        terminal_max_timeout_secs: t.terminal_max_timeout_secs,
+        output_limit_chars: t.output_limit_chars,
+        read_limit_bytes: t.read_limit_bytes,
+    }
+}
+
+/// The agent with the tools of `registry`. A missing model configuration is kept as the
+/// error message a turn reports, so that what needs no model (the inbox) still runs.
+pub fn agent(
+    home: &Home,
+    eff: &Effective,
+    store: Store,
+    registry: Registry,
+) -> Result<Agent, FromConfigError> {
+    let (llm, model, stream) = match eff.resolved_model() {
+        Ok(m) => {
+            let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
+            cfg.api_key = m.api_key.clone();
+            cfg.timeout = Duration::from_secs(m.timeout_secs);
+            cfg.max_retries = m.max_retries;
+            (Ok(tern_llm::Client::new(cfg)?), m.name, m.stream)
+        }
+        Err(e) => (Err(e.to_string()), String::new(), false),
+    };
+    Ok(Agent::new(
+        store,
+        llm,
+        Arc::new(registry),
+        AgentSettings {
+            model,
+            max_iterations: eff.config.agent.max_iterations,
+            stream,
+            system_prompt: eff.config.agent.system_prompt.clone(),
+            limits: tool_limits(home, eff),
+        },
+    ))
+}
