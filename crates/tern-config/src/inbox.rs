@@ -44,7 +44,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ConfigError, is_http_url, mask_secret, mask_url, quote, quote_array};
+use crate::address::is_http_url;
+use crate::duration::parse_duration;
+use crate::error::ConfigError;
+use crate::mask::{mask_secret, mask_url};
 
 /// The default of `inbox.max_upload_bytes`: 25 MiB.
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 25 * 1024 * 1024;
@@ -321,46 +324,6 @@ fn default_step_owner() -> String {
     "AGENT".to_owned()
 }
 
-/// Parses a duration: one or more `<number><unit>` parts, unit `s`, `m`, `h` or `d`
-/// (`"30m"`, `"2h"`, `"1d"`, `"1h30m"`). Zero and overflowing durations are refused.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let bad = || {
-        format!(
-            "{text:?} is not a duration: write a number and a unit, s, m, h or d (e.g. \"30m\", \"2h\", \"1h30m\")"
-        )
-    };
-    if text.is_empty() {
-        return Err(bad());
-    }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit = rest[digits..].chars().next().ok_or_else(bad)?;
-        let seconds = match unit {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(bad()),
-        };
-        total = number
-            .checked_mul(seconds)
-            .and_then(|s| total.checked_add(s))
-            .ok_or_else(|| format!("{text:?} is too long a duration"))?;
-        rest = &rest[digits + unit.len_utf8()..];
-    }
-    if total == 0 {
-        return Err(format!("{text:?} must be longer than zero"));
-    }
-    Ok(Duration::from_secs(total))
-}
-
 fn at(config_path: &Path, key: &str) -> String {
     format!("{key} in {}", config_path.display())
 }
@@ -567,81 +530,6 @@ fn validate_project(
     Ok(())
 }
 
-/// Renders `[inbox.policy]`, `[[inbox.notify]]` (secrets masked) and `[[inbox.projects]]`
-/// with their effective values; `public_url` and `max_upload_bytes` are rendered with the
-/// other keys, with their sources.
-pub(crate) fn render_inbox_tables(c: &InboxConfig, file_name: &str, out: &mut String) {
-    let p = &c.policy;
-    out.push_str("\n[inbox.policy]\n");
-    match &p.expires_after {
-        Some(d) => out.push_str(&format!("expires_after = {}\n", quote(d))),
-        None => out.push_str("# expires_after is not set: requests wait until decided\n"),
-    }
-    out.push_str(&format!("expiry_outcome = {}\n", quote(&p.expiry_outcome)));
-    out.push_str(&format!(
-        "always_review = {}\n",
-        quote_array(&p.always_review)
-    ));
-    for rule in &p.auto_approve {
-        out.push_str(&format!(
-            "\n[[inbox.policy.auto_approve]]   # from {file_name}\n"
-        ));
-        out.push_str(&format!("project = {}\n", quote(&rule.project)));
-        if let Some(a) = &rule.action {
-            out.push_str(&format!("action = {}\n", quote(a)));
-        }
-        if let Some(s) = &rule.summary {
-            out.push_str(&format!("summary = {}\n", quote(s)));
-        }
-        if let Some(t) = &rule.task {
-            out.push_str(&format!("task = {}\n", quote(t)));
-        }
-    }
-    for rule in &p.rate_limit {
-        out.push_str(&format!(
-            "\n[[inbox.policy.rate_limit]]   # from {file_name}\n"
-        ));
-        out.push_str(&format!("action = {}\n", quote(&rule.action)));
-        out.push_str(&format!("max = {}\n", rule.max));
-        out.push_str(&format!("window = {}\n", quote(&rule.window)));
-    }
-    if c.notify.is_empty() {
-        out.push_str("\n# no [[inbox.notify]] configured\n");
-    }
-    for n in &c.notify {
-        out.push_str(&format!("\n[[inbox.notify]]   # from {file_name}\n"));
-        out.push_str(&format!("url = {}\n", quote(&mask_url(&n.url))));
-        out.push_str(&format!("secret = {}\n", quote(&mask_secret(&n.secret))));
-        out.push_str(&format!("max_attempts = {}\n", n.max_attempts));
-        out.push_str(&format!("retry_base_ms = {}\n", n.retry_base_ms));
-        out.push_str(&format!("timeout_ms = {}\n", n.timeout_ms));
-    }
-    for project in &c.projects {
-        out.push_str(&format!("\n[[inbox.projects]]   # from {file_name}\n"));
-        out.push_str(&format!("name = {}\n", quote(&project.name)));
-        if let Some(initial) = project.initial_step() {
-            out.push_str(&format!("initial_step = {}\n", quote(initial)));
-        }
-        let steps: Vec<String> = project
-            .steps
-            .iter()
-            .map(|s| {
-                let exits = s
-                    .exits
-                    .as_ref()
-                    .map(|e| format!(", exits = {}", quote_array(e)))
-                    .unwrap_or_default();
-                format!(
-                    "{{ name = {}, owner = {}{exits} }}",
-                    quote(&s.name),
-                    quote(&s.owner)
-                )
-            })
-            .collect();
-        out.push_str(&format!("steps = [{}]\n", steps.join(", ")));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,42 +734,6 @@ steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HU
         assert_eq!(p.initial_step(), Some("triage"));
         assert_eq!(p.steps[0].owner, "AGENT");
         assert_eq!(p.steps[1].exits, None);
-    }
-
-    #[test]
-    fn durations() {
-        for (text, secs) in [
-            ("30s", 30),
-            ("30m", 1800),
-            ("2h", 7200),
-            ("1d", 86_400),
-            ("1h30m", 5400),
-            (" 5m ", 300),
-        ] {
-            assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_secs(secs)),
-                "{text}"
-            );
-        }
-        for text in ["", "5", "m", "5x", "1.5h", "-1h", "h5", "1h 30m"] {
-            assert!(parse_duration(text).is_err(), "{text:?} parsed");
-        }
-        assert!(
-            parse_duration("0m")
-                .unwrap_err()
-                .contains("longer than zero")
-        );
-        assert!(
-            parse_duration("99999999999999999999d")
-                .unwrap_err()
-                .contains("not a duration")
-        );
-        assert!(
-            parse_duration("999999999999999999d")
-                .unwrap_err()
-                .contains("too long")
-        );
     }
 
     #[test]
