@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 pub struct AgentConfig {
     pub max_iterations: u32,
     pub toolsets: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
 }
 

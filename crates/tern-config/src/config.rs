@@ -24,10 +24,8 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     pub gateway: GatewayConfig,
     /// `[[hooks]]`: commands run on lifecycle events (see `docs/hooks.md`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<CommandHookConfig>,
     /// `[[webhooks]]`: URLs that lifecycle events are POSTed to (see `docs/hooks.md`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<WebhookConfig>,
     /// `[inbox]`: the human inbox (see [`InboxConfig`]).
     pub inbox: InboxConfig,

@@ -17,46 +17,14 @@ pub enum Source {
     Flag,
 }
 
-/// Every configuration key, in display order. [`Effective::sources`] has an
-/// entry for each.
-pub const KEYS: &[&str] = &[
-    "model.base_url",
-    "model.api_key",
-    "model.name",
-    "model.timeout_secs",
-    "model.max_retries",
-    "model.stream",
-    "agent.max_iterations",
-    "agent.toolsets",
-    "agent.system_prompt",
-    "tools.terminal_timeout_secs",
-    "tools.terminal_max_timeout_secs",
-    "tools.output_limit_chars",
-    "tools.read_limit_bytes",
-    "approvals.allowlist",
-    "gateway.listen",
-    "gateway.max_concurrent_turns",
-    "gateway.max_body_bytes",
-    "gateway.drain_timeout_secs",
-    "inbox.public_url",
-    "inbox.max_upload_bytes",
-    "inbox.url",
-    "inbox.key",
-    "inbox.poll_interval",
-    "sandbox.mode",
-    "sandbox.network",
-    "sandbox.writable_roots",
-    "sandbox.protected_paths",
-    "sandbox.env.keep",
-    "sandbox.env.remove",
-];
-
 /// The configuration in force after all layers are applied.
 #[derive(Debug, Clone)]
 pub struct Effective {
     pub config: Config,
-    /// Where each key in [`KEYS`] came from, e.g. `"model.base_url"`.
-    pub sources: BTreeMap<&'static str, Source>,
+    /// Where each key came from, by dotted name (`"model.base_url"`, `"sandbox.env.keep"`):
+    /// every key of the configuration but tables and arrays of tables, whose entries only
+    /// ever come from the file.
+    pub sources: BTreeMap<String, Source>,
     /// Whether `config.toml` existed.
     pub file_found: bool,
     /// The `config.toml` that was (or would have been) read; error messages
@@ -73,7 +41,7 @@ impl Effective {
             return;
         }
         self.config.model.name = Some(name.to_owned());
-        self.sources.insert("model.name", Source::Flag);
+        self.sources.insert("model.name".to_owned(), Source::Flag);
     }
 
     /// [`Config::resolved_model`] with the path this configuration was loaded from.

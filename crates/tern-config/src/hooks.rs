@@ -36,7 +36,7 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct CommandHookConfig {
     /// A name for logs; defaults to the command cut to 40 characters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub name: Option<String>,
     /// Event names, or `"*"` for all.
     pub events: Vec<String>,
@@ -56,7 +56,7 @@ fn default_hook_timeout_ms() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// A name for logs; defaults to the URL without its query.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub name: Option<String>,
     /// `http://` or `https://`.
     pub url: String,

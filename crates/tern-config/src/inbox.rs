@@ -67,28 +67,22 @@ pub const EXPIRY_OUTCOMES: &[&str] = &[
 pub struct InboxConfig {
     /// Base of the links in notifications and login links, e.g. `https://inbox.example`;
     /// unset: the gateway's listen address.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     /// Largest file `POST /api/uploads` accepts (413 past it).
     pub max_upload_bytes: u64,
     pub policy: InboxPolicyConfig,
     /// `[[inbox.notify]]`: URLs told about every new request.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<InboxNotifyConfig>,
     /// `[[inbox.projects]]`: projects the gateway creates at start when missing.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub projects: Vec<InboxProjectConfig>,
     /// Whether a session reset keeps its open waits (their decisions then resume the
     /// successor session) instead of cancelling them and withdrawing their requests.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub keep_waits_on_reset: bool,
     /// Remote mode: the inbox the waits use (another tern gateway, e.g. one run with
     /// `--inbox-only`, or any Pump Up server), followed through outbound connections only;
     /// unset: this gateway's own inbox.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The agent key for `url` (the environment's `TERN_INBOX_KEY` wins).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<InboxKey>,
     /// Remote mode: how long one long-poll of the decisions feed lasts (at most 30 s), or,
     /// against a server without the feed, how often each open request's result is read.
@@ -178,15 +172,12 @@ impl Default for InboxConfig {
 pub struct InboxPolicyConfig {
     /// A duration (`"30m"`, `"2h"`, `"1d"`, `"1h30m"`) after which a pending request
     /// expires; unset: requests wait forever.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_after: Option<String>,
     /// The outcome an expired approval gets: one of [`EXPIRY_OUTCOMES`].
     pub expiry_outcome: String,
     /// `keyValueContext.action` values that always go to a human.
     pub always_review: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub auto_approve: Vec<AutoApproveConfig>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rate_limit: Vec<RateLimitConfig>,
 }
 
@@ -221,13 +212,13 @@ impl InboxPolicyConfig {
 #[serde(deny_unknown_fields)]
 pub struct AutoApproveConfig {
     pub project: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub action: Option<String>,
     /// A regular expression (Rust `regex` syntax), searched anywhere in the summary; anchor
     /// it with `^…$` to match the whole summary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub task: Option<String>,
 }
 
@@ -293,7 +284,7 @@ impl fmt::Debug for InboxNotifyConfig {
 pub struct InboxProjectConfig {
     pub name: String,
     /// Default: the first step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub initial_step: Option<String>,
     pub steps: Vec<InboxStepConfig>,
 }
@@ -316,7 +307,7 @@ pub struct InboxStepConfig {
     #[serde(default = "default_step_owner")]
     pub owner: String,
     /// The steps this one may move to; unset: any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub exits: Option<Vec<String>>,
 }
 
@@ -831,7 +822,22 @@ steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HU
                 .any(|l| l.starts_with("max_upload_bytes = 26214400") && l.ends_with("# default")),
             "{out}"
         );
-        assert!(out.contains("\n[inbox.policy]\nexpires_after = \"1h30m\"\nexpiry_outcome = \"REJECT\"\nalways_review = [\"deploy_prod\"]\n"), "{out}");
+        assert!(
+            out.contains("\n[inbox.policy]\nexpires_after = \"1h30m\" "),
+            "{out}"
+        );
+        for (line, note) in [
+            ("expires_after = \"1h30m\"", "# from config.toml"),
+            ("expiry_outcome = \"REJECT\"", "# default"),
+            ("always_review = [\"deploy_prod\"]", "# from config.toml"),
+            ("keep_waits_on_reset = false", "# default"),
+        ] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with(line) && l.ends_with(note)),
+                "{line}: {out}"
+            );
+        }
         assert_eq!(out.matches("[[inbox.policy.auto_approve]]").count(), 2);
         assert!(
             out.contains("summary = \"^Restart [a-z]+$\"\ntask = \"t1\"\n"),
@@ -851,7 +857,11 @@ steps = [{ name = "triage", exits = ["review"] }, { name = "review", owner = "HU
         let out = render_masked(&load(&home, &no_env).unwrap());
         assert!(out.contains("# public_url is not set"), "{out}");
         assert!(out.contains("# expires_after is not set"), "{out}");
-        assert!(out.contains("# no [[inbox.notify]] configured"), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("notify = []") && l.ends_with("# default")),
+            "{out}"
+        );
     }
 
     #[test]

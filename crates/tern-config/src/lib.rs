@@ -54,13 +54,14 @@ mod sandbox;
 mod ssh;
 #[cfg(test)]
 mod test_support;
+mod tree;
 mod validate;
 
 pub use agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
 pub use allowlist::add_to_allowlist;
 pub use config::Config;
 pub use duration::parse_duration;
-pub use effective::{Effective, KEYS, Source};
+pub use effective::{Effective, Source};
 pub use env::{
     ENV_API_KEY, ENV_BASE_URL, ENV_INBOX_KEY, ENV_MODEL, ENV_TERN_HOME, OPENAI_DEFAULT_BASE_URL,
 };

@@ -1,18 +1,19 @@
 //! [`load`]: `config.toml` and the environment layered over the defaults, then validated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::Path;
 
 use crate::config::Config;
-use crate::effective::{Effective, KEYS, Source};
+use crate::effective::{Effective, Source};
 use crate::env::{
     ENV_API_KEY, ENV_BASE_URL, ENV_INBOX_KEY, ENV_MODEL, OPENAI_DEFAULT_BASE_URL, env_value,
 };
 use crate::error::{ConfigError, line_column};
 use crate::home::Home;
 use crate::inbox::InboxKey;
+use crate::tree::Node;
 use crate::validate::validate;
 
 /// Loads `config.toml` (a missing file means defaults), then applies the
@@ -30,7 +31,7 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             tracing::debug!(path = %config_path.display(), "no config file; using defaults");
-            (Config::default(), Vec::new(), false)
+            (Config::default(), BTreeSet::new(), false)
         }
         Err(source) => {
             return Err(ConfigError::Io {
@@ -90,29 +91,9 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         config.inbox.key = None;
     }
 
-    let mut sources: BTreeMap<&'static str, Source> = KEYS
-        .iter()
-        .map(|&k| {
-            let source = if present.contains(&k) {
-                Source::File
-            } else {
-                Source::Default
-            };
-            (k, source)
-        })
-        .collect();
-    for key in [
-        "model.base_url",
-        "model.api_key",
-        "model.name",
-        "inbox.public_url",
-        "inbox.url",
-        "inbox.key",
-    ] {
-        if value_is_none(&config, key) {
-            sources.insert(key, Source::Default);
-        }
-    }
+    // Environment and flags are recorded as they are applied; every other key is from the
+    // file if the file set it (and it still has a value), else a default.
+    let mut overrides: Vec<(&'static str, Source)> = Vec::new();
 
     warn_if_key_readable(&config, &config_path);
 
@@ -124,19 +105,19 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
         if let Some(value) = env_value(env, var) {
             tracing::debug!(variable = var, "environment overrides {key}");
             *field = Some(value);
-            sources.insert(key, Source::Env(var));
+            overrides.push((key, Source::Env(var)));
         }
     }
 
     if let Some(key) = env_value(env, ENV_INBOX_KEY) {
         tracing::debug!(variable = ENV_INBOX_KEY, "environment overrides inbox.key");
         config.inbox.key = Some(InboxKey(key));
-        sources.insert("inbox.key", Source::Env(ENV_INBOX_KEY));
+        overrides.push(("inbox.key", Source::Env(ENV_INBOX_KEY)));
     }
 
     if config.model.api_key.is_some() && config.model.base_url.is_none() {
         config.model.base_url = Some(OPENAI_DEFAULT_BASE_URL.to_owned());
-        sources.insert("model.base_url", Source::Default);
+        overrides.push(("model.base_url", Source::Default));
     }
 
     if let Some(url) = &mut config.model.base_url {
@@ -145,6 +126,9 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
             *url = trimmed.to_owned();
         }
     }
+
+    let mut sources = file_sources(&config, &present);
+    sources.extend(overrides.into_iter().map(|(k, s)| (k.to_owned(), s)));
 
     let eff = Effective {
         config,
@@ -156,22 +140,32 @@ pub fn load(home: &Home, env: &dyn Fn(&str) -> Option<String>) -> Result<Effecti
     Ok(eff)
 }
 
-fn value_is_none(config: &Config, key: &str) -> bool {
-    match key {
-        "model.base_url" => config.model.base_url.is_none(),
-        "model.api_key" => config.model.api_key.is_none(),
-        "model.name" => config.model.name.is_none(),
-        "agent.system_prompt" => config.agent.system_prompt.is_none(),
-        "inbox.public_url" => config.inbox.public_url.is_none(),
-        "inbox.url" => config.inbox.url.is_none(),
-        "inbox.key" => config.inbox.key.is_none(),
-        _ => false,
-    }
+/// The source of every key of `config` ([`Node::leaves`]) before the environment: the file
+/// when it set the key to a value, else the default. (An empty string in the file means
+/// "not set", so such a key is a default.)
+fn file_sources(config: &Config, present: &BTreeSet<String>) -> BTreeMap<String, Source> {
+    let leaves = Node::of(config).map(|n| n.leaves()).unwrap_or_else(|e| {
+        // Not expected: the types serialize to JSON. Sources are only shown, not acted on.
+        tracing::warn!("cannot list the configuration's keys: {e}");
+        Vec::new()
+    });
+    leaves
+        .into_iter()
+        .map(|(key, unset)| {
+            let source = if !unset && present.contains(&key) {
+                Source::File
+            } else {
+                Source::Default
+            };
+            (key, source)
+        })
+        .collect()
 }
 
-/// Parses the file text into a [`Config`] plus the list of [`KEYS`] that the
-/// file sets explicitly (so sources can tell "from file" from "default").
-fn parse_config(text: &str, path: &Path) -> Result<(Config, Vec<&'static str>), ConfigError> {
+/// Parses the file text into a [`Config`] plus the dotted keys the file sets explicitly
+/// (`"sandbox.env.keep"`; tables are walked into, arrays are not), so sources can tell
+/// "from file" from "default".
+fn parse_config(text: &str, path: &Path) -> Result<(Config, BTreeSet<String>), ConfigError> {
     let config: Config = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|span| line_column(text, span.start)).unzip();
         ConfigError::Parse {
@@ -184,22 +178,23 @@ fn parse_config(text: &str, path: &Path) -> Result<(Config, Vec<&'static str>), 
     // The text already deserialized into `Config`, so it is valid TOML; if this
     // second parse failed anyway we would merely report every key as a default.
     let table: toml::Table = toml::from_str(text).unwrap_or_default();
-    let present = KEYS
-        .iter()
-        .copied()
-        .filter(|key| {
-            // `sandbox.env.keep`: every part but the last names a table.
-            let mut parts: Vec<&str> = key.split('.').collect();
-            let Some(field) = parts.pop() else {
-                return false;
-            };
-            parts
-                .iter()
-                .try_fold(&table, |t, part| t.get(*part).and_then(|v| v.as_table()))
-                .is_some_and(|t| t.contains_key(field))
-        })
-        .collect();
+    let mut present = BTreeSet::new();
+    collect_keys(&table, "", &mut present);
     Ok((config, present))
+}
+
+fn collect_keys(table: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        if let Some(inner) = value.as_table() {
+            collect_keys(inner, &path, out);
+        }
+        out.insert(path);
+    }
 }
 
 #[cfg(unix)]
@@ -254,7 +249,18 @@ mod tests {
         assert_eq!(c.gateway.drain_timeout_secs, 30);
         assert!(c.hooks.is_empty());
         assert!(c.webhooks.is_empty());
-        assert_eq!(eff.sources.len(), KEYS.len());
+        // Every key has a source, the ones no hand-kept list named included.
+        for key in [
+            "model.api_key",
+            "gateway.idle_reset",
+            "inbox.keep_waits_on_reset",
+            "processes.max_running",
+            "processes.ssh",
+            "inbox.policy.expiry_outcome",
+            "sandbox.env.keep",
+        ] {
+            assert!(eff.sources.contains_key(key), "{key}");
+        }
         assert!(eff.sources.values().all(|s| *s == Source::Default));
         assert_eq!(eff.config_path, home.config_path());
     }
@@ -358,7 +364,17 @@ env.remove = ["AWS_*"]
         assert_eq!(remote.url, "http://127.0.0.1:7000");
         assert_eq!(remote.key, "tern-inbox-key-0123456789");
         assert_eq!(remote.poll_interval, std::time::Duration::from_secs(10));
-        assert!(eff.sources.values().all(|s| *s == Source::File));
+        for (key, source) in &eff.sources {
+            // The sections the file sets in full.
+            if ["model.", "agent.", "tools.", "approvals."]
+                .iter()
+                .any(|p| key.starts_with(p))
+            {
+                assert_eq!(*source, Source::File, "{key}");
+            }
+        }
+        assert_eq!(eff.source("sandbox.env.keep"), Source::File);
+        assert_eq!(eff.source("gateway.idle_reset"), Source::Default);
     }
 
     #[test]

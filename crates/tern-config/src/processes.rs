@@ -22,7 +22,6 @@ pub struct ProcessesConfig {
     /// the matches in between are told together.
     pub watch_interval: String,
     /// `[processes.ssh]`: the host of `backend = "ssh"`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ssh: Option<SshConfig>,
 }
 

@@ -29,13 +29,24 @@ use crate::{ConfigError, Home};
 pub struct SandboxConfig {
     pub mode: Mode,
     /// Unset: off, except in `full-access`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub writable_roots: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub protected_paths: Vec<String>,
+    #[serde(serialize_with = "env_in_full")]
     pub env: EnvPolicy,
+}
+
+/// `[sandbox.env]` with every key, empty lists included, which `EnvPolicy`'s own `Serialize`
+/// leaves out: `tern config show` lists every key (see [`crate::tree`]).
+fn env_in_full<S: serde::Serializer>(env: &EnvPolicy, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Full<'a> {
+        keep: &'a [String],
+        remove: &'a [String],
+    }
+    // No `..`: a key added to `EnvPolicy` stops this compiling until it is listed here.
+    let EnvPolicy { keep, remove } = env;
+    Full { keep, remove }.serialize(s)
 }
 
 impl SandboxConfig {
@@ -128,11 +139,18 @@ mod tests {
         assert_eq!(p.env.keep, vec!["GITHUB_TOKEN".to_owned()]);
         let shown = render_masked(&eff);
         assert!(shown.contains("mode = \"read-only\""), "{shown}");
-        assert!(shown.contains("env.keep = [\"GITHUB_TOKEN\"]"), "{shown}");
+        assert!(shown.contains("\n[sandbox.env]\nkeep = "), "{shown}");
         assert!(
             shown
                 .lines()
-                .any(|l| l.starts_with("env.keep") && l.ends_with("from config.toml")),
+                .any(|l| l.starts_with("keep = [\"GITHUB_TOKEN\"]")
+                    && l.ends_with("from config.toml")),
+            "{shown}"
+        );
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("remove = []") && l.ends_with("# default")),
             "{shown}"
         );
 
