@@ -31,7 +31,7 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "process_exited",
 ];
 
-/// One `[[hooks]]` entry: a shell command run with the event's JSON on stdin.
+/// One `[[hooks]]` entry: a command run with the event's JSON on stdin.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandHookConfig {
@@ -40,11 +40,98 @@ pub struct CommandHookConfig {
     pub name: Option<String>,
     /// Event names, or `"*"` for all.
     pub events: Vec<String>,
-    /// Run with `sh -c`.
-    pub command: String,
+    /// A command line for `sh -c`, or a program and its arguments run directly.
+    pub command: HookCommand,
     /// After this the hook's process group is killed.
     #[serde(default = "default_hook_timeout_ms")]
     pub timeout_ms: u64,
+}
+
+/// `[[hooks]] command`: `command = "notify-send tern done"` runs through `sh -c`;
+/// `command = ["notify-send", "tern", "done"]` runs the program directly, each element one
+/// argument as written (no shell: no word splitting, quoting, globbing or `$VARS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum HookCommand {
+    /// A command line for `sh -c`.
+    Shell(String),
+    /// The program (looked up in `PATH` unless it has a `/`) and its arguments.
+    Argv(Vec<String>),
+}
+
+impl HookCommand {
+    /// The command on one line, for logs and default names: the shell line, or the argv
+    /// joined with spaces.
+    pub fn display(&self) -> String {
+        match self {
+            HookCommand::Shell(line) => line.trim().to_owned(),
+            HookCommand::Argv(argv) => argv.join(" "),
+        }
+    }
+
+    /// Why the command cannot run, if it cannot: an empty line, an empty array, an empty
+    /// program.
+    pub fn problem(&self) -> Option<&'static str> {
+        match self {
+            HookCommand::Shell(line) if line.trim().is_empty() => Some("must not be empty"),
+            HookCommand::Argv(argv) => match argv.first() {
+                None => Some(
+                    "must not be an empty array: give the program and its arguments, \
+                     e.g. [\"notify-send\", \"tern\"]",
+                ),
+                Some(program) if program.trim().is_empty() => {
+                    Some("has an empty program: the array's first element names what to run")
+                }
+                Some(_) => None,
+            },
+            HookCommand::Shell(_) => None,
+        }
+    }
+}
+
+impl From<&str> for HookCommand {
+    fn from(line: &str) -> Self {
+        HookCommand::Shell(line.to_owned())
+    }
+}
+
+impl From<Vec<String>> for HookCommand {
+    fn from(argv: Vec<String>) -> Self {
+        HookCommand::Argv(argv)
+    }
+}
+
+// By hand, so a wrong type's error says what is accepted.
+impl<'de> Deserialize<'de> for HookCommand {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct CommandVisitor;
+        impl<'de> serde::de::Visitor<'de> for CommandVisitor {
+            type Value = HookCommand;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a command line (a string, run with sh -c) or an array of strings \
+                     (the program and its arguments, run directly)",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HookCommand, E> {
+                Ok(HookCommand::Shell(v.to_owned()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<HookCommand, A::Error> {
+                let mut argv = Vec::new();
+                while let Some(arg) = seq.next_element::<String>()? {
+                    argv.push(arg);
+                }
+                Ok(HookCommand::Argv(argv))
+            }
+        }
+        d.deserialize_any(CommandVisitor)
+    }
 }
 
 fn default_hook_timeout_ms() -> u64 {
@@ -143,9 +230,9 @@ pub(crate) fn validate_hooks(
 ) -> Result<(), ConfigError> {
     for (i, hook) in hooks.iter().enumerate() {
         validate_events(config_path, "hooks", i, &hook.events)?;
-        if hook.command.trim().is_empty() {
+        if let Some(problem) = hook.command.problem() {
             return Err(ConfigError::Invalid(format!(
-                "{} must not be empty",
+                "{} {problem}",
                 entry_origin(config_path, "hooks", i, "command")
             )));
         }
@@ -211,13 +298,13 @@ mod tests {
                 CommandHookConfig {
                     name: Some("audit".to_owned()),
                     events: vec!["turn_start".to_owned(), "turn_end".to_owned()],
-                    command: "cat >> /tmp/audit.jsonl".to_owned(),
+                    command: "cat >> /tmp/audit.jsonl".into(),
                     timeout_ms: 250,
                 },
                 CommandHookConfig {
                     name: None,
                     events: vec!["*".to_owned()],
-                    command: "true".to_owned(),
+                    command: "true".into(),
                     timeout_ms: 5000,
                 },
             ]
@@ -299,6 +386,14 @@ mod tests {
                 "hooks[0].command in ",
             ),
             (
+                "[[hooks]]\nevents = [\"*\"]\ncommand = []\n".to_owned(),
+                "hooks[0].command in ",
+            ),
+            (
+                "[[hooks]]\nevents = [\"*\"]\ncommand = [\"\", \"x\"]\n".to_owned(),
+                "hooks[0].command in ",
+            ),
+            (
                 "[[hooks]]\nevents = [\"*\"]\ncommand = \"true\"\ntimeout_ms = 0\n".to_owned(),
                 "hooks[0].timeout_ms in ",
             ),
@@ -354,6 +449,53 @@ mod tests {
             assert!(msg.contains(expect), "{text}: {msg}");
             assert!(msg.contains("config.toml"), "{text}: {msg}");
         }
+    }
+
+    #[test]
+    fn a_command_is_a_shell_line_or_an_argv() {
+        let (_d, home) = temp_home();
+        write_config(
+            &home,
+            "[[hooks]]\nevents = [\"*\"]\ncommand = [\"sh\", \"-c\", \"echo hi\"]\n\n\
+             [[hooks]]\nevents = [\"*\"]\ncommand = \"echo hi\"\n",
+        );
+        let hooks = load(&home, &no_env).unwrap().config.hooks;
+        assert_eq!(
+            hooks[0].command,
+            HookCommand::Argv(vec!["sh".into(), "-c".into(), "echo hi".into()])
+        );
+        assert_eq!(hooks[0].command.display(), "sh -c echo hi");
+        assert_eq!(hooks[1].command, HookCommand::Shell("echo hi".into()));
+
+        for (command, says) in [
+            ("[]", "must not be an empty array"),
+            ("[\" \"]", "has an empty program"),
+            ("\"\"", "must not be empty"),
+        ] {
+            write_config(
+                &home,
+                &format!("[[hooks]]\nevents = [\"*\"]\ncommand = {command}\n"),
+            );
+            let e = load(&home, &no_env).unwrap_err().to_string();
+            assert!(
+                e.contains("hooks[0].command in ") && e.contains(says),
+                "{command}: {e}"
+            );
+        }
+        for command in ["3", "[1, 2]", "{ program = \"x\" }"] {
+            write_config(
+                &home,
+                &format!("[[hooks]]\nevents = [\"*\"]\ncommand = {command}\n"),
+            );
+            let e = load(&home, &no_env).unwrap_err();
+            assert!(matches!(e, ConfigError::Parse { .. }), "{command}: {e:?}");
+        }
+        write_config(&home, "[[hooks]]\nevents = [\"*\"]\ncommand = 3\n");
+        let e = load(&home, &no_env).unwrap_err().to_string();
+        assert!(
+            e.contains("a command line (a string, run with sh -c) or an array"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub use env::{
 pub use error::ConfigError;
 pub use gateway::GatewayConfig;
 pub use home::Home;
-pub use hooks::{CommandHookConfig, HOOK_EVENT_NAMES, WebhookConfig};
+pub use hooks::{CommandHookConfig, HOOK_EVENT_NAMES, HookCommand, WebhookConfig};
 pub use inbox::{
     AutoApproveConfig, DEFAULT_MAX_UPLOAD_BYTES, EXPIRY_OUTCOMES, InboxConfig, InboxKey,
     InboxNotifyConfig, InboxPolicyConfig, InboxProjectConfig, InboxStepConfig, RateLimitConfig,

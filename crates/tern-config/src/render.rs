@@ -437,11 +437,11 @@ mod tests {
                 "{path}:\n{out}"
             );
         }
-        // Entries are shown with their keys.
+        // Entries are shown with their keys; an argv command as an array.
         assert!(
             out.contains(
                 "\n[[hooks]]   # from config.toml\nname = \"argv\"\nevents = [\"*\"]\n\
-                 command = \"notify-send tern\"\ntimeout_ms = 300\n"
+                 command = [\"notify-send\", \"tern\", \"a b\"]\ntimeout_ms = 300\n"
             ),
             "{out}"
         );

@@ -99,7 +99,7 @@ timeout_ms = 250
 [[hooks]]
 name = "argv"
 events = ["*"]
-command = "notify-send tern"
+command = ["notify-send", "tern", "a b"]
 timeout_ms = 300
 
 [[webhooks]]

@@ -12,9 +12,9 @@ name = "llama3"
 idle_reset = "24h"
 
 [[hooks]]
-name = "greet"
+name = "argv"
 events = ["turn_end"]
-command = "echo 'hi there'"
+command = ["sh", "-c", "echo 'hi there'"]
 
 [[webhooks]]
 url = "https://user:webhookpass@ops.example/in"
@@ -133,9 +133,9 @@ fn config_show_prints_every_key_that_is_set_with_its_source() {
     assert_eq!(
         section(&out, "[[hooks]]"),
         [
-            "name = \"greet\"",
+            "name = \"argv\"",
             "events = [\"turn_end\"]",
-            "command = \"echo 'hi there'\"",
+            "command = [\"sh\", \"-c\", \"echo 'hi there'\"]",
             "timeout_ms = 5000",
             "",
         ],
