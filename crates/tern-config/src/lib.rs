@@ -31,7 +31,8 @@
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
 //! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`), [`Config`] which holds them,
-//! `load` and `validate`, [`Effective`], `render` and `allowlist`.
+//! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
+//! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
 mod address;
 mod agent;
