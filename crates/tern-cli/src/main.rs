@@ -98,17 +98,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let (h, eff) = context::load_config(home)?;
             println!("# tern home: {}", h.root.display());
-            println!(
-                "# config file: {}{}",
-                h.config_path().display(),
-                if eff.file_found {
-                    ""
-                } else {
-                    " (not found; defaults apply)"
-                }
-            );
             println!("# session store: {}", h.db_path().display());
-            println!();
+            // Starts with the `# config file:` line.
             print!("{}", tern_config::render_masked(&eff));
             Ok(ExitCode::SUCCESS)
         }

@@ -29,13 +29,24 @@ use crate::{ConfigError, Home};
 pub struct SandboxConfig {
     pub mode: Mode,
     /// Unset: off, except in `full-access`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub writable_roots: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub protected_paths: Vec<String>,
+    #[serde(serialize_with = "env_in_full")]
     pub env: EnvPolicy,
+}
+
+/// `[sandbox.env]` with every key, empty lists included, which `EnvPolicy`'s own `Serialize`
+/// leaves out: `tern config show` lists every key (see [`crate::tree`]).
+fn env_in_full<S: serde::Serializer>(env: &EnvPolicy, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Full<'a> {
+        keep: &'a [String],
+        remove: &'a [String],
+    }
+    // No `..`: a key added to `EnvPolicy` stops this compiling until it is listed here.
+    let EnvPolicy { keep, remove } = env;
+    Full { keep, remove }.serialize(s)
 }
 
 impl SandboxConfig {
@@ -93,4 +104,74 @@ pub(crate) fn validate_sandbox(c: &SandboxConfig, config_path: &Path) -> Result<
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+    use crate::{SandboxMode, load, render_masked};
+
+    #[test]
+    fn sandbox_defaults_parse_render_and_check() {
+        let (_d, home) = temp_home();
+        let eff = load(&home, &no_env).unwrap();
+        let c = &eff.config.sandbox;
+        assert_eq!(c.mode, SandboxMode::WorkspaceWrite);
+        assert!(!c.network());
+        let p = c.policy(&home, Some(Path::new("/home/u")));
+        assert_eq!(p.protected_paths, vec![home.root.clone()]);
+
+        write_config(
+            &home,
+            "[sandbox]\nmode = \"read-only\"\nnetwork = true\nwritable_roots = [\"~/cache\"]\n\
+             protected_paths = [\"/srv/keys\"]\n\n[sandbox.env]\nkeep = [\"GITHUB_TOKEN\"]\n",
+        );
+        let eff = load(&home, &no_env).unwrap();
+        let p = eff.config.sandbox.policy(&home, Some(Path::new("/home/u")));
+        assert_eq!(p.mode, SandboxMode::ReadOnly);
+        assert!(p.network);
+        assert_eq!(p.writable_roots, vec![PathBuf::from("/home/u/cache")]);
+        assert_eq!(
+            p.protected_paths,
+            vec![home.root.clone(), PathBuf::from("/srv/keys")]
+        );
+        assert_eq!(p.env.keep, vec!["GITHUB_TOKEN".to_owned()]);
+        let shown = render_masked(&eff);
+        assert!(shown.contains("mode = \"read-only\""), "{shown}");
+        assert!(shown.contains("\n[sandbox.env]\nkeep = "), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("keep = [\"GITHUB_TOKEN\"]")
+                    && l.ends_with("from config.toml")),
+            "{shown}"
+        );
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("remove = []") && l.ends_with("# default")),
+            "{shown}"
+        );
+
+        for (bad, says) in [
+            (
+                "[sandbox]\nmode = \"yolo\"\n",
+                "expected one of `read-only`",
+            ),
+            (
+                "[sandbox]\nwritable_roots = [\"cache\"]\n",
+                "not an absolute path",
+            ),
+            (
+                "[sandbox]\nmode = \"full-access\"\nnetwork = false\n",
+                "no effect",
+            ),
+            ("[sandbox.env]\nkeepp = []\n", "keepp"),
+        ] {
+            write_config(&home, bad);
+            let e = load(&home, &no_env).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 }

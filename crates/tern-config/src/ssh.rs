@@ -50,20 +50,14 @@ impl<'de> Deserialize<'de> for ProcessBackend {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SshConfig {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// 1 to 65535 (read wider, so a bad value gets this file's own message).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub identity_file: Option<String>,
     /// Extra `-o` options, `Key=value`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     /// The remote working directory (absolute, `~/…`, or relative to the remote home).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
 }
 

@@ -1,11 +1,12 @@
-//! Command hooks: `[[hooks]]` entries, run as `sh -c COMMAND` per event.
+//! Command hooks: `[[hooks]]` entries, run per event as `sh -c COMMAND` (a string `command`)
+//! or as the program and arguments themselves (an array `command`, no shell in between).
 //!
-//! Flow: `sh -c` starts as the leader of a new process group, with the hook's name and the
+//! Flow: the command starts as the leader of a new process group, with the hook's name and the
 //! event's name in the environment (`TERN_HOOK_NAME`, `TERN_EVENT`) → the envelope JSON and
 //! a newline are written to its stdin, which is then closed → stdout (first 64 KiB) and
-//! stderr (first 16 KiB) are read while it runs → once the shell exits, what is left in the
+//! stderr (first 16 KiB) are read while it runs → once the command exits, what is left in the
 //! pipes is drained briefly (a background child may hold them open) → if the hook's timeout
-//! passes first, the whole process group gets SIGKILL and the shell is reaped. A guard
+//! passes first, the whole process group gets SIGKILL and the command is reaped. A guard
 //! does the same when the run is dropped (an interrupted `pre_tool_call`, a runtime shutting
 //! down), so no hook outlives what started it unless it detached itself.
 //!
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tern_config::CommandHookConfig;
+use tern_config::{CommandHookConfig, HookCommand};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::{EventFilter, HookError, ToolGate};
@@ -29,7 +30,7 @@ const STDOUT_LIMIT: usize = 64 * 1024;
 const STDERR_LIMIT: usize = 16 * 1024;
 /// The most of stderr quoted in one log line.
 const STDERR_LOG_CHARS: usize = 2000;
-/// After the shell exits, how long to keep reading pipes still held open by a descendant.
+/// After the command exits, how long to keep reading pipes still held open by a descendant.
 const DRAIN_GRACE: Duration = Duration::from_millis(250);
 
 /// A configured command hook.
@@ -37,7 +38,7 @@ const DRAIN_GRACE: Duration = Duration::from_millis(250);
 pub(crate) struct CommandHook {
     /// For logs: the configured name, or the command cut to 40 characters.
     name: String,
-    command: String,
+    command: HookCommand,
     filter: EventFilter,
     timeout: Duration,
 }
@@ -53,14 +54,14 @@ impl CommandHook {
     pub(crate) fn from_config(config: &CommandHookConfig) -> Result<Self, HookError> {
         let name = match config.name.as_deref().map(str::trim) {
             Some(n) if !n.is_empty() => n.to_owned(),
-            _ => config.command.trim().chars().take(40).collect(),
+            _ => config.command.display().chars().take(40).collect(),
         };
         let invalid = |message: &str| HookError::Invalid {
             subscriber: format!("hook {name:?}"),
             message: message.to_owned(),
         };
-        if config.command.trim().is_empty() {
-            return Err(invalid("`command` must not be empty"));
+        if let Some(problem) = config.command.problem() {
+            return Err(invalid(&format!("`command` {problem}")));
         }
         if config.timeout_ms == 0 {
             return Err(invalid("`timeout_ms` must be at least 1"));
@@ -150,15 +151,25 @@ impl CommandHook {
     }
 
     async fn execute(&self, event: &'static str, json: &str) -> Result<Output, RunError> {
-        let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(&self.command)
-            .env("TERN_EVENT", event)
+        let mut cmd = match &self.command {
+            HookCommand::Shell(line) => {
+                let mut cmd = tokio::process::Command::new("/bin/sh");
+                cmd.arg("-c").arg(line);
+                cmd
+            }
+            // Checked in `from_config`: the program is there and not empty.
+            HookCommand::Argv(argv) => {
+                let mut cmd = tokio::process::Command::new(argv.first().map_or("", String::as_str));
+                cmd.args(argv.iter().skip(1));
+                cmd
+            }
+        };
+        cmd.env("TERN_EVENT", event)
             .env("TERN_HOOK_NAME", &self.name)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // Its own group, so a timeout can kill whatever the shell started too.
+            // Its own group, so a timeout can kill whatever the command started too.
             .process_group(0)
             // Belt and braces with the group guard: the leader is killed on drop even if
             // the group kill failed.
@@ -192,7 +203,7 @@ impl CommandHook {
                     status = child.wait() => status,
                 };
                 if !io_done {
-                    // The shell is gone; a descendant may still hold the pipes open. Take
+                    // The command is gone; a descendant may still hold the pipes open. Take
                     // what is there without waiting for it.
                     let _ = tokio::time::timeout(DRAIN_GRACE, &mut io).await;
                 }
@@ -371,7 +382,7 @@ mod tests {
         CommandHookConfig {
             name: name.map(str::to_owned),
             events: vec!["*".to_owned()],
-            command: command.to_owned(),
+            command: command.into(),
             timeout_ms: 1000,
         }
     }

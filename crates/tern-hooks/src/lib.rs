@@ -591,7 +591,7 @@ mod tests {
         let hook = CommandHookConfig {
             name: Some("audit".to_owned()),
             events: vec!["turn_end".to_owned(), "nope".to_owned()],
-            command: "true".to_owned(),
+            command: "true".into(),
             timeout_ms: 100,
         };
         let msg = HookBus::from_config(&[hook], &[])
@@ -628,7 +628,7 @@ mod tests {
         let hook = CommandHookConfig {
             name: None,
             events: vec!["*".to_owned()],
-            command: "true".to_owned(),
+            command: "true".into(),
             timeout_ms: 100,
         };
         let bus = HookBus::from_config(&[hook], &[]).unwrap();

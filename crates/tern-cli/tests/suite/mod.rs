@@ -1,4 +1,5 @@
 mod cli;
+mod config_show;
 mod gateway;
 mod inbox;
 mod inbox_notify;

@@ -50,7 +50,7 @@ pub fn hook(name: &str, events: &[&str], command: &str, timeout_ms: u64) -> Comm
     CommandHookConfig {
         name: Some(name.to_owned()),
         events: events.iter().map(|e| (*e).to_owned()).collect(),
-        command: command.to_owned(),
+        command: command.into(),
         timeout_ms,
     }
 }

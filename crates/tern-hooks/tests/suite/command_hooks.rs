@@ -215,6 +215,111 @@ async fn failing_and_crashing_hooks_are_logged_and_do_not_affect_others() {
     );
 }
 
+/// An argv `command` runs the program itself: each element arrives as one argument, as
+/// written, where a shell would split on spaces, strip quotes, expand `$VARS` and globs.
+#[tokio::test]
+async fn an_argv_hook_runs_without_a_shell_and_keeps_its_arguments_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("args");
+    let args = ["two words", "it's \"quoted\"", "$HOME", "*", " padded ", ""];
+    // `sh` here is just the program of the argv: its script prints each argument it got
+    // ("$@") on a line of its own, then saves stdin.
+    let mut argv: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        "for a in \"$@\"; do printf '[%s]\\n' \"$a\"; done > \"$0\"; \
+         printf %s \"$TERN_EVENT/$TERN_HOOK_NAME\" > \"$0.env\"; cat > \"$0.stdin\""
+            .into(),
+        out.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    let bus = bus(&[tern_config::CommandHookConfig {
+        name: Some("argv".to_owned()),
+        events: vec!["turn_end".to_owned()],
+        command: argv.into(),
+        timeout_ms: 5000,
+    }]);
+    bus.emit(turn_end());
+    assert!(bus.flush(Duration::from_secs(10)).await);
+
+    let expected: String = args.iter().map(|a| format!("[{a}]\n")).collect();
+    assert_eq!(read(&out), expected);
+    assert_eq!(read(&dir.path().join("args.env")), "turn_end/argv");
+    let stdin = read(&dir.path().join("args.stdin"));
+    let json: serde_json::Value = serde_json::from_str(stdin.trim_end()).unwrap();
+    assert_eq!(json["event"], "turn_end");
+
+    // The same words as a shell line come out split, unquoted and expanded: the difference
+    // the array form is for.
+    let shell_out = dir.path().join("shell");
+    let bus2 = bus_of_line(&format!(
+        "for a in two words \"$HOME\"; do printf '[%s]\\n' \"$a\"; done > '{}'",
+        shell_out.display()
+    ));
+    bus2.emit(turn_end());
+    assert!(bus2.flush(Duration::from_secs(10)).await);
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert_eq!(read(&shell_out), format!("[two]\n[words]\n[{home}]\n"));
+}
+
+fn bus_of_line(line: &str) -> HookBus {
+    bus(&[hook("line", &["turn_end"], line, 5000)])
+}
+
+/// A program that is not there is logged as such; the others still run.
+#[tokio::test]
+async fn an_argv_hook_whose_program_is_missing_is_logged() {
+    let (logs, _guard) = capture_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let bus = bus(&[
+        tern_config::CommandHookConfig {
+            name: Some("missing".to_owned()),
+            events: vec!["*".to_owned()],
+            command: vec!["/nonexistent/tern-hook".to_owned(), "x".to_owned()].into(),
+            timeout_ms: 5000,
+        },
+        hook(
+            "good",
+            &["*"],
+            &format!("touch '{}/ran'", dir.path().display()),
+            5000,
+        ),
+    ]);
+    bus.emit(turn_end());
+    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(dir.path().join("ran").exists());
+    let text = logs.text();
+    assert!(
+        logs.lines_with("hook=missing")
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("could not start")),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_empty_argv_is_refused() {
+    for (argv, says) in [
+        (vec![], "empty array"),
+        (vec![String::new(), "x".to_owned()], "empty program"),
+        (vec!["  ".to_owned()], "empty program"),
+    ] {
+        let err = HookBus::from_config(
+            &[tern_config::CommandHookConfig {
+                name: Some("bad".to_owned()),
+                events: vec!["*".to_owned()],
+                command: argv.into(),
+                timeout_ms: 5000,
+            }],
+            &[],
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains("`command`") && err.contains(says), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn hook_name_defaults_to_the_command_cut_to_40_chars() {
     let (logs, _guard) = capture_logs();
@@ -223,7 +328,7 @@ async fn hook_name_defaults_to_the_command_cut_to_40_chars() {
         &[tern_config::CommandHookConfig {
             name: None,
             events: vec!["*".to_owned()],
-            command: command.to_owned(),
+            command: command.into(),
             timeout_ms: 5000,
         }],
         &[],

@@ -1,0 +1,52 @@
+//! `[agent]`, `[tools]` and `[approvals]`: the agent loop, its built-in tools' limits and
+//! the commands that never need confirmation.
+
+use serde::{Deserialize, Serialize};
+
+/// `[agent]`: the agent loop.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    pub max_iterations: u32,
+    pub toolsets: Vec<String>,
+    pub system_prompt: Option<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            max_iterations: 60,
+            toolsets: vec!["terminal".to_owned(), "file".to_owned()],
+            system_prompt: None,
+        }
+    }
+}
+
+/// `[tools]`: limits for the built-in tools.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    pub terminal_timeout_secs: u64,
+    pub terminal_max_timeout_secs: u64,
+    pub output_limit_chars: usize,
+    pub read_limit_bytes: usize,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            terminal_timeout_secs: 180,
+            terminal_max_timeout_secs: 3600,
+            output_limit_chars: 50_000,
+            read_limit_bytes: 262_144,
+        }
+    }
+}
+
+/// `[approvals]`: commands that never need confirmation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalsConfig {
+    /// Exact command lines that are always allowed.
+    pub allowlist: Vec<String>,
+}

@@ -1,0 +1,177 @@
+//! Helpers shared by the unit tests: a temporary home, a config file, a fake environment.
+
+use std::collections::HashMap;
+use std::fs;
+
+use crate::Home;
+
+pub(crate) fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+pub(crate) fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+pub(crate) fn temp_home() -> (tempfile::TempDir, Home) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home {
+        root: dir.path().join("home"),
+    };
+    home.ensure().unwrap();
+    (dir, home)
+}
+
+pub(crate) fn write_config(home: &Home, text: &str) {
+    fs::write(home.config_path(), text).unwrap();
+}
+
+pub(crate) const HOOKS_TOML: &str = r#"
+[gateway]
+max_concurrent_turns = 4
+
+[[hooks]]
+name = "audit"
+events = ["turn_start", "turn_end"]
+command = "cat >> /tmp/audit.jsonl"
+timeout_ms = 250
+
+[[hooks]]
+events = ["*"]
+command = "true"
+
+[[webhooks]]
+url = "https://hooks.example/tern"
+secret = "0123456789abcdef-secret"
+
+[[webhooks]]
+name = "ops"
+url = "http://user:hunter2pass@ops.example:8080/in?x=1"
+secret = "another-secret-of-length"
+events = ["agent_loop_stopped"]
+timeout_ms = 1000
+max_attempts = 2
+retry_base_ms = 10
+"#;
+
+/// A `config.toml` that sets every key of every section, arrays of tables included, each to
+/// a value other than its default. `render::tests` checks it stays complete as the types grow.
+pub(crate) const FULL_TOML: &str = r#"
+[model]
+base_url = "http://user:modelpass-9876@llm.example:11434/v1"
+api_key = "sk-model-key-0123456789"
+name = "llama3"
+timeout_secs = 30
+max_retries = 1
+stream = false
+
+[agent]
+max_iterations = 5
+toolsets = ["terminal"]
+system_prompt = "be brief"
+
+[tools]
+terminal_timeout_secs = 10
+terminal_max_timeout_secs = 20
+output_limit_chars = 100
+read_limit_bytes = 200
+
+[approvals]
+allowlist = ["ls"]
+
+[gateway]
+listen = "0.0.0.0:9000"
+max_concurrent_turns = 2
+max_body_bytes = 4096
+drain_timeout_secs = 1
+idle_reset = "24h"
+
+[[hooks]]
+name = "audit"
+events = ["turn_end"]
+command = "cat >> /tmp/audit.jsonl"
+timeout_ms = 250
+
+[[hooks]]
+name = "argv"
+events = ["*"]
+command = ["notify-send", "tern", "a b"]
+timeout_ms = 300
+
+[[webhooks]]
+name = "ops"
+url = "https://user:webhookpass-1234@ops.example/in"
+secret = "webhook-secret-0123456789"
+events = ["turn_end"]
+timeout_ms = 1000
+max_attempts = 2
+retry_base_ms = 10
+
+[inbox]
+public_url = "https://inbox.example"
+max_upload_bytes = 1000
+keep_waits_on_reset = true
+url = "https://remote.example"
+key = "inbox-agent-key-0123456789"
+poll_interval = "10s"
+
+[inbox.policy]
+expires_after = "2h"
+expiry_outcome = "APPROVE"
+always_review = ["deploy_prod"]
+
+[[inbox.policy.auto_approve]]
+project = "ops"
+action = "read_logs"
+task = "t1"
+
+[[inbox.policy.auto_approve]]
+project = "ops"
+summary = "^Restart [a-z]+$"
+
+[[inbox.policy.rate_limit]]
+action = "send_email"
+max = 10
+window = "1h"
+
+[[inbox.notify]]
+url = "https://hooks.example/inbox"
+secret = "notify-secret-0123456789"
+max_attempts = 3
+retry_base_ms = 20
+timeout_ms = 30
+
+[[inbox.projects]]
+name = "refunds"
+initial_step = "triage"
+steps = [{ name = "triage", owner = "AGENT", exits = ["review"] }, { name = "review", owner = "HUMAN" }]
+
+[processes]
+max_running = 3
+keep_finished = "2h"
+log_max_bytes = 8192
+backend = "ssh"
+watch_interval = "5s"
+
+[processes.ssh]
+host = "build-box"
+user = "deploy"
+port = 2222
+identity_file = "~/.ssh/id_ed25519"
+options = ["ServerAliveInterval=30"]
+workdir = "~/app"
+
+[sandbox]
+mode = "read-only"
+network = true
+writable_roots = ["/srv/out"]
+protected_paths = ["/srv/keys"]
+
+[sandbox.env]
+keep = ["GITHUB_TOKEN"]
+remove = ["AWS_*"]
+"#;
