@@ -40,7 +40,8 @@ use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content}
 
 pub use interrupt::Interrupt;
 pub use prompt::{
-    INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files, project_instructions,
+    INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files,
+    project_instructions,
 };
 pub use tern_hooks::{HookBus, StopReason};
 

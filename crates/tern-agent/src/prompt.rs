@@ -71,7 +71,9 @@ pub fn project_instructions(workdir: &Path, home: Option<&Path>) -> Option<Strin
         if budget == 0 {
             kept.push((
                 path,
-                format!("[left out: project instructions are capped at {INSTRUCTIONS_CAP} bytes in all]"),
+                format!(
+                    "[left out: project instructions are capped at {INSTRUCTIONS_CAP} bytes in all]"
+                ),
             ));
             continue;
         }

@@ -185,9 +185,8 @@ pub fn complete_command(prefix: &str) -> Vec<String> {
         .flat_map(|c| std::iter::once(c.name).chain(c.aliases.iter().copied()))
         .filter(|n| n.starts_with(prefix))
         .map(|n| {
-            let takes_arg = parse_command(n).is_some_and(|(cmd, _)| {
-                COMMANDS.iter().any(|c| c.cmd == cmd && !c.arg.is_empty())
-            });
+            let takes_arg = parse_command(n)
+                .is_some_and(|(cmd, _)| COMMANDS.iter().any(|c| c.cmd == cmd && !c.arg.is_empty()));
             if takes_arg {
                 format!("{n} ")
             } else {
@@ -529,18 +528,12 @@ async fn one_shot(
         None => (chat.new_session(None).await?, true),
     };
     eprintln!("{}", style.dim(&format!("session {}", session.id)));
-    let outcome = match chat
-        .turn(&session.id, input, false, approver, style)
-        .await
-    {
+    let outcome = match chat.turn(&session.id, input, false, approver, style).await {
         Ok(o) => o,
         Err(e) => {
             let e = chat.explain(e);
             if created && chat.drop_if_unanswered(&session.id).await {
-                return Err(e.context(format!(
-                    "no answer, so session {} was not kept",
-                    session.id
-                )));
+                return Err(e.context(format!("no answer, so session {} was not kept", session.id)));
             }
             return Err(e);
         }
@@ -620,7 +613,9 @@ impl Repl {
                 let e = chat.explain(e);
                 eprintln!("{} {}", style.red("error:"), crate::error_chain(&e));
                 if created && chat.drop_if_unanswered(&session.id).await {
+                    // The next message starts the session again, with the title given.
                     self.session = None;
+                    self.pending_title = session.title.clone();
                 }
                 eprintln!("{}", style.dim("(/retry sends the message again)"));
             }

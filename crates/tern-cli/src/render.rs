@@ -218,6 +218,18 @@ pub fn sink(style: Style) -> EventSink {
                     );
                 }
             }
+            // An interrupted answer has no message event: what was held back is shown.
+            AgentEvent::TurnFinished { .. } if style.stream_answer => {
+                let rest = st.md.finish();
+                if !rest.is_empty() {
+                    print!("{rest}");
+                }
+                if st.open {
+                    println!();
+                    st.open = false;
+                }
+                let _ = std::io::stdout().flush();
+            }
             AgentEvent::ModelRetry {
                 attempt,
                 delay_ms,
@@ -381,14 +393,14 @@ impl Markdown {
         for ev in Parser::new(md) {
             match ev {
                 Event::Start(tag) => match tag {
-                    Tag::Paragraph => {
-                        if lists.is_empty() {
-                            self.block_gap(&mut w);
-                        }
-                    }
+                    Tag::Paragraph if lists.is_empty() => self.block_gap(&mut w),
                     Tag::Heading { level, .. } => {
                         self.block_gap(&mut w);
-                        styles.push(if level == HeadingLevel::H1 { "1;4" } else { "1" });
+                        styles.push(if level == HeadingLevel::H1 {
+                            "1;4"
+                        } else {
+                            "1"
+                        });
                         w.style(self.color, &styles);
                     }
                     Tag::BlockQuote(_) => {
@@ -590,12 +602,18 @@ mod tests {
         // A blank line inside a code fence does not end the block.
         assert_eq!(md.push("\n\n```\na\n\nb"), "\nbody\n");
         let rest = md.finish();
-        assert!(rest.contains("a\x1b[0m\n") && rest.contains("b"), "{rest:?}");
+        assert!(
+            rest.contains("a\x1b[0m\n") && rest.contains("b"),
+            "{rest:?}"
+        );
     }
 
     #[test]
     fn preview_cuts_long_output_with_a_marker() {
-        let out = (1..=10).map(|i| format!("line {i}")).collect::<Vec<_>>().join("\n");
+        let out = (1..=10)
+            .map(|i| format!("line {i}"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let p = preview(&out, false);
         assert_eq!(p.len(), PREVIEW_LINES + 1);
         assert_eq!(p[0], "line 1");
@@ -604,7 +622,9 @@ mod tests {
         assert!(preview(&"x".repeat(500), false)[0].ends_with('…'));
         assert_eq!(tool_output(r#"{"output":"a\nb","exit_code":0}"#), "a\nb");
         assert_eq!(
-            tool_output(r#"{"entries":[{"name":"src","type":"dir"},{"name":"a.rs","type":"file"}]}"#),
+            tool_output(
+                r#"{"entries":[{"name":"src","type":"dir"},{"name":"a.rs","type":"file"}]}"#
+            ),
             "src/\na.rs"
         );
     }

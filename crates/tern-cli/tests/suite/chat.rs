@@ -58,7 +58,10 @@ async fn tool_output_is_previewed_whole_with_verbose_and_tokens_are_reported() {
     let o = e.run(&["chat", "-q", "print ten lines"]);
     assert_exit(&o, 0);
     let err = stderr(&o);
-    assert!(err.contains("out-line-1\n") && err.contains("out-line-4\n"), "{err}");
+    assert!(
+        err.contains("out-line-1\n") && err.contains("out-line-4\n"),
+        "{err}"
+    );
     assert!(!err.contains("out-line-5"), "only a preview:\n{err}");
     assert!(
         err.contains("… 6 more lines (--verbose shows all)"),
@@ -78,7 +81,10 @@ async fn tool_output_is_previewed_whole_with_verbose_and_tokens_are_reported() {
     let err = stderr(&o);
     assert!(err.contains("out-line-10"), "{err}");
     assert!(!err.contains("more lines"), "{err}");
-    assert!(!err.contains("tokens:"), "no usage reported, none shown:\n{err}");
+    assert!(
+        !err.contains("tokens:"),
+        "no usage reported, none shown:\n{err}"
+    );
 }
 
 /// `-q` is a flag: the next word is not its value.
@@ -122,7 +128,10 @@ async fn the_yolo_hint_of_a_denial_is_shown_whole() {
     assert_exit(&o, 0);
     let err = stderr(&o);
     let line = err.lines().find(|l| l.starts_with("✗ terminal")).unwrap();
-    assert!(line.contains("allow dangerous commands with --yolo"), "{line}");
+    assert!(
+        line.contains("allow dangerous commands with --yolo"),
+        "{line}"
+    );
 }
 
 /// A failed `-q` turn in a new session keeps nothing when the model never answered; the
@@ -267,12 +276,18 @@ async fn retry_usage_resume_and_model() {
 
     let id = sessions(&e)[0]["id"].as_str().unwrap().to_owned();
     e.fake().push(Reply::text("resumed here"));
-    let input = format!("/resume {}\n/model other-model\nwhere am I?\n/exit\n", &id[..8]);
+    let input = format!(
+        "/resume {}\n/model other-model\nwhere am I?\n/exit\n",
+        &id[..8]
+    );
     let o = repl(&e, &[], &input);
     assert_exit(&o, 0);
     let err = stderr(&o);
     assert!(err.contains(&format!("resumed session {id}")), "{err}");
-    assert!(err.contains("model other-model from the next turn on"), "{err}");
+    assert!(
+        err.contains("model other-model from the next turn on"),
+        "{err}"
+    );
     let last = e.fake().requests().pop().unwrap();
     assert_eq!(last.body["model"], "other-model");
     assert!(last.messages().iter().any(|m| m["content"] == "first"));
@@ -282,7 +297,13 @@ async fn retry_usage_resume_and_model() {
     let o = repl(&e, &[], "/resume zzzz\n/help\n/exit\n");
     let err = stderr(&o);
     assert!(err.contains("session not found: zzzz"), "{err}");
-    for c in ["/resume ID", "/model NAME", "/title TEXT", "/retry", "/usage"] {
+    for c in [
+        "/resume ID",
+        "/model NAME",
+        "/title TEXT",
+        "/retry",
+        "/usage",
+    ] {
         assert!(err.contains(c), "{c} missing from /help:\n{err}");
     }
 }

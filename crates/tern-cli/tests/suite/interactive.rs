@@ -420,7 +420,10 @@ async fn tab_completes_commands_and_markdown_is_rendered() {
     assert!(status.success(), "screen:\n{}", screen.0.lock().unwrap());
     assert!(shown.contains("Steps"), "{shown}");
     assert!(!shown.contains("# Steps"), "{shown}");
-    assert!(shown.contains("• first item") && shown.contains("• second item"), "{shown}");
+    assert!(
+        shown.contains("• first item") && shown.contains("• second item"),
+        "{shown}"
+    );
     assert!(shown.contains("    echo from-the-block"), "{shown}");
     assert!(!shown.contains("```") && !shown.contains("**"), "{shown}");
 }
