@@ -40,7 +40,10 @@ use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
 
 pub use interrupt::Interrupt;
-pub use prompt::default_system_prompt;
+pub use prompt::{
+    INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files,
+    project_instructions,
+};
 pub use tern_hooks::{HookBus, StopReason};
 
 /// The marker appended when a turn is interrupted.
@@ -194,6 +197,9 @@ pub struct Agent {
     registry: Arc<Registry>,
     settings: AgentSettings,
     hooks: Arc<HookBus>,
+    /// Read `AGENTS.md`/`TERN.md` above the working directory into the system prompt; the
+    /// home directory ends the walk outside a repository.
+    project_instructions: Option<Option<PathBuf>>,
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
@@ -211,6 +217,7 @@ impl Agent {
             registry,
             settings,
             hooks: Arc::new(HookBus::new()),
+            project_instructions: None,
             locks: Mutex::new(HashMap::new()),
         }
     }
@@ -218,6 +225,15 @@ impl Agent {
     /// Publishes the turn's lifecycle events on `hooks`.
     pub fn with_hooks(mut self, hooks: Arc<HookBus>) -> Self {
         self.hooks = hooks;
+        self
+    }
+
+    /// Adds the project instructions (`AGENTS.md`, `TERN.md`) that apply to each turn's
+    /// working directory to its system prompt, read afresh every turn (see
+    /// [`project_instructions`]); `home` ends the search outside a repository. `tern chat`
+    /// turns this on; the gateway, whose sessions are not tied to its own directory, does not.
+    pub fn with_project_instructions(mut self, home: Option<PathBuf>) -> Self {
+        self.project_instructions = Some(home);
         self
     }
 
@@ -418,6 +434,18 @@ impl Agent {
         let mut system = session_prompt
             .or_else(|| self.settings.system_prompt.clone())
             .unwrap_or_else(|| default_system_prompt(&req.workdir));
+        if let Some(home) = &self.project_instructions {
+            let (workdir, home) = (req.workdir.clone(), home.clone());
+            let found = tokio::task::spawn_blocking(move || {
+                project_instructions(&workdir, home.as_deref())
+            })
+            .await
+            .unwrap_or_default();
+            if let Some(text) = found {
+                system.push_str("\n\n");
+                system.push_str(&text);
+            }
+        }
         // Whatever the base prompt, an enabled toolset's own line comes with its tools (the
         // inbox's: after asking, end the turn); a disabled toolset's does not.
         for line in self.registry.prompt_lines(&req.toolsets) {

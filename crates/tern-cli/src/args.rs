@@ -68,9 +68,17 @@ pub enum ConfigCommand {
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
-    /// Run one turn with this message, print the final answer and exit ("-" reads stdin)
-    #[arg(short = 'q', long = "query", value_name = "MESSAGE")]
-    pub query: Option<String>,
+    /// Run one turn with MESSAGE, print the final answer and exit (quiet: no REPL)
+    #[arg(short = 'q', long = "quiet", alias = "query", requires = "message")]
+    pub quiet: bool,
+
+    /// The message of a one-turn run ("-" reads it from stdin); given alone it implies -q
+    #[arg(value_name = "MESSAGE")]
+    pub message: Option<String>,
+
+    /// Show each tool's whole output, not only its first lines
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 
     /// Continue this session (an id or a unique prefix of one)
     #[arg(long, value_name = "ID", conflicts_with = "continue_latest")]

@@ -9,6 +9,11 @@ use tern_llm::LlmError;
 
 use crate::context;
 
+/// What to check when the endpoint has no such route: said by `tern doctor` and `tern chat`.
+pub fn base_url_hint() -> String {
+    format!("{ENV_BASE_URL} usually ends in /v1, e.g. http://localhost:11434/v1")
+}
+
 struct Report {
     failed: bool,
 }
@@ -182,7 +187,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 "the endpoint {} has no /models: is this the API's base URL?",
                 model.base_url
             ),
-            &format!("{ENV_BASE_URL} usually ends in /v1, e.g. http://localhost:11434/v1"),
+            &base_url_hint(),
         ),
         Err(e @ (LlmError::Connect { .. } | LlmError::Timeout { .. })) => r.fail(
             &format!("cannot reach the model endpoint: {e}"),

@@ -157,7 +157,7 @@ impl Client {
                     on_event(StreamEvent::Retrying {
                         attempt,
                         delay,
-                        error: e.to_string(),
+                        error: with_causes(&e),
                     });
                     tokio::time::sleep(delay).await;
                 }
@@ -279,6 +279,22 @@ fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
         .ok()
         .filter(|s| *s >= 0.0)
         .map(Duration::from_secs_f64)
+}
+
+/// An error and its causes (a refused connection says why only in its innermost cause),
+/// skipping a cause whose text is already there.
+fn with_causes(e: &LlmError) -> String {
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 fn truncate(s: &str, max: usize) -> String {

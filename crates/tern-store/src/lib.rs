@@ -464,6 +464,20 @@ impl Store {
         row.map(|r| session_from_row(&r)).transpose()
     }
 
+    /// The most recently updated session that has a message: what `tern chat --continue`
+    /// resumes (an empty session, left by an older version's REPL, is nothing to continue).
+    pub async fn latest_session_with_messages(&self) -> Result<Option<Session>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) \
+             ORDER BY updated_at DESC, id DESC LIMIT 1"
+        ))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| session_from_row(&r)).transpose()
+    }
+
     /// Idle sessions with messages, last updated before `before_ms` (oldest first, at most
     /// `limit`, after the `(updated_at, id)` given): the candidates for an idle reset. Empty
     /// ones (a fresh successor) are left alone, so a reset never chains into more resets.

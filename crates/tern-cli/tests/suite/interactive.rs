@@ -49,6 +49,11 @@ struct Chat {
 
 /// Starts `tern chat` in `work`, with `home` and the fake model.
 fn start_chat(home: &Path, work: &Path, fake: &FakeModel) -> Chat {
+    start_chat_on(home, work, fake, "dumb")
+}
+
+/// [`start_chat`] on a terminal of type `term` (`dumb` turns rustyline's line editing off).
+fn start_chat_on(home: &Path, work: &Path, fake: &FakeModel, term: &str) -> Chat {
     let pty = native_pty_system()
         .openpty(PtySize {
             rows: 40,
@@ -67,7 +72,7 @@ fn start_chat(home: &Path, work: &Path, fake: &FakeModel) -> Chat {
     cmd.env("OPENAI_BASE_URL", fake.base_url());
     cmd.env("TERN_MODEL", "fake-model");
     cmd.env("NO_COLOR", "1");
-    cmd.env("TERM", "dumb");
+    cmd.env("TERM", term);
     let child = pty.slave.spawn_command(cmd).unwrap();
     drop(pty.slave);
     let mut reader = pty.master.try_clone_reader().unwrap();
@@ -368,4 +373,57 @@ async fn sandbox_escalation_once_deny_and_session_at_the_prompt() {
     );
     assert!(!s3.to_string().contains("the-secret-in-tern-home"), "{s3}");
     assert_eq!(result(11, "n2")["sandbox"], ran_outside);
+}
+
+/// Tab completes a slash command, and an answer's markdown is rendered for the terminal:
+/// no `#` or fences, bullets for list items, code indented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tab_completes_commands_and_markdown_is_rendered() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let fake = FakeModel::start().await.unwrap();
+    fake.push(Reply::text(
+        "# Steps\n\nRun **this** first:\n\n- first item\n- second item\n\n```sh\necho from-the-block\n```\n\nDone.",
+    ));
+    let Chat {
+        master: _master,
+        mut child,
+        mut writer,
+        screen,
+    } = start_chat_on(&home, &work, &fake, "xterm");
+    let (screen, shown) = tokio::task::spawn_blocking(move || {
+        let mut at = screen.wait_for("Ctrl-D quits", 0);
+        at = screen.wait_for("› ", at);
+        // "/hel" + Tab is "/help": the help comes out, listing the commands.
+        writer.write_all(b"/hel\t").unwrap();
+        at = screen.wait_for("/help", at);
+        writer.write_all(b"\r").unwrap();
+        at = screen.wait_for("Commands:", at);
+        at = screen.wait_for("/resume ID", at);
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"show me the steps\r").unwrap();
+        let from = at;
+        at = screen.wait_for("Done.", at);
+        let shown = screen.text(from, at);
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"\x04").unwrap();
+        let _ = at;
+        (screen, shown)
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "screen:\n{}", screen.0.lock().unwrap());
+    assert!(shown.contains("Steps"), "{shown}");
+    assert!(!shown.contains("# Steps"), "{shown}");
+    assert!(
+        shown.contains("• first item") && shown.contains("• second item"),
+        "{shown}"
+    );
+    assert!(shown.contains("    echo from-the-block"), "{shown}");
+    assert!(!shown.contains("```") && !shown.contains("**"), "{shown}");
 }
