@@ -214,6 +214,72 @@ fn clean(v: &mut Value) {
     }
 }
 
+/// What in a tool's parameters schema OpenAI-style function calling would reject or
+/// misread; empty when it is fine. The root must be an object schema with `properties`
+/// (and `required`, when present, naming only them) that refuses unknown keys; no subschema
+/// may be a reference (`$ref`, `$defs`, `definitions`) or carry `$schema`, and no optional
+/// field may be typed `null`.
+pub fn schema_problems(parameters: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if parameters.get("type").and_then(Value::as_str) != Some("object") {
+        problems.push("the root is not `\"type\": \"object\"`".to_owned());
+    }
+    let props = parameters.get("properties").and_then(Value::as_object);
+    match props {
+        None => problems.push("the root has no `properties` object".to_owned()),
+        Some(props) => {
+            for r in parameters
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if !r.as_str().is_some_and(|r| props.contains_key(r)) {
+                    problems.push(format!("required {r} is not a property"));
+                }
+            }
+        }
+    }
+    if parameters.get("additionalProperties") != Some(&Value::Bool(false)) {
+        problems.push("the root does not set `additionalProperties: false`".to_owned());
+    }
+    fn walk(v: &Value, at: &str, problems: &mut Vec<String>) {
+        match v {
+            Value::Object(obj) => {
+                for key in ["$ref", "$defs", "definitions", "$schema"] {
+                    if obj.contains_key(key) {
+                        problems.push(format!("{at}: has `{key}`"));
+                    }
+                }
+                let null_type = match obj.get("type") {
+                    Some(Value::String(t)) => t == "null",
+                    Some(Value::Array(ts)) => ts.iter().any(|t| t == "null"),
+                    _ => false,
+                };
+                if null_type {
+                    problems.push(format!("{at}: is typed null"));
+                }
+                for (k, child) in obj {
+                    if !matches!(k.as_str(), "default" | "examples" | "const" | "enum") {
+                        walk(child, &format!("{at}/{k}"), problems);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{at}/{i}"), problems);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(parameters, "", &mut problems);
+    if let Err(e) = jsonschema::validator_for(parameters) {
+        problems.push(format!("not a valid JSON schema: {e}"));
+    }
+    problems
+}
+
 fn is_rust_number_format(f: &str) -> bool {
     matches!(
         f,
@@ -239,4 +305,97 @@ pub fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 /// [`lenient_u64`] for an optional field (`#[serde(default, deserialize_with = ...)]`).
 pub fn lenient_opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     lenient_u64(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[expect(dead_code, reason = "only its schema is looked at")]
+    struct Inner {
+        /// A name.
+        name: String,
+    }
+
+    #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+    #[serde(rename_all = "snake_case")]
+    enum Mode {
+        Fast,
+        Slow,
+    }
+
+    /// Rust-only docs.
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[expect(dead_code, reason = "only its schema and `mode` are looked at")]
+    struct Args {
+        /// How many.
+        count: u32,
+        #[serde(default)]
+        inner: Option<Inner>,
+        #[serde(default)]
+        many: Vec<Inner>,
+        #[serde(default)]
+        mode: Option<Mode>,
+        #[serde(default)]
+        ratio: Option<f64>,
+    }
+
+    #[test]
+    fn generated_schemas_are_inlined_and_free_of_generator_noise() {
+        let s = parameters_schema::<Args>();
+        assert_eq!(schema_problems(&s), Vec::<String>::new(), "{s:#}");
+        assert!(s.get("title").is_none() && s.get("description").is_none(), "{s:#}");
+        let p = &s["properties"];
+        assert_eq!(p["count"], json!({"type": "integer", "minimum": 0, "description": "How many."}));
+        assert_eq!(p["inner"]["type"], "object");
+        assert_eq!(p["inner"]["properties"]["name"]["description"], "A name.");
+        assert_eq!(p["inner"]["additionalProperties"], false);
+        assert_eq!(p["many"]["items"]["properties"]["name"]["type"], "string");
+        assert_eq!(p["mode"]["enum"], json!(["fast", "slow"]));
+        assert_eq!(p["ratio"], json!({"type": "number"}));
+        assert_eq!(s["required"], json!(["count"]));
+    }
+
+    #[test]
+    fn schema_problems_names_what_function_calling_rejects() {
+        let p = schema_problems(&json!({"type": "string"}));
+        assert!(p.iter().any(|p| p.contains("root is not")), "{p:?}");
+        let p = schema_problems(&json!({
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/A"}, "b": {"type": ["string", "null"]}},
+            "required": ["c"],
+            "$defs": {"A": {"type": "string"}},
+        }));
+        for want in ["/properties/a: has `$ref`", "/properties/b: is typed null", "required \"c\"", "additionalProperties", ": has `$defs`"] {
+            assert!(p.iter().any(|p| p.contains(want)), "{want}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn parse_args_names_the_field_and_lenient_integers_take_whole_floats() {
+        let e = parse_args::<Args>("t", json!({"count": "x"})).unwrap_err();
+        assert!(e.to_string().starts_with("invalid arguments for `t`: invalid type: string \"x\""), "{e}");
+        let e = parse_args::<Args>("t", json!({"count": 1, "bogus": 2})).unwrap_err();
+        assert!(e.to_string().contains("unknown field `bogus`"), "{e}");
+        let e = parse_args::<Args>("t", json!({})).unwrap_err();
+        assert!(e.to_string().contains("missing field `count`"), "{e}");
+        let a = parse_args::<Args>("t", json!({"count": 1, "mode": "slow"})).unwrap();
+        assert_eq!(a.mode, Some(Mode::Slow));
+
+        #[derive(Deserialize)]
+        struct N {
+            #[serde(deserialize_with = "lenient_u64")]
+            n: u64,
+        }
+        let n = |v: Value| serde_json::from_value::<N>(json!({ "n": v })).map(|n| n.n);
+        assert_eq!(n(json!(5)).unwrap(), 5);
+        assert_eq!(n(json!(5.0)).unwrap(), 5);
+        assert!(n(json!(5.5)).is_err());
+        assert!(n(json!(-1)).is_err());
+        assert!(n(json!("5")).is_err());
+    }
 }
