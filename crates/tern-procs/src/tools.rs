@@ -282,8 +282,7 @@ impl Terminal {
         // its known hosts: it runs as if escalated, with tern's home still out of reach.
         let level = match &self.mgr.config().backend {
             Backend::Local => {
-                let requested =
-                    args.sandbox_permissions == SandboxPermissions::RequireEscalated;
+                let requested = args.sandbox_permissions == SandboxPermissions::RequireEscalated;
                 escalation::level(
                     &ctx,
                     &command,
@@ -421,9 +420,7 @@ impl Process {
             }
             Action::Log => {
                 let offset = args.offset;
-                let limit = args
-                    .limit
-                    .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+                let limit = args.limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
                 let c = mgr.log(id, offset, limit).await.map_err(tool_error)?;
                 let mut v = json!({
                     "session_id": id,

@@ -140,7 +140,6 @@ pub(crate) fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathB
     Err(last_err.unwrap_or_else(|| io::Error::other("cannot create a temporary file")))
 }
 
-
 pub(crate) fn check_cancel(ctx: &ToolContext) -> Result<(), ToolError> {
     if ctx.cancel.is_cancelled() {
         Err(ToolError::new("cancelled: the turn was interrupted"))
@@ -234,4 +233,3 @@ pub(crate) fn io_error(action: &str, shown: &str, ctx: &ToolContext, e: &io::Err
 pub(crate) fn to_usize(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
-

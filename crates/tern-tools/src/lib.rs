@@ -1,11 +1,15 @@
-//! Tools the agent can call: a registry of JSON-schema'd tools grouped in toolsets.
+//! Tools the agent can call: a registry of typed tools grouped in toolsets.
+//!
+//! A tool implements [`Tool`] (see [`tool`]): its `Args` struct is both what the model's
+//! arguments deserialise into and where the JSON schema the model sees is generated from.
+//! The built-in tools are in [`tools`], one module each, listed in [`tools::builtin`].
 //!
 //! Flow of one call: the agent loop asks [`Registry::call`] with the tool name and the raw
-//! argument string the model sent → the string is parsed as JSON (a parse failure is a
-//! [`ToolError`] the model can read) → the arguments are validated against the tool's
-//! schema → the handler runs with a [`ToolContext`] carrying the working directory, the
-//! turn's cancellation token and the [`Approver`] for dangerous commands → the result is
-//! JSON, returned to the model as the tool message content.
+//! argument string the model sent → the string is parsed as JSON (a parse failure is an
+//! [`ArgsError`] the model can read) → the arguments are validated against the tool's
+//! schema → deserialised into its `Args` → the tool runs with a [`ToolContext`] carrying the
+//! working directory, the turn's cancellation token and the [`Approver`] for dangerous
+//! commands → the result is JSON, returned to the model as the tool message content.
 
 pub mod approval;
 pub mod danger;

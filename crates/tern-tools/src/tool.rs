@@ -283,8 +283,20 @@ pub fn schema_problems(parameters: &Value) -> Vec<String> {
 fn is_rust_number_format(f: &str) -> bool {
     matches!(
         f,
-        "int" | "int8" | "int16" | "int32" | "int64" | "int128" | "uint" | "uint8" | "uint16"
-            | "uint32" | "uint64" | "uint128" | "float" | "double"
+        "int"
+            | "int8"
+            | "int16"
+            | "int32"
+            | "int64"
+            | "int128"
+            | "uint"
+            | "uint8"
+            | "uint16"
+            | "uint32"
+            | "uint64"
+            | "uint128"
+            | "float"
+            | "double"
     )
 }
 
@@ -348,9 +360,15 @@ mod tests {
     fn generated_schemas_are_inlined_and_free_of_generator_noise() {
         let s = parameters_schema::<Args>();
         assert_eq!(schema_problems(&s), Vec::<String>::new(), "{s:#}");
-        assert!(s.get("title").is_none() && s.get("description").is_none(), "{s:#}");
+        assert!(
+            s.get("title").is_none() && s.get("description").is_none(),
+            "{s:#}"
+        );
         let p = &s["properties"];
-        assert_eq!(p["count"], json!({"type": "integer", "minimum": 0, "description": "How many."}));
+        assert_eq!(
+            p["count"],
+            json!({"type": "integer", "minimum": 0, "description": "How many."})
+        );
         assert_eq!(p["inner"]["type"], "object");
         assert_eq!(p["inner"]["properties"]["name"]["description"], "A name.");
         assert_eq!(p["inner"]["additionalProperties"], false);
@@ -370,7 +388,13 @@ mod tests {
             "required": ["c"],
             "$defs": {"A": {"type": "string"}},
         }));
-        for want in ["/properties/a: has `$ref`", "/properties/b: is typed null", "required \"c\"", "additionalProperties", ": has `$defs`"] {
+        for want in [
+            "/properties/a: has `$ref`",
+            "/properties/b: is typed null",
+            "required \"c\"",
+            "additionalProperties",
+            ": has `$defs`",
+        ] {
             assert!(p.iter().any(|p| p.contains(want)), "{want}: {p:?}");
         }
     }
@@ -378,7 +402,11 @@ mod tests {
     #[test]
     fn parse_args_names_the_field_and_lenient_integers_take_whole_floats() {
         let e = parse_args::<Args>("t", json!({"count": "x"})).unwrap_err();
-        assert!(e.to_string().starts_with("invalid arguments for `t`: invalid type: string \"x\""), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("invalid arguments for `t`: invalid type: string \"x\""),
+            "{e}"
+        );
         let e = parse_args::<Args>("t", json!({"count": 1, "bogus": 2})).unwrap_err();
         assert!(e.to_string().contains("unknown field `bogus`"), "{e}");
         let e = parse_args::<Args>("t", json!({})).unwrap_err();

@@ -369,7 +369,13 @@ impl Tool for RequestElicitation {
     type Args = ElicitationArgs;
 
     async fn run(&self, args: ElicitationArgs, ctx: ToolContext) -> ToolResult {
-        request(&self.0, check_elicitation(args)?, ctx, WaitKind::Elicitation).await
+        request(
+            &self.0,
+            check_elicitation(args)?,
+            ctx,
+            WaitKind::Elicitation,
+        )
+        .await
     }
 }
 
@@ -1147,7 +1153,10 @@ mod tests {
 
     #[test]
     fn request_descriptions_point_to_the_guide() {
-        for description in [RequestApproval::DESCRIPTION, RequestElicitation::DESCRIPTION] {
+        for description in [
+            RequestApproval::DESCRIPTION,
+            RequestElicitation::DESCRIPTION,
+        ] {
             assert!(description.contains(guide_pointer!()), "{description}");
             assert!(description.contains("END YOUR TURN"), "{description}");
         }

@@ -436,12 +436,20 @@ async fn generated_schemas_agree_with_the_args() {
     let sets = ["terminal".to_owned()];
     let spec = |name: &str| {
         let s = e.registry.specs(&sets).find(|s| s.name == name).unwrap();
-        assert_eq!(schema_problems(&s.parameters), Vec::<String>::new(), "{name}");
+        assert_eq!(
+            schema_problems(&s.parameters),
+            Vec::<String>::new(),
+            "{name}"
+        );
         s.parameters.clone()
     };
     let valid = |schema: &Value, example: &Value| {
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-        assert_eq!(keys(&schema["properties"]), keys(example), "every property is set");
+        assert_eq!(
+            keys(&schema["properties"]),
+            keys(example),
+            "every property is set"
+        );
         assert!(jsonschema::is_valid(schema, example), "{example}");
     };
 
@@ -465,7 +473,9 @@ async fn generated_schemas_agree_with_the_args() {
     assert_eq!(process["required"], json!(["action"]));
     assert_eq!(
         process["properties"]["action"]["enum"],
-        json!(["list", "poll", "log", "wait", "kill", "write", "submit", "close"])
+        json!([
+            "list", "poll", "log", "wait", "kill", "write", "submit", "close"
+        ])
     );
     let example = json!({
         "action": "log", "data": "x", "limit": 10, "offset": 0, "session_id": "proc_1",
@@ -488,12 +498,18 @@ async fn bad_arguments_name_the_tool_and_the_field() {
     };
     let m = err("terminal", json!({"command": "true", "background": "yes"})).await;
     assert!(
-        m.starts_with("invalid arguments for `terminal`: /background: \"yes\" is not of type \"boolean\""),
+        m.starts_with(
+            "invalid arguments for `terminal`: /background: \"yes\" is not of type \"boolean\""
+        ),
         "{m}"
     );
     let m = err("terminal", json!({"background": true})).await;
     assert!(m.contains("\"command\" is a required property"), "{m}");
-    let m = err("terminal", json!({"command": "true", "watch_patterns": "x"})).await;
+    let m = err(
+        "terminal",
+        json!({"command": "true", "watch_patterns": "x"}),
+    )
+    .await;
     assert!(m.contains("/watch_patterns"), "{m}");
     let m = err("process", json!({"session_id": "proc_1"})).await;
     assert!(
@@ -501,7 +517,11 @@ async fn bad_arguments_name_the_tool_and_the_field() {
             && m.contains("\"action\" is a required property"),
         "{m}"
     );
-    let m = err("process", json!({"action": "log", "session_id": "p", "offset": -1})).await;
+    let m = err(
+        "process",
+        json!({"action": "log", "session_id": "p", "offset": -1}),
+    )
+    .await;
     assert!(m.contains("/offset"), "{m}");
     assert!(e.mgr.list().await.unwrap().is_empty());
 }

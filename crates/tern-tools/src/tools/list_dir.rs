@@ -178,4 +178,3 @@ fn list_blocking(
         hidden_skipped,
     })
 }
-

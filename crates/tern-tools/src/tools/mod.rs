@@ -29,7 +29,6 @@ pub fn builtin(r: &mut Registry) {
     r.add(list_dir::ListDir);
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -68,8 +67,16 @@ mod tests {
         let required: Vec<(&str, Value)> = r
             .specs(&sets)
             .map(|s| {
-                assert_eq!(schema_problems(&s.parameters), Vec::<String>::new(), "{}", s.name);
-                (s.name, s.parameters.get("required").cloned().unwrap_or(json!([])))
+                assert_eq!(
+                    schema_problems(&s.parameters),
+                    Vec::<String>::new(),
+                    "{}",
+                    s.name
+                );
+                (
+                    s.name,
+                    s.parameters.get("required").cloned().unwrap_or(json!([])),
+                )
             })
             .collect();
         assert_eq!(
@@ -83,14 +90,22 @@ mod tests {
             ]
         );
         // The generated schemas keep what the hand-written ones said.
-        let read = &r.specs(&sets).find(|s| s.name == "read_file").unwrap().parameters;
+        let read = &r
+            .specs(&sets)
+            .find(|s| s.name == "read_file")
+            .unwrap()
+            .parameters;
         assert_eq!(read["properties"]["offset"]["minimum"], 1);
         assert_eq!(read["properties"]["limit"]["default"], 2000);
         assert_eq!(
             read["properties"]["path"]["description"],
             "File to read, relative to the working directory or absolute."
         );
-        let term = &r.specs(&sets).find(|s| s.name == "terminal").unwrap().parameters;
+        let term = &r
+            .specs(&sets)
+            .find(|s| s.name == "terminal")
+            .unwrap()
+            .parameters;
         assert_eq!(
             term["properties"]["sandbox_permissions"]["enum"],
             json!(["use_default", "require_escalated"])
@@ -112,7 +127,10 @@ mod tests {
                 "{name}: the example sets every property"
             );
             let v = jsonschema::validator_for(&spec.parameters).unwrap();
-            assert!(v.is_valid(&example), "{name}: {example} is valid for the schema");
+            assert!(
+                v.is_valid(&example),
+                "{name}: {example} is valid for the schema"
+            );
             example
         };
         let a: read_file::ReadFileArgs = parse_args(
@@ -163,7 +181,10 @@ mod tests {
         assert_eq!((a.path.as_str(), a.max_entries), (".", 500));
         let a: <terminal::Terminal as Tool>::Args =
             parse_args("terminal", json!({"command": "ls"})).unwrap();
-        assert_eq!(a.sandbox_permissions, terminal::SandboxPermissions::UseDefault);
+        assert_eq!(
+            a.sandbox_permissions,
+            terminal::SandboxPermissions::UseDefault
+        );
     }
 
     /// A wrong type or a missing required field is a tool error naming the tool and the
@@ -179,13 +200,19 @@ mod tests {
         };
         let e = call("terminal", r#"{"command": 5}"#).await;
         assert!(
-            e.starts_with("invalid arguments for `terminal`: /command: 5 is not of type \"string\""),
+            e.starts_with(
+                "invalid arguments for `terminal`: /command: 5 is not of type \"string\""
+            ),
             "{e}"
         );
         let e = call("terminal", r#"{"timeout": 5}"#).await;
         assert!(e.starts_with("invalid arguments for `terminal`: "), "{e}");
         assert!(e.contains("\"command\" is a required property"), "{e}");
-        let e = call("terminal", r#"{"command": "touch x", "sandbox_permissions": "root"}"#).await;
+        let e = call(
+            "terminal",
+            r#"{"command": "touch x", "sandbox_permissions": "root"}"#,
+        )
+        .await;
         assert!(e.contains("/sandbox_permissions"), "{e}");
         let e = call("write_file", r#"{"path": "x"}"#).await;
         assert!(
@@ -195,15 +222,24 @@ mod tests {
         );
         let e = call("read_file", r#"{"path": "x", "limit": "ten"}"#).await;
         assert!(
-            e.starts_with("invalid arguments for `read_file`: /limit: \"ten\" is not of type \"integer\""),
+            e.starts_with(
+                "invalid arguments for `read_file`: /limit: \"ten\" is not of type \"integer\""
+            ),
             "{e}"
         );
         let e = call("list_dir", r#"{"include_hidden": "yes"}"#).await;
         assert!(e.contains("/include_hidden"), "{e}");
-        let e = call("patch_file", r#"{"path": "x", "old_string": "a", "new_string": "b", "extra": 1}"#).await;
+        let e = call(
+            "patch_file",
+            r#"{"path": "x", "old_string": "a", "new_string": "b", "extra": 1}"#,
+        )
+        .await;
         assert!(e.contains("extra"), "{e}");
         let e = call("read_file", "[1]").await;
-        assert_eq!(e, "tool arguments must be a JSON object; send them again as an object");
+        assert_eq!(
+            e,
+            "tool arguments must be a JSON object; send them again as an object"
+        );
         assert!(!dir.path().join("x").exists(), "nothing ran");
     }
 }

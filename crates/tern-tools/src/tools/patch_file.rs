@@ -336,4 +336,3 @@ fn push_side(out: &mut String, mark: char, lines: &[String]) {
         ));
     }
 }
-

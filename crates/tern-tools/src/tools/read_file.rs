@@ -340,4 +340,3 @@ pub(super) fn utf8_prefix(bytes: &[u8]) -> &str {
         Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
     }
 }
-

@@ -1051,8 +1051,7 @@ async fn the_upkeep_also_sends_a_command_wait_a_crash_left_without_its_request()
 async fn generated_schemas_agree_with_the_args() {
     use tern_tools::tool::{parse_args, schema_problems};
     use tern_waits::tools::{
-        ActionArgs, ApprovalArgs, DecisionArgs, ElicitationArgs, ExceptionArgs, GuideArgs,
-        NoteArgs,
+        ActionArgs, ApprovalArgs, DecisionArgs, ElicitationArgs, ExceptionArgs, GuideArgs, NoteArgs,
     };
 
     let env = env().await;
@@ -1081,10 +1080,21 @@ async fn generated_schemas_agree_with_the_args() {
     );
 
     let example = |name: &str, example: Value| {
-        let spec = env.registry.specs(&toolsets).find(|s| s.name == name).unwrap();
+        let spec = env
+            .registry
+            .specs(&toolsets)
+            .find(|s| s.name == name)
+            .unwrap();
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-        assert_eq!(keys(&spec.parameters["properties"]), keys(&example), "{name}");
-        assert!(jsonschema::is_valid(&spec.parameters, &example), "{name}: {example}");
+        assert_eq!(
+            keys(&spec.parameters["properties"]),
+            keys(&example),
+            "{name}"
+        );
+        assert!(
+            jsonschema::is_valid(&spec.parameters, &example),
+            "{name}: {example}"
+        );
         example
     };
     let a: ApprovalArgs = parse_args(
@@ -1146,8 +1156,11 @@ async fn generated_schemas_agree_with_the_args() {
     )
     .unwrap();
     assert_eq!(a.external_trace_id.as_deref(), Some("t"));
-    let a: DecisionArgs =
-        parse_args("get_decision", example("get_decision", json!({"requestId": "r"}))).unwrap();
+    let a: DecisionArgs = parse_args(
+        "get_decision",
+        example("get_decision", json!({"requestId": "r"})),
+    )
+    .unwrap();
     assert_eq!(a.request_id, "r");
     let _: GuideArgs = parse_args("inbox_guide", example("inbox_guide", json!({}))).unwrap();
 }
@@ -1158,14 +1171,32 @@ async fn generated_schemas_agree_with_the_args() {
 async fn bad_arguments_name_the_tool_and_the_field() {
     let env = env().await;
     let cases = [
-        ("request_approval", json!({"summary": 5}), "/summary: 5 is not of type \"string\""),
-        ("request_approval", json!({}), "\"summary\" is a required property"),
-        ("request_elicitation", json!({"summary": "x", "fields": {}}), "/fields"),
-        ("record_action", json!({"description": "x", "transitionsTo": 1}), "/transitionsTo"),
+        (
+            "request_approval",
+            json!({"summary": 5}),
+            "/summary: 5 is not of type \"string\"",
+        ),
+        (
+            "request_approval",
+            json!({}),
+            "\"summary\" is a required property",
+        ),
+        (
+            "request_elicitation",
+            json!({"summary": "x", "fields": {}}),
+            "/fields",
+        ),
+        (
+            "record_action",
+            json!({"description": "x", "transitionsTo": 1}),
+            "/transitionsTo",
+        ),
         ("get_decision", json!({"requestId": ["r"]}), "/requestId"),
     ];
     for (i, (tool, args, mention)) in cases.into_iter().enumerate() {
-        let e = err(env.call(tool, "s1", &format!("call_{i}"), args.clone()).await);
+        let e = err(env
+            .call(tool, "s1", &format!("call_{i}"), args.clone())
+            .await);
         assert!(
             e.starts_with(&format!("invalid arguments for `{tool}`: ")) && e.contains(mention),
             "{tool} {args}: {e:?} should mention {mention:?}"
