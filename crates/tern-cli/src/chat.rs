@@ -739,7 +739,7 @@ async fn repl(chat: &mut Chat, session: Option<Session>, yolo: bool) -> anyhow::
     let home = chat.home.clone();
     let approver: Arc<dyn Approver> =
         Arc::new(allowlisted(chat, inner).with_persist(Box::new(move |cmd| {
-            tern_config::add_to_allowlist(&home, cmd).map_err(|e| e.to_string())
+            tern_config::add_to_allowlist(&home, cmd).map_err(Into::into)
         })));
     let style = Style::detect(true, chat.verbose);
     eprintln!(

@@ -38,7 +38,7 @@ pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,
     SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
-pub use notify::{ExitSummary, ProcessNotifier};
+pub use notify::{ArmError, ExitSummary, ProcessNotifier};
 pub use observer::Observer;
 pub use supervisor::supervise;
 

@@ -25,8 +25,11 @@ pub trait ProcessNotifier: Send + Sync {
         &'a self,
         call_id: &'a str,
         info: &'a ProcInfo,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), ArmError>>;
 }
+
+/// Why a notification could not be armed (the notifier's own error: the waits' store).
+pub type ArmError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a session is told about its process's end.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

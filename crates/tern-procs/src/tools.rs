@@ -29,9 +29,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tern_sandbox::Level;
-use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+use tern_tools::terminal::{SandboxPermissions, TerminalArgs};
+use tern_tools::tool::lenient_opt_u64;
+use tern_tools::{Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
 use tern_tools::{escalation, terminal};
 
 use crate::layout::SandboxSpec;
@@ -63,24 +67,18 @@ pub fn register_with(
     mgr: Arc<ProcessManager>,
     notifier: Option<Arc<dyn ProcessNotifier>>,
 ) {
-    let mut spec = terminal_spec();
-    match &mgr.config().backend {
-        Backend::Local => registry.set_prompt_line("terminal", SYSTEM_PROMPT_LINE),
-        Backend::Ssh(t) => {
-            let (line, workdir) = ssh_notes(t);
-            registry.set_prompt_line("terminal", format!("{SYSTEM_PROMPT_LINE} {line}"));
-            spec.parameters["properties"]["workdir"]["description"] = json!(workdir);
-        }
+    if let Backend::Local = &mgr.config().backend {
+        registry.set_prompt_line("terminal", SYSTEM_PROMPT_LINE);
     }
-    registry.register(Arc::new(Terminal {
-        spec,
+    if let Backend::Ssh(t) = &mgr.config().backend {
+        let (line, _) = ssh_notes(t);
+        registry.set_prompt_line("terminal", format!("{SYSTEM_PROMPT_LINE} {line}"));
+    }
+    registry.add(Terminal {
         mgr: Arc::clone(&mgr),
         notifier,
-    }));
-    registry.register(Arc::new(Process {
-        spec: process_spec(),
-        mgr,
-    }));
+    });
+    registry.add(Process { mgr });
 }
 
 /// With the ssh backend: the system prompt's note on where background processes run, and
@@ -100,58 +98,103 @@ fn ssh_notes(t: &SshTarget) -> (String, String) {
     (line, workdir)
 }
 
-fn terminal_spec() -> ToolSpec {
-    let mut spec = terminal::spec();
-    spec.description = "Run a shell command (bash). In the foreground (the default) it returns \
-        the combined stdout and stderr with the exit code; commands run non-interactively \
-        (stdin closed), long output is cut in the middle. With `background: true` it starts the \
-        command under a supervisor and answers at once with its `session_id` (`proc_…`) and \
-        pid; use the `process` tool with that id to read its output, wait for it, write to its \
-        stdin or kill it. Background processes outlive the turn and gateway restarts. Use \
-        `pty: true` for interactive programs (REPLs, prompts), `notify_on_complete: true` to \
-        be told when it exits, `watch_patterns` (regular expressions) to be told when its \
-        output matches. Dangerous commands (recursive deletes, force pushes, disk writes) need \
-        a human's approval and may be denied; some are never allowed.";
-    let props = &mut spec.parameters["properties"];
-    props["background"] = json!({"type": "boolean", "description": "Start in the background and answer at once with the process's session_id (default false)."});
-    props["pty"] = json!({"type": "boolean", "description": "Background only: run in a pseudo-terminal, for interactive programs (default false)."});
-    props["notify_on_complete"] = json!({"type": "boolean", "description": "Background only: resume this session with a summary (exit code, last lines) when the process exits."});
-    props["watch_patterns"] = json!({
-        "type": "array",
-        "items": {"type": "string", "minLength": 1},
-        "maxItems": MAX_WATCH_PATTERNS,
-        "description": "Background only: regular expressions; a match in the output resumes this session."
-    });
-    props["timeout"]["description"] =
-        json!("Foreground only: seconds before the command is killed (default 180).");
-    spec
+/// The arguments of the background-capable `terminal`: the foreground one's
+/// ([`TerminalArgs`]) and the background options.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundTerminalArgs {
+    /// The command line to run with bash -c.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Foreground only: seconds before the command is killed (default 180).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    #[schemars(with = "Option<u64>", range(min = 1))]
+    pub timeout: Option<u64>,
+    /// Directory to run in; relative to the session's working directory. Default: the working directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// require_escalated: ask a human to run this command outside the sandbox (it needs to write elsewhere or use the network). Default: use_default.
+    #[serde(default)]
+    pub sandbox_permissions: SandboxPermissions,
+    /// With require_escalated: one sentence for the human on why the command needs it.
+    #[serde(default)]
+    pub justification: Option<String>,
+    /// Start in the background and answer at once with the process's session_id (default false).
+    #[serde(default)]
+    pub background: bool,
+    /// Background only: run in a pseudo-terminal, for interactive programs (default false).
+    #[serde(default)]
+    pub pty: bool,
+    /// Background only: resume this session with a summary (exit code, last lines) when the process exits.
+    #[serde(default)]
+    pub notify_on_complete: bool,
+    /// Background only: regular expressions; a match in the output resumes this session.
+    #[serde(default)]
+    #[schemars(length(max = MAX_WATCH_PATTERNS), inner(length(min = 1)))]
+    pub watch_patterns: Vec<String>,
 }
 
-fn process_spec() -> ToolSpec {
-    ToolSpec {
-        name: "process",
-        toolset: "terminal",
-        description: "Manage background processes started with `terminal` and \
-            `background: true`. Actions: `list` (this session's processes), `poll` (status and \
-            the output since the last poll), `log` (the full log from `offset`, at most `limit` \
-            bytes; without offset the newest bytes), `wait` (until it exits or `timeout` \
-            seconds pass), `kill` (TERM to its process group, KILL after a grace period), \
-            `write` (`data` to stdin), `submit` (`data` and Enter), `close` (end stdin). Every \
-            action but `list` needs `session_id`.",
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "action": {"type": "string", "enum": ["list", "poll", "log", "wait", "kill", "write", "submit", "close"]},
-                "session_id": {"type": "string", "description": "The process's id (`proc_…`), from `terminal` or `list`."},
-                "offset": {"type": "integer", "minimum": 0, "description": "log: the first byte to read."},
-                "limit": {"type": "integer", "minimum": 1, "description": "log: most bytes to read."},
-                "timeout": {"type": "integer", "minimum": 0, "description": "wait: seconds (default 60; clamped)."},
-                "data": {"type": "string", "description": "write/submit: the text for stdin."}
-            },
-            "required": ["action"],
-            "additionalProperties": false
-        }),
+impl BackgroundTerminalArgs {
+    /// The background options set on a call that is not `background`.
+    fn background_only(&self) -> Vec<&'static str> {
+        [
+            ("pty", self.pty),
+            ("notify_on_complete", self.notify_on_complete),
+            ("watch_patterns", !self.watch_patterns.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
     }
+
+    fn into_foreground(self) -> TerminalArgs {
+        TerminalArgs {
+            command: self.command,
+            timeout: self.timeout,
+            workdir: self.workdir,
+            sandbox_permissions: self.sandbox_permissions,
+            justification: self.justification,
+        }
+    }
+}
+
+/// What `process` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    List,
+    Poll,
+    Log,
+    Wait,
+    Kill,
+    Write,
+    Submit,
+    Close,
+}
+
+/// The arguments of `process`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessArgs {
+    pub action: Action,
+    /// The process's id (`proc_…`), from `terminal` or `list`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// log: the first byte to read.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    #[schemars(with = "Option<u64>")]
+    pub offset: Option<u64>,
+    /// log: most bytes to read.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    #[schemars(with = "Option<u64>", range(min = 1))]
+    pub limit: Option<u64>,
+    /// wait: seconds (default 60; clamped).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    #[schemars(with = "Option<u64>")]
+    pub timeout: Option<u64>,
+    /// write/submit: the text for stdin.
+    #[serde(default)]
+    pub data: Option<String>,
 }
 
 fn tool_error(e: ProcError) -> ToolError {
@@ -172,61 +215,63 @@ fn proc_json(info: &ProcInfo) -> Value {
     v
 }
 
+/// The background-capable `terminal`.
 struct Terminal {
-    spec: ToolSpec,
     mgr: Arc<ProcessManager>,
     /// Arms `notify_on_complete` (the gateway's durable waits); `None`: nobody is notified.
     notifier: Option<Arc<dyn ProcessNotifier>>,
 }
 
 impl Tool for Terminal {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+    const NAME: &'static str = "terminal";
+    const TOOLSET: &'static str = "terminal";
+    const DESCRIPTION: &'static str = "Run a shell command (bash). In the foreground (the \
+        default) it returns the combined stdout and stderr with the exit code; commands run \
+        non-interactively (stdin closed), long output is cut in the middle. With \
+        `background: true` it starts the command under a supervisor and answers at once with \
+        its `session_id` (`proc_…`) and pid; use the `process` tool with that id to read its \
+        output, wait for it, write to its stdin or kill it. Background processes outlive the \
+        turn and gateway restarts. Use `pty: true` for interactive programs (REPLs, prompts), \
+        `notify_on_complete: true` to be told when it exits, `watch_patterns` (regular \
+        expressions) to be told when its output matches. Dangerous commands (recursive \
+        deletes, force pushes, disk writes) need a human's approval and may be denied; some \
+        are never allowed.";
+    type Args = BackgroundTerminalArgs;
+
+    fn customize(&self, spec: &mut ToolSpec) {
+        if let Backend::Ssh(t) = &self.mgr.config().backend {
+            let (_, workdir) = ssh_notes(t);
+            spec.parameters["properties"]["workdir"]["description"] = json!(workdir);
+        }
     }
 
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(async move {
-            if args["background"].as_bool() != Some(true) {
-                let background_only = ["pty", "notify_on_complete", "watch_patterns"]
-                    .into_iter()
-                    .filter(|k| match &args[*k] {
-                        Value::Bool(b) => *b,
-                        Value::Array(a) => !a.is_empty(),
-                        _ => false,
-                    })
-                    .collect::<Vec<_>>();
-                if !background_only.is_empty() {
-                    return Err(ToolError::new(format!(
-                        "{} only work with `background: true`",
-                        background_only.join(", ")
-                    )));
-                }
-                return terminal::run(args, ctx).await;
+    async fn run(&self, args: BackgroundTerminalArgs, ctx: ToolContext) -> ToolResult {
+        if !args.background {
+            let background_only = args.background_only();
+            if !background_only.is_empty() {
+                return Err(ToolError::new(format!(
+                    "{} only work with `background: true`",
+                    background_only.join(", ")
+                )));
             }
-            self.background(args, ctx).await
-        })
+            return terminal::run(args.into_foreground(), ctx).await;
+        }
+        self.background(args, ctx).await
     }
 }
 
 impl Terminal {
-    async fn background(&self, args: Value, ctx: ToolContext) -> ToolResult {
-        let command = args["command"].as_str().unwrap_or_default().to_owned();
-        let watch_patterns: Vec<String> = args["watch_patterns"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| p.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+    async fn background(&self, args: BackgroundTerminalArgs, ctx: ToolContext) -> ToolResult {
+        let command = args.command;
+        let watch_patterns = args.watch_patterns;
         // Before asking anyone to approve the command: a bad pattern would fail the start.
         validate_watch_patterns(&watch_patterns).map_err(tool_error)?;
         let workdir = match &self.mgr.config().backend {
-            Backend::Local => terminal::authorize(&command, args["workdir"].as_str(), &ctx).await?,
+            Backend::Local => terminal::authorize(&command, args.workdir.as_deref(), &ctx).await?,
             Backend::Ssh(t) => {
                 // A path on the remote host: the manager checks it there at the spawn, not
                 // on this machine. The approver sees (and a grant is keyed by) host:path.
-                let asked = args["workdir"].as_str().unwrap_or_default();
+                let asked = args.workdir.as_deref().unwrap_or_default();
                 let remote = t.remote_workdir(asked).map_err(tool_error)?;
                 let shown = PathBuf::from(t.describe_path(&remote));
                 terminal::authorize_command(&command, &shown, &ctx).await?;
@@ -237,13 +282,13 @@ impl Terminal {
         // its known hosts: it runs as if escalated, with tern's home still out of reach.
         let level = match &self.mgr.config().backend {
             Backend::Local => {
-                let requested = args["sandbox_permissions"].as_str() == Some("require_escalated");
+                let requested = args.sandbox_permissions == SandboxPermissions::RequireEscalated;
                 escalation::level(
                     &ctx,
                     &command,
                     &workdir,
                     requested,
-                    args["justification"].as_str(),
+                    args.justification.as_deref(),
                 )
                 .await?
             }
@@ -263,9 +308,9 @@ impl Terminal {
             .spawn(SpawnRequest {
                 command,
                 workdir,
-                pty: args["pty"].as_bool().unwrap_or(false),
+                pty: args.pty,
                 session_id: Some(ctx.session_id.clone()),
-                notify_on_complete: args["notify_on_complete"].as_bool().unwrap_or(false),
+                notify_on_complete: args.notify_on_complete,
                 watch_patterns,
                 sandbox,
             })
@@ -281,7 +326,7 @@ impl Terminal {
         }
         let mut note =
             String::from("running in the background; use the `process` tool with this session_id");
-        if args.get("timeout").is_some() {
+        if args.timeout.is_some() {
             note.push_str(
                 ". `timeout` was ignored: a background process runs until it exits or is \
                  killed (`process` `wait` takes a timeout)",
@@ -296,25 +341,46 @@ impl Terminal {
     }
 }
 
+/// `process`: the model's handle on its background processes.
 struct Process {
-    spec: ToolSpec,
     mgr: Arc<ProcessManager>,
 }
 
 impl Tool for Process {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
+    const NAME: &'static str = "process";
+    const TOOLSET: &'static str = "terminal";
+    const DESCRIPTION: &'static str = "Manage background processes started with `terminal` \
+        and `background: true`. Actions: `list` (this session's processes), `poll` (status \
+        and the output since the last poll), `log` (the full log from `offset`, at most \
+        `limit` bytes; without offset the newest bytes), `wait` (until it exits or `timeout` \
+        seconds pass), `kill` (TERM to its process group, KILL after a grace period), \
+        `write` (`data` to stdin), `submit` (`data` and Enter), `close` (end stdin). Every \
+        action but `list` needs `session_id`.";
+    type Args = ProcessArgs;
 
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(self.run(args, ctx))
+    async fn run(&self, args: ProcessArgs, ctx: ToolContext) -> ToolResult {
+        self.act(args, ctx).await
     }
 }
 
 impl Process {
+    /// This session's processes.
+    async fn list(&self, ctx: &ToolContext) -> ToolResult {
+        let procs: Vec<Value> = self
+            .mgr
+            .list()
+            .await
+            .map_err(tool_error)?
+            .iter()
+            .filter(|p| p.session_id.as_deref() == Some(ctx.session_id.as_str()))
+            .map(proc_json)
+            .collect();
+        Ok(json!({ "processes": procs }))
+    }
+
     /// The process `args.session_id` names, if it belongs to the calling session.
-    async fn owned(&self, args: &Value, ctx: &ToolContext) -> Result<ProcInfo, ToolError> {
-        let Some(id) = args["session_id"].as_str() else {
+    async fn owned(&self, args: &ProcessArgs, ctx: &ToolContext) -> Result<ProcInfo, ToolError> {
+        let Some(id) = args.session_id.as_deref() else {
             return Err(ToolError::new(
                 "this action needs `session_id` (the `proc_…` id from `terminal` or `list`)",
             ));
@@ -328,25 +394,18 @@ impl Process {
         }
     }
 
-    async fn run(&self, args: Value, ctx: ToolContext) -> ToolResult {
-        let action = args["action"].as_str().unwrap_or_default();
-        if action == "list" {
-            let procs: Vec<Value> = self
-                .mgr
-                .list()
-                .await
-                .map_err(tool_error)?
-                .iter()
-                .filter(|p| p.session_id.as_deref() == Some(ctx.session_id.as_str()))
-                .map(proc_json)
-                .collect();
-            return Ok(json!({ "processes": procs }));
+    async fn act(&self, args: ProcessArgs, ctx: ToolContext) -> ToolResult {
+        let action = args.action;
+        if action == Action::List {
+            return self.list(&ctx).await;
         }
         let info = self.owned(&args, &ctx).await?;
         let id = info.id.as_str();
         let mgr = &self.mgr;
         match action {
-            "poll" => {
+            // Answered above: it names no process.
+            Action::List => self.list(&ctx).await,
+            Action::Poll => {
                 let p = mgr.poll(id).await.map_err(tool_error)?;
                 let mut v = proc_json(&p.info);
                 v["output"] = json!(p.output);
@@ -359,11 +418,9 @@ impl Process {
                 }
                 Ok(v)
             }
-            "log" => {
-                let offset = args["offset"].as_u64();
-                let limit = args["limit"]
-                    .as_u64()
-                    .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+            Action::Log => {
+                let offset = args.offset;
+                let limit = args.limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
                 let c = mgr.log(id, offset, limit).await.map_err(tool_error)?;
                 let mut v = json!({
                     "session_id": id,
@@ -380,8 +437,8 @@ impl Process {
                 }
                 Ok(v)
             }
-            "wait" => {
-                let asked = args["timeout"].as_u64().unwrap_or(DEFAULT_WAIT_SECS);
+            Action::Wait => {
+                let asked = args.timeout.unwrap_or(DEFAULT_WAIT_SECS);
                 let max = mgr.config().max_wait;
                 let timeout = Duration::from_secs(asked).min(max);
                 let w = mgr
@@ -400,17 +457,22 @@ impl Process {
                 }
                 Ok(v)
             }
-            "kill" => {
+            Action::Kill => {
                 let k = mgr.kill(id).await.map_err(tool_error)?;
                 let mut v = proc_json(&k.info);
                 v["signalled"] = json!(k.signalled);
                 Ok(v)
             }
-            "write" | "submit" => {
-                let Some(data) = args["data"].as_str() else {
-                    return Err(ToolError::new(format!("`{action}` needs `data`")));
+            Action::Write | Action::Submit => {
+                let name = if action == Action::Write {
+                    "write"
+                } else {
+                    "submit"
                 };
-                if action == "write" {
+                let Some(data) = args.data.as_deref() else {
+                    return Err(ToolError::new(format!("`{name}` needs `data`")));
+                };
+                if action == Action::Write {
                     mgr.write(id, data).await
                 } else {
                     mgr.submit(id, data).await
@@ -418,11 +480,10 @@ impl Process {
                 .map_err(tool_error)?;
                 Ok(json!({"session_id": id, "ok": true}))
             }
-            "close" => {
+            Action::Close => {
                 mgr.close(id).await.map_err(tool_error)?;
                 Ok(json!({"session_id": id, "ok": true}))
             }
-            other => Err(ToolError::new(format!("unknown action `{other}`"))),
         }
     }
 }

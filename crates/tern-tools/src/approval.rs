@@ -12,7 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 
 /// Saves an "always" decision; returns a message on failure (logged, not fatal).
-pub type PersistFn = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub type PersistFn = Box<dyn Fn(&str) -> Result<(), PersistError> + Send + Sync>;
+
+/// Why the allowlist entry could not be saved (the saver's own error: the config writer's).
+pub type PersistError = Box<dyn std::error::Error + Send + Sync>;
 
 pub struct Grants {
     inner: Arc<dyn Approver>,

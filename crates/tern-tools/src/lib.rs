@@ -1,18 +1,26 @@
-//! Tools the agent can call: a registry of JSON-schema'd tools grouped in toolsets.
+//! Tools the agent can call: a registry of typed tools grouped in toolsets.
+//!
+//! A tool implements [`Tool`] (see [`tool`]): its `Args` struct is both what the model's
+//! arguments deserialise into and where the JSON schema the model sees is generated from.
+//! The built-in tools are in [`tools`], one module each, listed in [`tools::builtin`].
 //!
 //! Flow of one call: the agent loop asks [`Registry::call`] with the tool name and the raw
-//! argument string the model sent → the string is parsed as JSON (a parse failure is a
-//! [`ToolError`] the model can read) → the arguments are validated against the tool's
-//! schema → the handler runs with a [`ToolContext`] carrying the working directory, the
-//! turn's cancellation token and the [`Approver`] for dangerous commands → the result is
-//! JSON, returned to the model as the tool message content.
+//! argument string the model sent → the string is parsed as JSON (a parse failure is an
+//! [`ArgsError`] the model can read) → the arguments are validated against the tool's
+//! schema → deserialised into its `Args` → the tool runs with a [`ToolContext`] carrying the
+//! working directory, the turn's cancellation token and the [`Approver`] for dangerous
+//! commands → the result is JSON, returned to the model as the tool message content.
 
 pub mod approval;
 pub mod danger;
 pub mod escalation;
-pub mod files;
+pub mod file_access;
 pub mod lifeline;
-pub mod terminal;
+pub mod tool;
+pub mod tools;
+
+pub use tool::{ArgsError, DynTool, Tool, ToolSpec, Typed};
+pub use tools::terminal;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -41,16 +49,6 @@ impl ToolError {
 }
 
 pub type ToolResult = Result<Value, ToolError>;
-
-/// Static description of a tool: what the model sees.
-#[derive(Debug, Clone)]
-pub struct ToolSpec {
-    pub name: &'static str,
-    pub toolset: &'static str,
-    pub description: &'static str,
-    /// JSON Schema (draft 2020-12) of the arguments object.
-    pub parameters: Value,
-}
 
 /// What a reviewer (a human at the terminal, a policy, the inbox) decided about a
 /// dangerous command.
@@ -195,42 +193,10 @@ impl ToolContext {
     }
 }
 
-/// A tool implementation.
-pub trait Tool: Send + Sync {
-    fn spec(&self) -> &ToolSpec;
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult>;
-}
-
-/// A tool made of its spec and an async handler function; every built-in tool is one.
-pub struct FnTool<F> {
-    spec: ToolSpec,
-    handler: F,
-}
-
-impl<F> FnTool<F> {
-    pub fn new(spec: ToolSpec, handler: F) -> Self {
-        Self { spec, handler }
-    }
-}
-
-impl<F, Fut> Tool for FnTool<F>
-where
-    F: Fn(Value, ToolContext) -> Fut + Send + Sync,
-    Fut: Future<Output = ToolResult> + Send + 'static,
-{
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin((self.handler)(args, ctx))
-    }
-}
-
 struct Entry {
-    tool: Arc<dyn Tool>,
+    tool: Arc<dyn DynTool>,
     // Compiled lazily: most runs call only a few tools, and start-up time matters.
-    validator: OnceLock<Result<jsonschema::Validator, String>>,
+    validator: OnceLock<Result<jsonschema::Validator, ArgsError>>,
 }
 
 /// All known tools, by name.
@@ -250,17 +216,20 @@ impl Registry {
         Self::default()
     }
 
-    /// The registry with every built-in tool.
+    /// The registry with every built-in tool ([`tools::builtin`] lists them).
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        r.register(Arc::new(FnTool::new(terminal::spec(), terminal::run)));
-        for t in files::all() {
-            r.register(t);
-        }
+        tools::builtin(&mut r);
         r
     }
 
-    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+    /// Adds a typed tool (replacing one of the same name).
+    pub fn add<T: Tool>(&mut self, tool: T) {
+        self.register(Arc::new(Typed::new(tool)));
+    }
+
+    /// Adds a tool given as a [`DynTool`] (replacing one of the same name).
+    pub fn register(&mut self, tool: Arc<dyn DynTool>) {
         let name = tool.spec().name;
         self.tools.insert(
             name,
@@ -353,10 +322,15 @@ impl Registry {
         let validator = entry
             .validator
             .get_or_init(|| {
-                jsonschema::validator_for(&entry.tool.spec().parameters).map_err(|e| e.to_string())
+                jsonschema::validator_for(&entry.tool.spec().parameters).map_err(|e| {
+                    ArgsError::BrokenSchema {
+                        tool: name.to_owned(),
+                        reason: e.to_string(),
+                    }
+                })
             })
             .as_ref()
-            .map_err(|e| ToolError::new(format!("tool `{name}` has a broken schema: {e}")))?;
+            .map_err(|e| ToolError::from(e.clone()))?;
         let problems: Vec<String> = validator
             .iter_errors(&args)
             .map(|e| {
@@ -369,10 +343,11 @@ impl Registry {
             })
             .collect();
         if !problems.is_empty() {
-            return Err(ToolError::new(format!(
-                "invalid arguments for `{name}`: {}",
-                problems.join("; ")
-            )));
+            return Err(ArgsError::Invalid {
+                tool: name.to_owned(),
+                problems: problems.join("; "),
+            }
+            .into());
         }
         entry.tool.call(args, ctx).await
     }
@@ -380,18 +355,14 @@ impl Registry {
 
 /// Parses the argument string the model sent. Models sometimes send an empty string for a
 /// tool without parameters; that is read as `{}`.
-pub fn parse_arguments(raw: &str) -> Result<Value, ToolError> {
+pub fn parse_arguments(raw: &str) -> Result<Value, ArgsError> {
     if raw.trim().is_empty() {
         return Ok(json!({}));
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(_) => Err(ToolError::new(
-            "tool arguments must be a JSON object; send them again as an object",
-        )),
-        Err(e) => Err(ToolError::new(format!(
-            "tool arguments are not valid JSON ({e}); send them again as a JSON object"
-        ))),
+        Ok(_) => Err(ArgsError::NotObject),
+        Err(e) => Err(ArgsError::NotJson(e.to_string())),
     }
 }
 

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use serde_json::json;
 use tern_sandbox::{Mode, Policy, Sandbox, Support};
 use tern_tools::danger::{DESTRUCTIVE_EXAMPLES, fill_example};
 use tern_tools::escalation::PATTERN_KEY;
@@ -201,7 +200,11 @@ async fn run_example(i: usize, outside: bool, approve_dangerous: bool) -> Run {
         asked: Mutex::new(Vec::new()),
     });
     let result = terminal::run(
-        json!({"command": cmd, "workdir": t.repo.to_str().unwrap()}),
+        terminal::TerminalArgs {
+            command: cmd.clone(),
+            workdir: Some(t.repo.to_str().unwrap().to_owned()),
+            ..Default::default()
+        },
         ctx(&ws, &home, human.clone(), i),
     )
     .await;

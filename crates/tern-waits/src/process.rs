@@ -29,7 +29,9 @@
 //!   nobody is asked anything, and the user may chat on meanwhile.
 
 use serde_json::{Value, json};
-use tern_procs::{ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier, WatchBatch};
+use tern_procs::{
+    ArmError, ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier, WatchBatch,
+};
 use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
 use tern_tools::BoxFuture;
 
@@ -279,12 +281,12 @@ impl ProcessNotifier for ProcessWaits {
         &'a self,
         call_id: &'a str,
         info: &'a ProcInfo,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), ArmError>> {
         Box::pin(async move {
             self.arm(Some(call_id), info)
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(Into::into)
         })
     }
 }

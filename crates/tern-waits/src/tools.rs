@@ -41,15 +41,16 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use schemars::generate::SchemaGenerator;
+use schemars::{JsonSchema, Schema, json_schema};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tern_hooks::{HookBus, HookEvent, WaitCreated};
 use tern_inbox::fields::{Field, FieldBid, validate_field_defs};
 use tern_inbox::model::MetadataPatch;
 use tern_inbox::outcome::ApprovalRecommendation;
 use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
-use tern_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+use tern_tools::{Registry, Tool, ToolContext, ToolError, ToolResult};
 
 use crate::client::{ClientError, InboxClient, LogKind, RequestKind, TaskRef};
 use crate::guide::{GUIDE, SYSTEM_PROMPT_LINE};
@@ -316,58 +317,161 @@ fn call_key(wait: &Wait) -> &str {
 /// prompt of the turns that enable it (the guide offered as a skill).
 pub fn register(registry: &mut Registry, ctx: Arc<InboxTools>) {
     registry.set_prompt_line(TOOLSET, SYSTEM_PROMPT_LINE);
-    for which in [
-        Which::Approval,
-        Which::Elicitation,
-        Which::Action,
-        Which::Exception,
-        Which::Note,
-        Which::Decision,
-        Which::Guide,
-    ] {
-        registry.register(Arc::new(InboxTool {
-            spec: which.spec(),
-            which,
-            ctx: Arc::clone(&ctx),
-        }));
+    registry.add(RequestApproval(Arc::clone(&ctx)));
+    registry.add(RequestElicitation(Arc::clone(&ctx)));
+    registry.add(RecordAction(Arc::clone(&ctx)));
+    registry.add(ReportException(Arc::clone(&ctx)));
+    registry.add(AddNote(Arc::clone(&ctx)));
+    registry.add(GetDecision(ctx));
+    registry.add(InboxGuide);
+}
+
+/// The sentence that offers the guide as a skill, ending both request tools' descriptions.
+macro_rules! guide_pointer {
+    () => {
+        " Read `inbox_guide` first (when to ask, how, and what to do after)."
+    };
+}
+
+/// `request_approval`: a human approves or rejects one concrete action.
+pub struct RequestApproval(pub Arc<InboxTools>);
+
+impl Tool for RequestApproval {
+    const NAME: &'static str = "request_approval";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = concat!(
+        "Ask a human reviewer to approve or reject one concrete action before you \
+         take it (irreversible or costly actions). Returns {\"requestId\", \
+         \"status\": \"pending\"} at once; then END YOUR TURN: you will be resumed \
+         with the decision in this conversation. Never poll.",
+        guide_pointer!()
+    );
+    type Args = ApprovalArgs;
+
+    async fn run(&self, args: ApprovalArgs, ctx: ToolContext) -> ToolResult {
+        request(&self.0, check_approval(args)?, ctx, WaitKind::Approval).await
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Which {
-    Approval,
-    Elicitation,
-    Action,
-    Exception,
-    Note,
-    Decision,
-    Guide,
-}
+/// `request_elicitation`: a human fills in a form.
+pub struct RequestElicitation(pub Arc<InboxTools>);
 
-struct InboxTool {
-    spec: ToolSpec,
-    which: Which,
-    ctx: Arc<InboxTools>,
-}
+impl Tool for RequestElicitation {
+    const NAME: &'static str = "request_elicitation";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = concat!(
+        "Ask a human reviewer to fill in values only a human knows (a form of \
+         `fields`). Returns {\"requestId\", \"status\": \"pending\"} at once; \
+         then END YOUR TURN: you will be resumed with the answers in this \
+         conversation. Never poll.",
+        guide_pointer!()
+    );
+    type Args = ElicitationArgs;
 
-impl Tool for InboxTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+    async fn run(&self, args: ElicitationArgs, ctx: ToolContext) -> ToolResult {
+        request(
+            &self.0,
+            check_elicitation(args)?,
+            ctx,
+            WaitKind::Elicitation,
+        )
+        .await
     }
+}
 
-    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(async move {
-            let tools = &self.ctx;
-            match self.which {
-                Which::Approval => request(tools, args, ctx, WaitKind::Approval).await,
-                Which::Elicitation => request(tools, args, ctx, WaitKind::Elicitation).await,
-                Which::Action => log(tools, args, ctx, LogKind::Action).await,
-                Which::Exception => log(tools, args, ctx, LogKind::Exception).await,
-                Which::Note => log(tools, args, ctx, LogKind::Note).await,
-                Which::Decision => decision(tools, args, ctx).await,
-                Which::Guide => Ok(json!({ "guide": GUIDE })),
-            }
-        })
+/// `record_action`: logs what the agent did.
+pub struct RecordAction(pub Arc<InboxTools>);
+
+impl Tool for RecordAction {
+    const NAME: &'static str = "record_action";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = "Log something you did in the reviewer's inbox (never \
+        waits for anyone). May move the session's task to another step (`transitionsTo`), \
+        patch its metadata and attach workspace files.";
+    type Args = ActionArgs;
+
+    async fn run(&self, a: ActionArgs, ctx: ToolContext) -> ToolResult {
+        require_text("description", &a.description)?;
+        let mut body = Map::new();
+        body.insert("description".into(), json!(a.description));
+        insert_some(&mut body, "detail", a.detail)?;
+        insert_some(&mut body, "transitionsTo", a.transitions_to)?;
+        insert_some(&mut body, "metadataPatch", a.metadata_patch)?;
+        insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
+        let files = a.attachments.unwrap_or_default();
+        log(&self.0, body, &files, ctx, LogKind::Action).await
+    }
+}
+
+/// `report_exception`: logs that something went wrong.
+pub struct ReportException(pub Arc<InboxTools>);
+
+impl Tool for ReportException {
+    const NAME: &'static str = "report_exception";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = "Log in the reviewer's inbox that something went wrong \
+        (never waits for anyone). May move the session's task to another step.";
+    type Args = ExceptionArgs;
+
+    async fn run(&self, a: ExceptionArgs, ctx: ToolContext) -> ToolResult {
+        require_text("message", &a.message)?;
+        let mut body = Map::new();
+        body.insert("message".into(), json!(a.message));
+        insert_some(&mut body, "detail", a.detail)?;
+        insert_some(&mut body, "transitionsTo", a.transitions_to)?;
+        insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
+        log(&self.0, body, &[], ctx, LogKind::Exception).await
+    }
+}
+
+/// `add_note`: a remark on the session's task.
+pub struct AddNote(pub Arc<InboxTools>);
+
+impl Tool for AddNote {
+    const NAME: &'static str = "add_note";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = "Add a remark to the session's task in the reviewer's \
+        inbox (never waits for anyone).";
+    type Args = NoteArgs;
+
+    async fn run(&self, a: NoteArgs, ctx: ToolContext) -> ToolResult {
+        require_text("message", &a.message)?;
+        let mut body = Map::new();
+        body.insert("message".into(), json!(a.message));
+        insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
+        log(&self.0, body, &[], ctx, LogKind::Note).await
+    }
+}
+
+/// `get_decision`: reads a request's decision once.
+pub struct GetDecision(pub Arc<InboxTools>);
+
+impl Tool for GetDecision {
+    const NAME: &'static str = "get_decision";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = "Check once whether a request of this session was \
+        decided, and read the decision. Not for waiting: after asking, end your turn; the \
+        decision comes to you as a message.";
+    type Args = DecisionArgs;
+
+    async fn run(&self, a: DecisionArgs, ctx: ToolContext) -> ToolResult {
+        decision(&self.0, a, ctx).await
+    }
+}
+
+/// `inbox_guide`: how to ask a human well.
+pub struct InboxGuide;
+
+impl Tool for InboxGuide {
+    const NAME: &'static str = "inbox_guide";
+    const TOOLSET: &'static str = TOOLSET;
+    const DESCRIPTION: &'static str = "The guide to asking a human through the inbox: when \
+        to ask, how to write the request, and what to do after asking. Read it before your \
+        first request.";
+    type Args = GuideArgs;
+
+    async fn run(&self, _: GuideArgs, _: ToolContext) -> ToolResult {
+        Ok(json!({ "guide": GUIDE }))
     }
 }
 
@@ -376,80 +480,116 @@ impl Tool for InboxTool {
 // supplies them), attachments as workspace paths.
 // ---------------------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `request_approval`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ApprovalArgs {
-    summary: String,
+pub struct ApprovalArgs {
+    /// One line: exactly what you want to do.
+    #[schemars(length(min = 1))]
+    pub summary: String,
     #[serde(default)]
-    key_value_context: Option<BTreeMap<String, String>>,
+    #[schemars(schema_with = "key_value_schema")]
+    pub key_value_context: Option<BTreeMap<String, String>>,
+    /// What you suggest, and why.
     #[serde(default)]
-    recommendation: Option<ApprovalRecommendation>,
+    #[schemars(schema_with = "approval_recommendation_schema")]
+    pub recommendation: Option<ApprovalRecommendation>,
     #[serde(default)]
-    attachments: Option<Vec<String>>,
+    #[schemars(schema_with = "attachments_schema")]
+    pub attachments: Option<Vec<String>>,
+    /// Your own correlation id, shown in the log.
     #[serde(default)]
-    external_trace_id: Option<String>,
+    pub external_trace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `request_elicitation`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ElicitationArgs {
-    summary: String,
-    fields: Vec<Field>,
+pub struct ElicitationArgs {
+    /// One line: what you need and why.
+    #[schemars(length(min = 1))]
+    pub summary: String,
+    #[schemars(schema_with = "fields_schema")]
+    pub fields: Vec<Field>,
     #[serde(default)]
-    key_value_context: Option<BTreeMap<String, String>>,
+    #[schemars(schema_with = "key_value_schema")]
+    pub key_value_context: Option<BTreeMap<String, String>>,
+    /// Pre-filled values you suggest, per field.
     #[serde(default)]
-    recommendation: Option<Vec<FieldBid>>,
+    #[schemars(schema_with = "field_bids_schema")]
+    pub recommendation: Option<Vec<FieldBid>>,
     #[serde(default)]
-    attachments: Option<Vec<String>>,
+    #[schemars(schema_with = "attachments_schema")]
+    pub attachments: Option<Vec<String>>,
+    /// Your own correlation id, shown in the log.
     #[serde(default)]
-    external_trace_id: Option<String>,
+    pub external_trace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `record_action`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ActionArgs {
-    description: String,
+pub struct ActionArgs {
+    #[schemars(length(min = 1))]
+    pub description: String,
+    /// Structured details (any JSON object).
     #[serde(default)]
-    detail: Option<Map<String, Value>>,
+    pub detail: Option<Map<String, Value>>,
+    /// A step of the project.
     #[serde(default)]
-    transitions_to: Option<String>,
+    pub transitions_to: Option<String>,
+    /// `set` overwrites keys, `setOnce` sets missing keys, `unset` removes keys.
     #[serde(default)]
-    metadata_patch: Option<MetadataPatch>,
+    #[schemars(schema_with = "metadata_patch_schema")]
+    pub metadata_patch: Option<MetadataPatch>,
     #[serde(default)]
-    attachments: Option<Vec<String>>,
+    #[schemars(schema_with = "attachments_schema")]
+    pub attachments: Option<Vec<String>>,
+    /// Your own correlation id, shown in the log.
     #[serde(default)]
-    external_trace_id: Option<String>,
+    pub external_trace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `report_exception`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ExceptionArgs {
-    message: String,
+pub struct ExceptionArgs {
+    #[schemars(length(min = 1))]
+    pub message: String,
+    /// Structured details (any JSON object).
     #[serde(default)]
-    detail: Option<Map<String, Value>>,
+    pub detail: Option<Map<String, Value>>,
+    /// A step of the project.
     #[serde(default)]
-    transitions_to: Option<String>,
+    pub transitions_to: Option<String>,
+    /// Your own correlation id, shown in the log.
     #[serde(default)]
-    external_trace_id: Option<String>,
+    pub external_trace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `add_note`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct NoteArgs {
-    message: String,
+pub struct NoteArgs {
+    #[schemars(length(min = 1))]
+    pub message: String,
+    /// Your own correlation id, shown in the log.
     #[serde(default)]
-    external_trace_id: Option<String>,
+    pub external_trace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `get_decision`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DecisionArgs {
-    request_id: String,
+pub struct DecisionArgs {
+    #[schemars(length(min = 1))]
+    pub request_id: String,
 }
 
-fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
-    serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
-}
+/// `inbox_guide` takes no arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GuideArgs {}
 
 fn require_text(name: &str, value: &str) -> Result<(), ToolError> {
     if value.trim().is_empty() {
@@ -572,8 +712,7 @@ struct Ask {
     files: Vec<String>,
 }
 
-fn check_approval(args: Value) -> Result<Ask, ToolError> {
-    let a: ApprovalArgs = parse(args)?;
+fn check_approval(a: ApprovalArgs) -> Result<Ask, ToolError> {
     require_text("summary", &a.summary)?;
     let mut body = Map::new();
     body.insert("summary".into(), json!(a.summary));
@@ -593,8 +732,7 @@ fn check_approval(args: Value) -> Result<Ask, ToolError> {
     })
 }
 
-fn check_elicitation(args: Value) -> Result<Ask, ToolError> {
-    let a: ElicitationArgs = parse(args)?;
+fn check_elicitation(a: ElicitationArgs) -> Result<Ask, ToolError> {
     require_text("summary", &a.summary)?;
     if a.fields.is_empty() {
         return Err(ToolError::new(
@@ -687,12 +825,8 @@ fn asked_of_stored(request: &str) -> Value {
     Value::Object(asked)
 }
 
-async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKind) -> ToolResult {
+async fn request(tools: &InboxTools, ask: Ask, ctx: ToolContext, kind: WaitKind) -> ToolResult {
     let (session, call, occurrence) = call_ids(&ctx)?;
-    let ask = match kind {
-        WaitKind::Elicitation => check_elicitation(args)?,
-        _ => check_approval(args)?,
-    };
     let files = confine_all(&ctx, &ask.files).await?;
     let idem = format!("tern-wait:{session}:{occurrence}");
 
@@ -818,40 +952,17 @@ async fn request(tools: &InboxTools, args: Value, ctx: ToolContext, kind: WaitKi
 // record_action, report_exception, add_note
 // ---------------------------------------------------------------------------------------
 
-async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -> ToolResult {
+/// Logs `body` (the create body without projectName/taskId) on the session's task, with
+/// `files` (workspace paths) uploaded and attached.
+async fn log(
+    tools: &InboxTools,
+    mut body: Map<String, Value>,
+    files: &[String],
+    ctx: ToolContext,
+    kind: LogKind,
+) -> ToolResult {
     let (session, _call, occurrence) = call_ids(&ctx)?;
-    let (mut body, files) = match kind {
-        LogKind::Action => {
-            let a: ActionArgs = parse(args)?;
-            require_text("description", &a.description)?;
-            let mut body = Map::new();
-            body.insert("description".into(), json!(a.description));
-            insert_some(&mut body, "detail", a.detail)?;
-            insert_some(&mut body, "transitionsTo", a.transitions_to)?;
-            insert_some(&mut body, "metadataPatch", a.metadata_patch)?;
-            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
-            (body, a.attachments.unwrap_or_default())
-        }
-        LogKind::Exception => {
-            let a: ExceptionArgs = parse(args)?;
-            require_text("message", &a.message)?;
-            let mut body = Map::new();
-            body.insert("message".into(), json!(a.message));
-            insert_some(&mut body, "detail", a.detail)?;
-            insert_some(&mut body, "transitionsTo", a.transitions_to)?;
-            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
-            (body, Vec::new())
-        }
-        LogKind::Note => {
-            let a: NoteArgs = parse(args)?;
-            require_text("message", &a.message)?;
-            let mut body = Map::new();
-            body.insert("message".into(), json!(a.message));
-            insert_some(&mut body, "externalTraceId", a.external_trace_id)?;
-            (body, Vec::new())
-        }
-    };
-    let files = confine_all(&ctx, &files).await?;
+    let files = confine_all(&ctx, files).await?;
     let task = tools
         .client
         .session_task(session, &tools.project)
@@ -889,8 +1000,7 @@ async fn log(tools: &InboxTools, args: Value, ctx: ToolContext, kind: LogKind) -
 // get_decision
 // ---------------------------------------------------------------------------------------
 
-async fn decision(tools: &InboxTools, args: Value, ctx: ToolContext) -> ToolResult {
-    let a: DecisionArgs = parse(args)?;
+async fn decision(tools: &InboxTools, a: DecisionArgs, ctx: ToolContext) -> ToolResult {
     require_text("requestId", &a.request_id)?;
     let wait = tools
         .store
@@ -926,18 +1036,12 @@ async fn decision(tools: &InboxTools, args: Value, ctx: ToolContext) -> ToolResu
 }
 
 // ---------------------------------------------------------------------------------------
-// Specs
+// Schemas of the fields whose types are the inbox's own (`tern-inbox` checks them when the
+// request is created; these tell the model their shape)
 // ---------------------------------------------------------------------------------------
 
-/// The sentence that offers the guide as a skill, ending both request tools' descriptions.
-macro_rules! guide_pointer {
-    () => {
-        " Read `inbox_guide` first (when to ask, how, and what to do after)."
-    };
-}
-
-fn key_value_schema() -> Value {
-    json!({
+fn key_value_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
         "type": "object",
         "additionalProperties": {"type": "string"},
         "description": "Facts the reviewer needs, as short strings (what, where, why, impact, \
@@ -945,21 +1049,13 @@ fn key_value_schema() -> Value {
     })
 }
 
-fn attachments_schema() -> Value {
-    json!({
+fn attachments_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
         "type": "array",
         "items": {"type": "string", "minLength": 1},
         "description": "Files to show the reviewer: paths relative to the workspace, inside \
             it (no `..`, no absolute paths)."
     })
-}
-
-fn trace_schema() -> Value {
-    json!({"type": "string", "description": "Your own correlation id, shown in the log."})
-}
-
-fn detail_schema() -> Value {
-    json!({"type": "object", "description": "Structured details (any JSON object)."})
 }
 
 fn outcome_schema() -> Value {
@@ -978,206 +1074,77 @@ fn outcome_schema() -> Value {
     })
 }
 
-impl Which {
-    fn spec(self) -> ToolSpec {
-        match self {
-            Which::Approval => ToolSpec {
-                name: "request_approval",
-                toolset: TOOLSET,
-                description: concat!(
-                    "Ask a human reviewer to approve or reject one concrete action before you \
-                     take it (irreversible or costly actions). Returns {\"requestId\", \
-                     \"status\": \"pending\"} at once; then END YOUR TURN: you will be resumed \
-                     with the decision in this conversation. Never poll.",
-                    guide_pointer!()
-                ),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "summary": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "One line: exactly what you want to do."
-                        },
-                        "keyValueContext": key_value_schema(),
-                        "recommendation": {
-                            "type": "object",
-                            "properties": {
-                                "outcome": outcome_schema(),
-                                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                                "rationale": {"type": "string"}
-                            },
-                            "required": ["outcome"],
-                            "additionalProperties": false,
-                            "description": "What you suggest, and why."
-                        },
-                        "attachments": attachments_schema(),
-                        "externalTraceId": trace_schema()
-                    },
-                    "required": ["summary"],
-                    "additionalProperties": false
-                }),
+fn approval_recommendation_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "properties": {
+            "outcome": outcome_schema(),
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            "rationale": {"type": "string"}
+        },
+        "required": ["outcome"],
+        "additionalProperties": false
+    })
+}
+
+fn fields_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "description": "The form. Each field: `type`, a unique `id`, a \
+            `label`, `required` (boolean), optional `description`. \
+            Text: `format` (EMAIL, PHONE, URL), `minLength`, `maxLength`; \
+            TextArea: `minLength`, `maxLength`; Number: `integerOnly` \
+            (required), `min`, `max`; Slider: `min`, `max` (required), \
+            `step`; Select / Multiselect: `options` (required); \
+            DateField (`min`/`max` as YYYY-MM-DD), DateTime (RFC 3339), \
+            Time (HH:MM).",
+        "items": {
+            "type": "object",
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "enum": ["Text", "TextArea", "Number", "Slider", "Switch",
+                             "Select", "Multiselect", "DateField", "DateTime",
+                             "Time"]
+                },
+                "id": {"type": "string", "minLength": 1},
+                "label": {"type": "string", "minLength": 1},
+                "required": {"type": "boolean"},
+                "description": {"type": "string"}
             },
-            Which::Elicitation => ToolSpec {
-                name: "request_elicitation",
-                toolset: TOOLSET,
-                description: concat!(
-                    "Ask a human reviewer to fill in values only a human knows (a form of \
-                     `fields`). Returns {\"requestId\", \"status\": \"pending\"} at once; \
-                     then END YOUR TURN: you will be resumed with the answers in this \
-                     conversation. Never poll.",
-                    guide_pointer!()
-                ),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "summary": {
-                            "type": "string",
-                            "minLength": 1,
-                            "description": "One line: what you need and why."
-                        },
-                        "fields": {
-                            "type": "array",
-                            "minItems": 1,
-                            "description": "The form. Each field: `type`, a unique `id`, a \
-                                `label`, `required` (boolean), optional `description`. \
-                                Text: `format` (EMAIL, PHONE, URL), `minLength`, `maxLength`; \
-                                TextArea: `minLength`, `maxLength`; Number: `integerOnly` \
-                                (required), `min`, `max`; Slider: `min`, `max` (required), \
-                                `step`; Select / Multiselect: `options` (required); \
-                                DateField (`min`/`max` as YYYY-MM-DD), DateTime (RFC 3339), \
-                                Time (HH:MM).",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "type": {
-                                        "type": "string",
-                                        "enum": ["Text", "TextArea", "Number", "Slider", "Switch",
-                                                 "Select", "Multiselect", "DateField", "DateTime",
-                                                 "Time"]
-                                    },
-                                    "id": {"type": "string", "minLength": 1},
-                                    "label": {"type": "string", "minLength": 1},
-                                    "required": {"type": "boolean"},
-                                    "description": {"type": "string"}
-                                },
-                                "required": ["type", "id", "label", "required"]
-                            }
-                        },
-                        "keyValueContext": key_value_schema(),
-                        "recommendation": {
-                            "type": "array",
-                            "description": "Pre-filled values you suggest, per field.",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "fieldId": {"type": "string"},
-                                    "value": {},
-                                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                                    "rationale": {"type": "string"}
-                                },
-                                "required": ["fieldId", "value"],
-                                "additionalProperties": false
-                            }
-                        },
-                        "attachments": attachments_schema(),
-                        "externalTraceId": trace_schema()
-                    },
-                    "required": ["summary", "fields"],
-                    "additionalProperties": false
-                }),
-            },
-            Which::Action => ToolSpec {
-                name: "record_action",
-                toolset: TOOLSET,
-                description: "Log something you did in the reviewer's inbox (never waits for \
-                    anyone). May move the session's task to another step (`transitionsTo`), \
-                    patch its metadata and attach workspace files.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "description": {"type": "string", "minLength": 1},
-                        "detail": detail_schema(),
-                        "transitionsTo": {"type": "string", "description": "A step of the project."},
-                        "metadataPatch": {
-                            "type": "object",
-                            "properties": {
-                                "set": {"type": "object"},
-                                "setOnce": {"type": "object"},
-                                "unset": {"type": "array", "items": {"type": "string"}}
-                            },
-                            "additionalProperties": false,
-                            "description": "`set` overwrites keys, `setOnce` sets missing keys, \
-                                `unset` removes keys."
-                        },
-                        "attachments": attachments_schema(),
-                        "externalTraceId": trace_schema()
-                    },
-                    "required": ["description"],
-                    "additionalProperties": false
-                }),
-            },
-            Which::Exception => ToolSpec {
-                name: "report_exception",
-                toolset: TOOLSET,
-                description: "Log in the reviewer's inbox that something went wrong (never \
-                    waits for anyone). May move the session's task to another step.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "message": {"type": "string", "minLength": 1},
-                        "detail": detail_schema(),
-                        "transitionsTo": {"type": "string", "description": "A step of the project."},
-                        "externalTraceId": trace_schema()
-                    },
-                    "required": ["message"],
-                    "additionalProperties": false
-                }),
-            },
-            Which::Note => ToolSpec {
-                name: "add_note",
-                toolset: TOOLSET,
-                description: "Add a remark to the session's task in the reviewer's inbox \
-                    (never waits for anyone).",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "message": {"type": "string", "minLength": 1},
-                        "externalTraceId": trace_schema()
-                    },
-                    "required": ["message"],
-                    "additionalProperties": false
-                }),
-            },
-            Which::Decision => ToolSpec {
-                name: "get_decision",
-                toolset: TOOLSET,
-                description: "Check once whether a request of this session was decided, and \
-                    read the decision. Not for waiting: after asking, end your turn; the \
-                    decision comes to you as a message.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "requestId": {"type": "string", "minLength": 1}
-                    },
-                    "required": ["requestId"],
-                    "additionalProperties": false
-                }),
-            },
-            Which::Guide => ToolSpec {
-                name: "inbox_guide",
-                toolset: TOOLSET,
-                description: "The guide to asking a human through the inbox: when to ask, how \
-                    to write the request, and what to do after asking. Read it before your \
-                    first request.",
-                parameters: json!({
-                    "type": "object",
-                    "properties": {},
-                    "additionalProperties": false
-                }),
-            },
+            "required": ["type", "id", "label", "required"]
         }
-    }
+    })
+}
+
+fn field_bids_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "fieldId": {"type": "string"},
+                "value": {},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                "rationale": {"type": "string"}
+            },
+            "required": ["fieldId", "value"],
+            "additionalProperties": false
+        }
+    })
+}
+
+fn metadata_patch_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "properties": {
+            "set": {"type": "object"},
+            "setOnce": {"type": "object"},
+            "unset": {"type": "array", "items": {"type": "string"}}
+        },
+        "additionalProperties": false
+    })
 }
 
 #[cfg(test)]
@@ -1186,10 +1153,12 @@ mod tests {
 
     #[test]
     fn request_descriptions_point_to_the_guide() {
-        for which in [Which::Approval, Which::Elicitation] {
-            let spec = which.spec();
-            assert!(spec.description.contains(guide_pointer!()), "{}", spec.name);
-            assert!(spec.description.contains("END YOUR TURN"), "{}", spec.name);
+        for description in [
+            RequestApproval::DESCRIPTION,
+            RequestElicitation::DESCRIPTION,
+        ] {
+            assert!(description.contains(guide_pointer!()), "{description}");
+            assert!(description.contains("END YOUR TURN"), "{description}");
         }
     }
 }

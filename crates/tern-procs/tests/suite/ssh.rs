@@ -709,6 +709,15 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
             .any(|l| l.contains(&format!("ssh://127.0.0.1:{}", sshd.port))),
         "{lines:?}"
     );
+    // So does the `workdir` parameter's description.
+    let terminal = registry.specs(&toolsets).find(|s| s.name == "terminal");
+    let workdir = &terminal.unwrap().parameters["properties"]["workdir"]["description"];
+    assert!(
+        workdir
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("ssh://127.0.0.1:{}", sshd.port))),
+        "{workdir}"
+    );
     // Foreground commands stay on this machine.
     let v = call("terminal", json!({"command": "pwd"})).await.unwrap();
     assert_eq!(v["output"], format!("{}\n", local.display()));

@@ -423,3 +423,105 @@ async fn background_processes_run_in_the_sandbox() {
     }
     kill_all(&e.mgr).await;
 }
+
+/// The generated schemas of `terminal` and `process` are function-calling object schemas
+/// that say what the hand-written ones did, and an example valid for each deserialises into
+/// its `Args`.
+#[tokio::test]
+async fn generated_schemas_agree_with_the_args() {
+    use tern_procs::tools::{Action, BackgroundTerminalArgs, ProcessArgs};
+    use tern_tools::tool::{parse_args, schema_problems};
+
+    let e = env().await;
+    let sets = ["terminal".to_owned()];
+    let spec = |name: &str| {
+        let s = e.registry.specs(&sets).find(|s| s.name == name).unwrap();
+        assert_eq!(
+            schema_problems(&s.parameters),
+            Vec::<String>::new(),
+            "{name}"
+        );
+        s.parameters.clone()
+    };
+    let valid = |schema: &Value, example: &Value| {
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            keys(&schema["properties"]),
+            keys(example),
+            "every property is set"
+        );
+        assert!(jsonschema::is_valid(schema, example), "{example}");
+    };
+
+    let term = spec("terminal");
+    assert_eq!(term["required"], json!(["command"]));
+    let watch = &term["properties"]["watch_patterns"];
+    assert_eq!(watch["maxItems"], tern_procs::manager::MAX_WATCH_PATTERNS);
+    assert_eq!(watch["items"], json!({"type": "string", "minLength": 1}));
+    let example = json!({
+        "background": true, "command": "make", "justification": "j",
+        "notify_on_complete": true, "pty": true, "sandbox_permissions": "require_escalated",
+        "timeout": 5, "watch_patterns": ["^ok$"], "workdir": "sub",
+    });
+    valid(&term, &example);
+    let a: BackgroundTerminalArgs = parse_args("terminal", example).unwrap();
+    assert!(a.background && a.pty && a.notify_on_complete);
+    assert_eq!((a.command.as_str(), a.timeout), ("make", Some(5)));
+    assert_eq!(a.watch_patterns, ["^ok$"]);
+
+    let process = spec("process");
+    assert_eq!(process["required"], json!(["action"]));
+    assert_eq!(
+        process["properties"]["action"]["enum"],
+        json!([
+            "list", "poll", "log", "wait", "kill", "write", "submit", "close"
+        ])
+    );
+    let example = json!({
+        "action": "log", "data": "x", "limit": 10, "offset": 0, "session_id": "proc_1",
+        "timeout": 3,
+    });
+    valid(&process, &example);
+    let a: ProcessArgs = parse_args("process", example).unwrap();
+    assert_eq!(a.action, Action::Log);
+    assert_eq!((a.offset, a.limit, a.timeout), (Some(0), Some(10), Some(3)));
+}
+
+/// Wrong types and missing fields are refused with the tool and the field named, before
+/// anything starts.
+#[tokio::test]
+async fn bad_arguments_name_the_tool_and_the_field() {
+    let e = env().await;
+    let err = |tool: &'static str, args: Value| {
+        let e = &e;
+        async move { e.call(tool, args).await.unwrap_err().0 }
+    };
+    let m = err("terminal", json!({"command": "true", "background": "yes"})).await;
+    assert!(
+        m.starts_with(
+            "invalid arguments for `terminal`: /background: \"yes\" is not of type \"boolean\""
+        ),
+        "{m}"
+    );
+    let m = err("terminal", json!({"background": true})).await;
+    assert!(m.contains("\"command\" is a required property"), "{m}");
+    let m = err(
+        "terminal",
+        json!({"command": "true", "watch_patterns": "x"}),
+    )
+    .await;
+    assert!(m.contains("/watch_patterns"), "{m}");
+    let m = err("process", json!({"session_id": "proc_1"})).await;
+    assert!(
+        m.starts_with("invalid arguments for `process`: ")
+            && m.contains("\"action\" is a required property"),
+        "{m}"
+    );
+    let m = err(
+        "process",
+        json!({"action": "log", "session_id": "p", "offset": -1}),
+    )
+    .await;
+    assert!(m.contains("/offset"), "{m}");
+    assert!(e.mgr.list().await.unwrap().is_empty());
+}

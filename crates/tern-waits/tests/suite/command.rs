@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tern_config::Home;
 use tern_hooks::{Envelope, HookBus, HookEvent, Subscriber};
 use tern_inbox::Inbox;
@@ -394,7 +394,10 @@ async fn through_the_terminal_tool_hard_line_is_never_offered_and_approval_runs_
     let counting = Arc::new(Counting(e.approver.clone(), AtomicUsize::new(0)));
     let run = |call: &str, cmd: &str| {
         tern_tools::terminal::run(
-            json!({"command": cmd}),
+            tern_tools::terminal::TerminalArgs {
+                command: cmd.to_owned(),
+                ..Default::default()
+            },
             e.tool_ctx("s1", call, counting.clone()),
         )
     };

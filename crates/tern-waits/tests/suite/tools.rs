@@ -1043,3 +1043,165 @@ async fn the_upkeep_also_sends_a_command_wait_a_crash_left_without_its_request()
     assert_eq!(stored.request_id.as_deref(), Some(made.as_str()));
     assert_eq!(env.request_count().await, 2);
 }
+
+/// Every inbox tool's generated schema is a function-calling object schema with its
+/// required fields, and an example valid for it (every property set) deserialises into the
+/// tool's `Args`.
+#[tokio::test]
+async fn generated_schemas_agree_with_the_args() {
+    use tern_tools::tool::{parse_args, schema_problems};
+    use tern_waits::tools::{
+        ActionArgs, ApprovalArgs, DecisionArgs, ElicitationArgs, ExceptionArgs, GuideArgs, NoteArgs,
+    };
+
+    let env = env().await;
+    let toolsets = [TOOLSET.to_owned()];
+    let mut required = Vec::new();
+    for spec in env.registry.specs(&toolsets) {
+        assert_eq!(
+            schema_problems(&spec.parameters),
+            Vec::<String>::new(),
+            "{}",
+            spec.name
+        );
+        required.push((spec.name, spec.parameters.get("required").cloned()));
+    }
+    assert_eq!(
+        required,
+        [
+            ("add_note", Some(json!(["message"]))),
+            ("get_decision", Some(json!(["requestId"]))),
+            ("inbox_guide", None),
+            ("record_action", Some(json!(["description"]))),
+            ("report_exception", Some(json!(["message"]))),
+            ("request_approval", Some(json!(["summary"]))),
+            ("request_elicitation", Some(json!(["summary", "fields"]))),
+        ]
+    );
+
+    let example = |name: &str, example: Value| {
+        let spec = env
+            .registry
+            .specs(&toolsets)
+            .find(|s| s.name == name)
+            .unwrap();
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            keys(&spec.parameters["properties"]),
+            keys(&example),
+            "{name}"
+        );
+        assert!(
+            jsonschema::is_valid(&spec.parameters, &example),
+            "{name}: {example}"
+        );
+        example
+    };
+    let a: ApprovalArgs = parse_args(
+        "request_approval",
+        example(
+            "request_approval",
+            json!({
+                "attachments": ["a.txt"], "externalTraceId": "t",
+                "keyValueContext": {"action": "deploy"},
+                "recommendation": {"outcome": {"type": "APPROVE"}, "confidence": 0.5, "rationale": "r"},
+                "summary": "Deploy",
+            }),
+        ),
+    )
+    .unwrap();
+    assert_eq!(a.summary, "Deploy");
+    assert_eq!(a.recommendation.unwrap().confidence, Some(0.5));
+    let a: ElicitationArgs = parse_args(
+        "request_elicitation",
+        example(
+            "request_elicitation",
+            json!({
+                "attachments": ["a.txt"], "externalTraceId": "t",
+                "fields": [{"type": "Switch", "id": "ok", "label": "OK?", "required": true}],
+                "keyValueContext": {"a": "b"},
+                "recommendation": [{"fieldId": "ok", "value": true}],
+                "summary": "Confirm",
+            }),
+        ),
+    )
+    .unwrap();
+    assert_eq!((a.fields.len(), a.recommendation.unwrap().len()), (1, 1));
+    let a: ActionArgs = parse_args(
+        "record_action",
+        example(
+            "record_action",
+            json!({
+                "attachments": ["a.txt"], "description": "did it", "detail": {"n": 1},
+                "externalTraceId": "t", "metadataPatch": {"set": {"k": "v"}, "unset": ["x"]},
+                "transitionsTo": "done",
+            }),
+        ),
+    )
+    .unwrap();
+    assert_eq!(a.transitions_to.as_deref(), Some("done"));
+    assert!(a.metadata_patch.is_some());
+    let a: ExceptionArgs = parse_args(
+        "report_exception",
+        example(
+            "report_exception",
+            json!({"detail": {}, "externalTraceId": "t", "message": "m", "transitionsTo": "x"}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(a.message, "m");
+    let a: NoteArgs = parse_args(
+        "add_note",
+        example("add_note", json!({"externalTraceId": "t", "message": "m"})),
+    )
+    .unwrap();
+    assert_eq!(a.external_trace_id.as_deref(), Some("t"));
+    let a: DecisionArgs = parse_args(
+        "get_decision",
+        example("get_decision", json!({"requestId": "r"})),
+    )
+    .unwrap();
+    assert_eq!(a.request_id, "r");
+    let _: GuideArgs = parse_args("inbox_guide", example("inbox_guide", json!({}))).unwrap();
+}
+
+/// A wrong type or a missing required field is refused before anything is asked, with the
+/// tool and the field named.
+#[tokio::test]
+async fn bad_arguments_name_the_tool_and_the_field() {
+    let env = env().await;
+    let cases = [
+        (
+            "request_approval",
+            json!({"summary": 5}),
+            "/summary: 5 is not of type \"string\"",
+        ),
+        (
+            "request_approval",
+            json!({}),
+            "\"summary\" is a required property",
+        ),
+        (
+            "request_elicitation",
+            json!({"summary": "x", "fields": {}}),
+            "/fields",
+        ),
+        (
+            "record_action",
+            json!({"description": "x", "transitionsTo": 1}),
+            "/transitionsTo",
+        ),
+        ("get_decision", json!({"requestId": ["r"]}), "/requestId"),
+    ];
+    for (i, (tool, args, mention)) in cases.into_iter().enumerate() {
+        let e = err(env
+            .call(tool, "s1", &format!("call_{i}"), args.clone())
+            .await);
+        assert!(
+            e.starts_with(&format!("invalid arguments for `{tool}`: ")) && e.contains(mention),
+            "{tool} {args}: {e:?} should mention {mention:?}"
+        );
+    }
+    assert!(env.waits("s1").await.is_empty());
+    assert_eq!(env.tasks().await, 0);
+}

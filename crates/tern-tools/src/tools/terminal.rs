@@ -22,6 +22,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
@@ -30,47 +32,77 @@ use tern_sandbox::denied::probable_denial;
 
 use crate::danger::{Verdict, check_command};
 use crate::escalation::{self, Outcome, Why};
-use crate::{ApprovalDecision, ApprovalRequest, ToolContext, ToolError, ToolResult, ToolSpec};
+use crate::tool::lenient_opt_u64;
+use crate::{ApprovalDecision, ApprovalRequest, Tool, ToolContext, ToolError, ToolResult};
 
-/// What the model sees of `terminal`.
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "terminal",
-        toolset: "terminal",
-        description: "Run a shell command (bash) in the foreground and return its combined \
-            stdout and stderr with the exit code. Use it for builds, tests, git, package \
-            managers and inspecting the system. Commands run non-interactively (stdin is \
-            closed); avoid programs that wait for input or open a pager. Long output is cut \
-            in the middle. Commands run in a sandbox: they may read most files but write only \
-            in the working directory (and $TMPDIR), and have no network unless configured; a \
-            command the sandbox stops is offered to a human to run outside it. Dangerous \
-            commands (deletes, overwrites, force pushes) need a human's approval and may be \
-            denied; some are never allowed.",
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "minLength": 1, "description": "The command line to run with bash -c."},
-                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 180)."},
-                "workdir": {"type": "string", "description": "Directory to run in; relative to the session's working directory. Default: the working directory."},
-                "sandbox_permissions": {"type": "string", "enum": ["use_default", "require_escalated"], "description": "require_escalated: ask a human to run this command outside the sandbox (it needs to write elsewhere or use the network). Default: use_default."},
-                "justification": {"type": "string", "description": "With require_escalated: one sentence for the human on why the command needs it."}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        }),
+/// The foreground `terminal` tool (the gateway replaces it with `tern-procs`' one, which
+/// also starts background processes).
+pub struct Terminal;
+
+/// The arguments of the foreground `terminal`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalArgs {
+    /// The command line to run with bash -c.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Seconds before the command is killed (default 180).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    #[schemars(with = "Option<u64>", range(min = 1))]
+    pub timeout: Option<u64>,
+    /// Directory to run in; relative to the session's working directory. Default: the working directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// require_escalated: ask a human to run this command outside the sandbox (it needs to write elsewhere or use the network). Default: use_default.
+    #[serde(default)]
+    pub sandbox_permissions: SandboxPermissions,
+    /// With require_escalated: one sentence for the human on why the command needs it.
+    #[serde(default)]
+    pub justification: Option<String>,
+}
+
+/// Whether the model asks to run a command outside the sandbox.
+// No doc comments on the variants: they would turn the schema's `enum` into a `oneOf`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxPermissions {
+    #[default]
+    UseDefault,
+    RequireEscalated,
+}
+
+/// What the model reads about the foreground `terminal`.
+pub const DESCRIPTION: &str = "Run a shell command (bash) in the foreground and return its \
+    combined stdout and stderr with the exit code. Use it for builds, tests, git, package \
+    managers and inspecting the system. Commands run non-interactively (stdin is \
+    closed); avoid programs that wait for input or open a pager. Long output is cut \
+    in the middle. Commands run in a sandbox: they may read most files but write only \
+    in the working directory (and $TMPDIR), and have no network unless configured; a \
+    command the sandbox stops is offered to a human to run outside it. Dangerous \
+    commands (deletes, overwrites, force pushes) need a human's approval and may be \
+    denied; some are never allowed.";
+
+impl Tool for Terminal {
+    const NAME: &'static str = "terminal";
+    const TOOLSET: &'static str = "terminal";
+    const DESCRIPTION: &'static str = DESCRIPTION;
+    type Args = TerminalArgs;
+
+    async fn run(&self, args: TerminalArgs, ctx: ToolContext) -> ToolResult {
+        run(args, ctx).await
     }
 }
 
-/// Runs one `terminal` call.
-pub async fn run(args: Value, ctx: ToolContext) -> ToolResult {
-    let command = args["command"].as_str().unwrap_or_default().to_owned();
-    let timeout = args["timeout"]
-        .as_u64()
+/// Runs one foreground `terminal` call.
+pub async fn run(args: TerminalArgs, ctx: ToolContext) -> ToolResult {
+    let command = args.command;
+    let timeout = args
+        .timeout
         .unwrap_or(ctx.limits.terminal_timeout_secs)
         .clamp(1, ctx.limits.terminal_max_timeout_secs.max(1));
-    let workdir = authorize(&command, args["workdir"].as_str(), &ctx).await?;
-    let requested = args["sandbox_permissions"].as_str() == Some("require_escalated");
-    let justification = args["justification"].as_str();
+    let workdir = authorize(&command, args.workdir.as_deref(), &ctx).await?;
+    let requested = args.sandbox_permissions == SandboxPermissions::RequireEscalated;
+    let justification = args.justification.as_deref();
     let level = escalation::level(&ctx, &command, &workdir, requested, justification).await?;
     let timeout = Duration::from_secs(timeout);
     let limit = ctx.limits.output_limit_chars;
@@ -413,9 +445,15 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AllowAll, Approver, DenyAll, ToolLimits};
+    use crate::{AllowAll, Approver, DenyAll, DynTool, ToolLimits};
     use std::sync::Arc;
     use tokio_util::sync::CancellationToken;
+
+    /// The tool as the registry calls it: the JSON arguments deserialised into
+    /// [`TerminalArgs`] (shadows `super::run`).
+    async fn run(args: Value, ctx: ToolContext) -> ToolResult {
+        crate::Typed::new(Terminal).call(args, ctx).await
+    }
 
     fn ctx(dir: &Path, approver: Arc<dyn Approver>) -> ToolContext {
         ToolContext {

@@ -1,0 +1,235 @@
+//! Sandboxed file access shared by the `file` toolset: running filesystem work confined
+//! (or on the blocking pool), atomic writes, text decoding, and the errors the model reads,
+//! naming the path as it gave it.
+//!
+//! Filesystem work runs off the async runtime's threads: under a sandboxing policy on a
+//! thread of its own, confined by the same Landlock rules as the agent's commands (so the
+//! kernel, not a path check, decides what a symlink or `..` may reach, and `$TERN_HOME` is
+//! out of reach); without one on tokio's blocking pool.
+//! Writes are atomic: the new text goes to a temporary file in the target's directory which
+//! is then renamed over the target, so a reader never sees a half-written file.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::{ToolContext, ToolError};
+
+/// A NUL byte in this many leading bytes marks a file as binary.
+pub(crate) const SNIFF_BYTES: usize = 8 * 1024;
+
+/// Failures of the blocking filesystem helpers.
+#[derive(Debug)]
+pub(crate) enum FsError {
+    Io(io::Error),
+    Binary,
+    Cancelled,
+}
+
+impl From<io::Error> for FsError {
+    fn from(e: io::Error) -> Self {
+        FsError::Io(e)
+    }
+}
+
+/// The largest char boundary of `s` that is `<= at`.
+pub(crate) fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut i = at.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Decodes a whole file as text: `None` if it looks binary.
+pub(crate) fn decode_text(bytes: Vec<u8>) -> Option<String> {
+    let sniff = &bytes[..bytes.len().min(SNIFF_BYTES)];
+    if sniff.contains(&0) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// Writes `data` to `path` through a temporary file in the same directory and a rename.
+/// Creates missing parent directories, follows a symlink to its target (the link stays),
+/// keeps an existing file's permissions. Returns whether the file was created.
+///
+/// Runs to completion even if the calling future is dropped (it lives on the blocking pool),
+/// so no temporary file is left behind by an interrupted turn.
+pub(crate) fn atomic_write(path: &Path, data: &[u8]) -> io::Result<bool> {
+    // Write through symlinks rather than replacing them with a regular file.
+    let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let existing = match fs::metadata(&target) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(meta) = &existing {
+        if meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "target is a directory",
+            ));
+        }
+        if !meta.is_file() {
+            return Err(io::Error::other(
+                "target is not a regular file (a device, socket or pipe)",
+            ));
+        }
+        if meta.permissions().readonly() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the file is read-only",
+            ));
+        }
+    }
+    let file_name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&dir)?;
+
+    let (tmp_path, mut file) = create_temp_file(&dir, &file_name)?;
+    let written = (|| {
+        file.write_all(data)?;
+        if let Some(meta) = &existing {
+            file.set_permissions(meta.permissions())?;
+        }
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp_path, &target)
+    })();
+    if let Err(e) = written {
+        // Best effort: the temporary file is ours and useless now.
+        let _ = fs::remove_file(&tmp_path);
+        return Err(e);
+    }
+    Ok(existing.is_none())
+}
+
+/// Creates a new, uniquely named hidden file in `dir` for an atomic write of `file_name`.
+pub(crate) fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathBuf, fs::File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // Keep the name well under the usual 255-byte limit.
+    let stem = &file_name[..floor_char_boundary(file_name, 100)];
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last_err = None;
+    for _ in 0..64 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(".{stem}.tern-{}-{nanos:x}-{n}.tmp", std::process::id());
+        let tmp = dir.join(name);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| io::Error::other("cannot create a temporary file")))
+}
+
+pub(crate) fn check_cancel(ctx: &ToolContext) -> Result<(), ToolError> {
+    if ctx.cancel.is_cancelled() {
+        Err(ToolError::new("cancelled: the turn was interrupted"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs blocking filesystem work: under a sandboxing policy on a new thread confined by the
+/// session's rules (a confined thread stays confined, so it is not a pool's), else on
+/// tokio's blocking pool.
+pub(crate) async fn run_blocking<T, F>(ctx: &ToolContext, f: F) -> Result<T, ToolError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if !crate::escalation::confines(ctx) {
+        return tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| ToolError::new(format!("internal error in a file tool: {e}")));
+    }
+    let sandbox = ctx.limits.sandbox.clone();
+    let workspace = ctx.workdir.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tern-file-tool".into())
+        .spawn(move || {
+            let confined = sandbox
+                .file_confinement(&workspace)
+                .map_err(|e| ToolError::new(e.to_string()))
+                .and_then(|c| {
+                    c.confine_current_thread().map_err(|e| {
+                        ToolError::new(format!("cannot confine the file tool to the sandbox: {e}"))
+                    })
+                });
+            // Only a confined thread may touch the file system for the model.
+            let _ = tx.send(confined.map(|()| f()));
+        })
+        .map_err(|e| ToolError::new(format!("cannot start a file tool thread: {e}")))?;
+    rx.await
+        .map_err(|_| ToolError::new("internal error in a file tool: its thread ended early"))?
+}
+
+pub(crate) fn binary_error(shown: &str) -> ToolError {
+    ToolError::new(format!("not valid UTF-8 text (binary file?): {shown}"))
+}
+
+pub(crate) fn fs_error(action: &str, shown: &str, ctx: &ToolContext, e: FsError) -> ToolError {
+    match e {
+        FsError::Io(e) => io_error(action, shown, ctx, &e),
+        FsError::Binary => binary_error(shown),
+        FsError::Cancelled => ToolError::new("cancelled: the turn was interrupted"),
+    }
+}
+
+/// Turns an I/O error into a message naming the path as the model gave it.
+pub(crate) fn io_error(action: &str, shown: &str, ctx: &ToolContext, e: &io::Error) -> ToolError {
+    use io::ErrorKind as K;
+    let msg = match e.kind() {
+        K::NotFound => {
+            if Path::new(shown).is_absolute() {
+                format!("file not found: {shown}")
+            } else {
+                format!(
+                    "file not found: {shown} (relative to {})",
+                    ctx.workdir.display()
+                )
+            }
+        }
+        K::PermissionDenied if crate::escalation::confines(ctx) => format!(
+            "permission denied: {shown} ({e}). The sandbox ({}) lets the file tools write only in \
+             the working directory{} and never touch tern's own files; use a path there, or \
+             ask the user",
+            ctx.limits.sandbox.policy().describe(),
+            if ctx.limits.sandbox.policy().writable_roots.is_empty() {
+                ""
+            } else {
+                " and the configured writable roots"
+            }
+        ),
+        K::PermissionDenied => format!("permission denied: {shown} ({e})"),
+        K::IsADirectory => format!("is a directory: {shown}"),
+        K::NotADirectory => format!("cannot {action} {shown}: a parent of it is not a directory"),
+        K::ReadOnlyFilesystem => format!("cannot {action} {shown}: the file system is read-only"),
+        K::StorageFull => format!("cannot {action} {shown}: no space left on the device"),
+        _ => format!("cannot {action} {shown}: {e}"),
+    };
+    ToolError::new(msg)
+}
+
+pub(crate) fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
