@@ -2,6 +2,7 @@ mod cli;
 mod gateway;
 mod inbox;
 mod inbox_notify;
+mod inbox_web;
 mod interactive;
 mod procs;
 mod procs_gateway;
