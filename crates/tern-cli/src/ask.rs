@@ -326,7 +326,14 @@ async fn ask(
     if let End::TimedOut(after) = &end
         && !c.keep
     {
-        match withdraw(&http, kind, &id, &format!("tern ask timed out after {after}")).await {
+        match withdraw(
+            &http,
+            kind,
+            &id,
+            &format!("tern ask timed out after {after}"),
+        )
+        .await
+        {
             Ok(()) => {}
             // Decided in the meantime: that decision stands, and is the answer.
             Err(Failure::Http { status: 409, .. }) => {

@@ -305,7 +305,8 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         gw.set_idle_reset(after);
     }
     gw.set_local_addr(addr);
-    eprintln!("tern: inbox: {}/inbox", link_base.trim_end_matches('/')); tracing::info!(%addr, inbox = %format!("{}/inbox", link_base.trim_end_matches('/')), version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
+    eprintln!("tern: inbox: {}/inbox", link_base.trim_end_matches('/'));
+    tracing::info!(%addr, inbox = %format!("{}/inbox", link_base.trim_end_matches('/')), version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));

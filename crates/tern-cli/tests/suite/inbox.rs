@@ -489,7 +489,11 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("stays pending"), "{err}");
     let agent = Agent::new(&gw, e.key());
-    assert_eq!(agent.result("approval", &first).await.0, 204, "--keep keeps it");
+    assert_eq!(
+        agent.result("approval", &first).await.0,
+        204,
+        "--keep keeps it"
+    );
 
     // The same key finds the same request: nothing new is created.
     let mut cmd = e.tern();
@@ -567,7 +571,14 @@ async fn ask_withdraws_its_request_after_a_timeout_and_after_ctrl_c() {
     let agent = Agent::new(&gw, e.key());
 
     let mut cmd = e.tern();
-    cmd.args(["ask", "approve", "Rotate the keys?", "--timeout", "1s", "--json"]);
+    cmd.args([
+        "ask",
+        "approve",
+        "Rotate the keys?",
+        "--timeout",
+        "1s",
+        "--json",
+    ]);
     let ask = Asking::start(cmd);
     let id = ask.id.clone();
     let (code, out, err) = ask.finish();
@@ -623,12 +634,22 @@ async fn ask_gives_up_when_the_gateway_cannot_be_reached() {
     // Nothing listens at all: the create is retried a few times, then the same exit.
     let o = e
         .tern()
-        .args(["ask", "approve", "Hello?", "--gateway", "http://127.0.0.1:9"])
+        .args([
+            "ask",
+            "approve",
+            "Hello?",
+            "--gateway",
+            "http://127.0.0.1:9",
+        ])
         .args(["--key", "tern_x"])
         .output()
         .unwrap();
     assert_exit(&o, 4);
-    assert!(stderr(&o).contains("cannot reach the gateway"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach the gateway"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[tokio::test]
@@ -637,7 +658,8 @@ async fn a_reviewer_dismisses_a_stale_request_found_by_an_id_prefix() {
     let gw = e.gateway();
     // Every start says where the inbox is.
     assert!(
-        gw.logs().contains(&format!("tern: inbox: {}/inbox", gw.url)),
+        gw.logs()
+            .contains(&format!("tern: inbox: {}/inbox", gw.url)),
         "{}",
         gw.logs()
     );
@@ -670,7 +692,11 @@ async fn a_reviewer_dismisses_a_stale_request_found_by_an_id_prefix() {
 
     let o = e.inbox(&["dismiss", short_a, "--reason", "asked twice"]);
     assert_exit(&o, 0);
-    assert!(stdout(&o).contains(&format!("{a}: dismissed")), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("{a}: dismissed")),
+        "{}",
+        stdout(&o)
+    );
     let (status, body) = agent.result("approval", &a).await;
     assert_eq!(status, 409, "the agent reads a withdrawal: {body}");
     let o = e.inbox(&["show", &a, "--json"]);
@@ -688,7 +714,13 @@ async fn a_reviewer_dismisses_a_stale_request_found_by_an_id_prefix() {
 
     // A waiting `tern ask` whose request is dismissed ends as declined.
     let mut cmd = e.tern();
-    cmd.args(["ask", "approve", "Still needed?", "--poll-interval", "100ms"]);
+    cmd.args([
+        "ask",
+        "approve",
+        "Still needed?",
+        "--poll-interval",
+        "100ms",
+    ]);
     let ask = Asking::start(cmd);
     assert_exit(&e.inbox(&["withdraw", &ask.id]), 0);
     let (code, _, err) = ask.finish();

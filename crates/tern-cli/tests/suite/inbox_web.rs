@@ -15,7 +15,9 @@ const WHY: &str = "The release touches the production database, so I ask a human
 
 /// `(status, body)` of a GET of a web inbox page as a browser with `token` would get it.
 async fn page(url: &str, token: Option<&str>) -> (u16, String) {
-    let mut req = reqwest::Client::new().get(url).header("accept", "text/html");
+    let mut req = reqwest::Client::new()
+        .get(url)
+        .header("accept", "text/html");
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -64,7 +66,10 @@ async fn a_sessions_request_shows_its_title_its_reasons_and_its_conversation() {
     .await;
     assert_eq!(status, 200, "{req_page}");
     let link = format!("href=\"/inbox/sessions/{asking}\"");
-    assert!(req_page.contains(&link) && req_page.contains(&title), "{req_page}");
+    assert!(
+        req_page.contains(&link) && req_page.contains(&title),
+        "{req_page}"
+    );
     // What the agent said in the message that asked.
     assert!(req_page.contains(WHY), "{req_page}");
 
@@ -72,10 +77,18 @@ async fn a_sessions_request_shows_its_title_its_reasons_and_its_conversation() {
     let conversation = format!("{}/inbox/sessions/{asking}", gw.url);
     let (status, text) = page(&conversation, Some(&admin)).await;
     assert_eq!(status, 200, "{text}");
-    for want in ["deploy v2 to prod please", WHY, "request_approval", "Deploy v2 to prod?"] {
+    for want in [
+        "deploy v2 to prod please",
+        WHY,
+        "request_approval",
+        "Deploy v2 to prod?",
+    ] {
         assert!(text.contains(want), "{want:?}: {text}");
     }
-    assert!(!text.contains("<form method=\"post\" action=\"/inbox/requests"), "{text}");
+    assert!(
+        !text.contains("<form method=\"post\" action=\"/inbox/requests"),
+        "{text}"
+    );
     let (status, _) = page(&format!("{}/inbox/sessions/{quiet}", gw.url), Some(&admin)).await;
     assert_eq!(status, 404, "a session that asked nothing is not shown");
     assert_eq!(page(&conversation, None).await.0, 401);
@@ -83,13 +96,17 @@ async fn a_sessions_request_shows_its_title_its_reasons_and_its_conversation() {
 
     // Dismissed from the CLI: the session's wait ends as after a withdrawal.
     assert_ok(&e.inbox(&["dismiss", &request, "--reason", "not today"]));
-    wait_until(Duration::from_secs(30), Duration::from_millis(50), async || {
-        let s = api.session(&asking).await;
-        if s["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty) {
-            Ok(())
-        } else {
-            Err(format!("the wait is still open: {s}"))
-        }
-    })
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            let s = api.session(&asking).await;
+            if s["status"] == "idle" && s["waits"].as_array().is_some_and(Vec::is_empty) {
+                Ok(())
+            } else {
+                Err(format!("the wait is still open: {s}"))
+            }
+        },
+    )
     .await;
 }

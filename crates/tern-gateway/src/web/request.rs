@@ -9,8 +9,8 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 use tern_inbox::FieldError;
-use tern_inbox::model::Payload;
 use tern_inbox::OutcomeType;
+use tern_inbox::model::Payload;
 use tern_inbox::review::{RequestKind, RequestStatus, RequestView};
 
 use super::forms::{self, ApprovalDraft};

@@ -31,10 +31,7 @@ pub(super) fn page(
     csrf: &str,
 ) -> Response {
     let title = session_title(session);
-    let shown: Vec<&Message> = messages
-        .iter()
-        .filter(|m| m.role != Role::System)
-        .collect();
+    let shown: Vec<&Message> = messages.iter().filter(|m| m.role != Role::System).collect();
     let body = html! {
         p.small { a href="/inbox" { "← Inbox" } }
         h1 { (title) }
@@ -75,7 +72,11 @@ fn message(m: &Message) -> Markup {
         ),
         Role::System => ("system", "System".to_owned()),
     };
-    let text = m.content.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let text = m
+        .content
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
     html! {
         li.(class) id={"m" (m.seq)} {
             div.head {

@@ -337,7 +337,10 @@ async fn request_page_shows_context_recommendation_and_timeline() {
     assert!(page.contains("Refunded last week"));
     assert!(page.contains("80%"));
     // Reason codes are for machines: neither the recommendation's nor a field for one.
-    assert!(!page.contains("dup") && !page.contains("Reason code"), "{page}");
+    assert!(
+        !page.contains("dup") && !page.contains("Reason code"),
+        "{page}"
+    );
     assert!(!page.contains("id=\"reason_code\""), "{page}");
     // The recommended outcome is shown and pre-selected; the others are not selected.
     assert!(
@@ -932,7 +935,8 @@ async fn a_reviewer_dismisses_a_stale_request_and_the_agent_reads_it_as_withdraw
         .collect();
     assert!(ids.contains(&json_one.as_str()), "{list}");
     assert!(
-        ids.iter().all(|id| id.starts_with(&json_one[..json_one.len() - 2])),
+        ids.iter()
+            .all(|id| id.starts_with(&json_one[..json_one.len() - 2])),
         "{list}"
     );
     let r = gw
@@ -984,7 +988,10 @@ async fn pages_show_local_times_pending_badges_and_counts_and_the_root_leads_to_
         "{list}"
     );
     let (_, page) = gw.page(&format!("/inbox/requests/{a}")).await;
-    assert!(page.contains("<title>(1) Ship it? · tern inbox</title>"), "{page}");
+    assert!(
+        page.contains("<title>(1) Ship it? · tern inbox</title>"),
+        "{page}"
+    );
     // In "All", the pending request carries its badge; in "Pending" none is needed.
     let row = |page: &str, id: &str| -> String {
         let start = page.find(&format!("data-id=\"{id}\"")).unwrap();
@@ -995,18 +1002,32 @@ async fn pages_show_local_times_pending_badges_and_counts_and_the_root_leads_to_
         "{}",
         row(&list, &a)
     );
-    assert!(row(&list, &b).contains("badge decided"), "{}", row(&list, &b));
+    assert!(
+        row(&list, &b).contains("badge decided"),
+        "{}",
+        row(&list, &b)
+    );
     let (_, pending) = gw.page("/inbox").await;
     assert!(!row(&pending, &a).contains("badge pending"), "{pending}");
     // Times are UTC instants in `<time datetime>`, which the page's script shows locally.
-    let created = gw.gw.inbox.request_view(&a).await.unwrap().summary.created_at;
+    let created = gw
+        .gw
+        .inbox
+        .request_view(&a)
+        .await
+        .unwrap()
+        .summary
+        .created_at;
     let utc = tern_inbox::Timestamp::from_unix_millis(created.unix_millis());
     assert!(utc.as_str().ends_with('Z'));
     assert!(
         list.contains(&format!("<time datetime=\"{}\"", utc.as_str())),
         "{list}"
     );
-    assert!(list.contains("ternLocalTimes"), "the local-time script runs: {list}");
+    assert!(
+        list.contains("ternLocalTimes"),
+        "the local-time script runs: {list}"
+    );
     // With nothing pending the title has no count.
     gw.gw
         .inbox
@@ -1014,7 +1035,10 @@ async fn pages_show_local_times_pending_badges_and_counts_and_the_root_leads_to_
         .await
         .unwrap();
     let (_, list) = gw.page("/inbox").await;
-    assert!(list.contains("<title>Pending requests · tern inbox</title>"), "{list}");
+    assert!(
+        list.contains("<title>Pending requests · tern inbox</title>"),
+        "{list}"
+    );
 
     // `/` leads a reviewer to the inbox; without credentials it answers 401 like the rest.
     let r = gw

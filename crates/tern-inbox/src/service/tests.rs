@@ -1166,7 +1166,10 @@ async fn a_reviewer_dismisses_any_agents_request_and_the_agent_reads_a_withdrawa
     let decide = inbox
         .decide_approval(&req, crate::Outcome::new(OutcomeType::Approve), "bob")
         .await;
-    assert!(matches!(decide, Err(InboxError::AlreadyDecided)), "{decide:?}");
+    assert!(
+        matches!(decide, Err(InboxError::AlreadyDecided)),
+        "{decide:?}"
+    );
     let view = inbox.request_view(&req).await.unwrap();
     assert_eq!(view.summary.status, review::RequestStatus::Withdrawn);
     assert_eq!(view.summary.decided_by.as_deref(), Some("alice"));
@@ -1190,7 +1193,10 @@ async fn a_reviewer_dismisses_any_agents_request_and_the_agent_reads_a_withdrawa
     let late = inbox.dismiss_request(&other, "alice", None).await;
     assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
     let missing = inbox.dismiss_request("nope", "alice", None).await;
-    assert!(matches!(missing, Err(InboxError::NotFound(_))), "{missing:?}");
+    assert!(
+        matches!(missing, Err(InboxError::NotFound(_))),
+        "{missing:?}"
+    );
 }
 
 #[tokio::test]

@@ -110,8 +110,13 @@ impl Inbox {
         reviewer: &str,
         reason: Option<&str>,
     ) -> Result<Withdrawal> {
-        self.take_back(None, Withdrawer::Reviewer { name: reviewer }, request_id, reason)
-            .await
+        self.take_back(
+            None,
+            Withdrawer::Reviewer { name: reviewer },
+            request_id,
+            reason,
+        )
+        .await
     }
 
     async fn take_back(
