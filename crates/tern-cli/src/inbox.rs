@@ -817,7 +817,22 @@ fn print_view(v: &Value) {
     }
     if let Some(result) = v.get("result").filter(|r| !r.is_null()) {
         println!("\nResult");
-        if let Some(o) = result.get("outcome") {
+        if result["status"] == "withdrawn" {
+            let mut line = match result["dismissedBy"].as_str() {
+                Some(by) => format!("  dismissed by {by}"),
+                None => match v["decidedBy"].as_str() {
+                    Some(by) => format!("  withdrawn by {by}"),
+                    None => "  withdrawn".to_owned(),
+                },
+            };
+            if let Some(at) = result["withdrawnAt"].as_str() {
+                line.push_str(&format!(" at {}", short_time(at)));
+            }
+            println!("{line}");
+            if let Some(r) = result["reason"].as_str() {
+                println!("  reason: {r}");
+            }
+        } else if let Some(o) = result.get("outcome") {
             let mut line = format!("  {}", o["type"].as_str().unwrap_or("?"));
             if let Some(by) = result["decidedBy"].as_str() {
                 line.push_str(&format!(" by {by}"));

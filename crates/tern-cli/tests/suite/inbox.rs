@@ -704,6 +704,12 @@ async fn a_reviewer_dismisses_a_stale_request_found_by_an_id_prefix() {
     assert_eq!(view["status"], "withdrawn");
     assert_eq!(view["result"]["dismissedBy"], "admin");
     assert_eq!(view["result"]["reason"], "asked twice");
+    let o = e.inbox(&["show", &a]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("dismissed by admin at") && text.contains("reason: asked twice"),
+        "{text}"
+    );
     // Dismissed once is dismissed; a decision now is refused and says why.
     assert_exit(&e.inbox(&["dismiss", &a]), 0);
     let o = e.inbox(&["approve", short_a]);
