@@ -7,14 +7,22 @@
 //! elicitation request, each with an `Idempotency-Key` (so a retry after a lost connection,
 //! or a second run with the same `--idempotency-key`, finds the same request) → poll the
 //! result: 204 means still pending (wait, backing off up to `--poll-interval`); connection
-//! errors and 5xx are waited out → print the decision and exit with its code.
+//! errors and 5xx are waited out for up to `--gateway-timeout` → print the decision and exit
+//! with its code.
 //!
-//! Exit codes: 0 approved (APPROVE, EDIT_AND_APPROVE) or answered, 1 any other outcome, 2
-//! usage or another error, 3 timed out (the request stays pending), 130 Ctrl-C.
+//! A run that stops waiting (`--timeout`, Ctrl-C) withdraws its request, so nobody decides
+//! what nobody waits for any more; `--keep` leaves it pending to wait for again with the
+//! same `--idempotency-key`. A request withdrawn from elsewhere (a reviewer dismissed it)
+//! ends the wait as declined.
+//!
+//! Exit codes: 0 approved (APPROVE, EDIT_AND_APPROVE) or answered, 1 any other outcome or
+//! withdrawn, 2 usage or another error, 3 timed out, 4 the gateway cannot be reached,
+//! 130 Ctrl-C.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -29,14 +37,19 @@ use crate::inbox::{AdminFile, Failure, Http, print_json};
 const EXIT_OTHER_OUTCOME: u8 = 1;
 const EXIT_ERROR: u8 = 2;
 const EXIT_TIMEOUT: u8 = 3;
+const EXIT_UNREACHABLE: u8 = 4;
+/// How long a withdrawal after Ctrl-C may take before tern ask exits anyway.
+const WITHDRAW_ON_EXIT: Duration = Duration::from_secs(5);
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0    approved (APPROVE or EDIT_AND_APPROVE), or the form was answered
-  1    rejected, or another outcome (ESCALATE, REQUEST_MORE_INFO); the outcome is printed
+  1    rejected, or another outcome (ESCALATE, REQUEST_MORE_INFO); the outcome is printed.
+       Also when the request was withdrawn meanwhile (a reviewer dismissed it)
   2    bad usage, or an error (the gateway refused the request, a bad key, …)
-  3    timed out (--timeout); the request stays pending in the inbox
-  130  interrupted (Ctrl-C); the request stays pending
+  3    timed out (--timeout); the request is withdrawn (with --keep it stays pending)
+  4    the gateway could not be reached (for --gateway-timeout while waiting)
+  130  interrupted (Ctrl-C); the request is withdrawn (with --keep it stays pending)
 
 tern ask acts as an agent: it needs an agent key (--key or TERN_API_KEY; on the gateway's
 machine the first key in $TERN_HOME/gateway.key is used) and the gateway's address
@@ -85,6 +98,15 @@ pub struct Common {
     /// Give up after this long (e.g. 90s, 15m, 2h, 1h30m); default: wait until decided
     #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Option<Duration>,
+
+    /// Leave the request pending in the inbox after a timeout or Ctrl-C (default: withdraw
+    /// it); wait for it again with the same --idempotency-key
+    #[arg(long, global = true)]
+    pub keep: bool,
+
+    /// Give up when the gateway cannot be reached (or fails) for this long
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "2m", value_name = "DURATION")]
+    pub gateway_timeout: Duration,
 
     /// The longest wait between two polls of the result
     #[arg(long, global = true, value_parser = parse_duration, default_value = "2s", value_name = "DURATION")]
@@ -142,18 +164,51 @@ e.g. [{\"type\": \"Switch\", \"id\": \"ok\", \"label\": \"OK?\", \"required\": t
 enum End {
     Decided(Value),
     TimedOut(String),
+    /// The request was withdrawn from elsewhere (a reviewer dismissed it).
+    Withdrawn,
+}
+
+/// The request a run created, for Ctrl-C to withdraw.
+struct Created {
+    http: Arc<Http>,
+    kind: &'static str,
+    id: String,
 }
 
 pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCode> {
     let json = args.common.json;
-    let work = ask(home, args);
+    let keep = args.common.keep;
+    let created: Arc<OnceLock<Created>> = Arc::default();
+    let work = ask(home, args, created.clone());
     tokio::pin!(work);
     let outcome = tokio::select! {
         r = &mut work => r,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("tern ask: interrupted; a request already created stays pending in the inbox");
+            match created.get() {
+                Some(c) if !keep => {
+                    let done = tokio::time::timeout(
+                        WITHDRAW_ON_EXIT,
+                        withdraw(&c.http, c.kind, &c.id, "tern ask was interrupted"),
+                    )
+                    .await;
+                    match done {
+                        Ok(Ok(())) => eprintln!("tern ask: interrupted; request {} withdrawn", c.id),
+                        Ok(Err(f)) => eprintln!(
+                            "tern ask: interrupted; request {} could not be withdrawn: {}",
+                            c.id,
+                            f.message()
+                        ),
+                        Err(_) => eprintln!(
+                            "tern ask: interrupted; request {} could not be withdrawn in time",
+                            c.id
+                        ),
+                    }
+                }
+                Some(c) => eprintln!("tern ask: interrupted; request {} stays pending (--keep)", c.id),
+                None => eprintln!("tern ask: interrupted before a request was created"),
+            }
             // Exit at once: a blocking read of stdin (--fields-json -) would otherwise hold
-            // the runtime's shutdown. Nothing is left to save; the request is the server's.
+            // the runtime's shutdown.
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             std::process::exit(i32::from(crate::EXIT_INTERRUPTED));
@@ -162,16 +217,55 @@ pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCod
     Ok(match outcome {
         Ok(code) => code,
         Err(f) => {
+            let f = as_agent(f);
             if json {
                 print_json(&json!({"error": f.message()}));
             }
             eprintln!("error: {}", f.message());
-            ExitCode::from(EXIT_ERROR)
+            ExitCode::from(match f {
+                Failure::Unreachable(_) => EXIT_UNREACHABLE,
+                _ => EXIT_ERROR,
+            })
         }
     })
 }
 
-async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> {
+/// tern ask speaks with an agent key, not a reviewer's token: a refused key is explained
+/// as one (the shared [`Failure::message`] speaks to reviewers).
+fn as_agent(f: Failure) -> Failure {
+    match f {
+        Failure::Http { status: 401, body } => {
+            let said = body["error"]
+                .as_str()
+                .or_else(|| body["error"]["message"].as_str())
+                .unwrap_or("no details");
+            Failure::Other(format!(
+                "the gateway did not accept the agent key (401: {said}); pass an agent API key \
+                 with --key or TERN_API_KEY (create one with `tern keys create NAME`), or run \
+                 without --key on the gateway's machine to use $TERN_HOME/gateway.key; a \
+                 reviewer's token (tern_rv_…) is not an agent key"
+            ))
+        }
+        other => other,
+    }
+}
+
+/// Withdraws the request (`POST …/withdraw`), with `reason` on its timeline.
+async fn withdraw(http: &Http, kind: &str, id: &str, reason: &str) -> Result<(), Failure> {
+    http.post_json(
+        &format!("/api/{kind}-requests/{id}/withdraw"),
+        &json!({"reason": reason}),
+        None,
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn ask(
+    home: Option<PathBuf>,
+    args: AskArgs,
+    created: Arc<OnceLock<Created>>,
+) -> Result<ExitCode, Failure> {
     let c = &args.common;
     let context = parse_context(&c.context).map_err(Failure::Usage)?;
     let deadline = c.timeout.map(|t| Instant::now() + t);
@@ -199,7 +293,7 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
             (summary, "elicitation", Some(fields), "answers to")
         }
     };
-    let http = agent_http(home, c).await?;
+    let http = Arc::new(agent_http(home, c).await?);
     let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
     let mut body = json!({
         "projectName": c.project,
@@ -220,10 +314,50 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
         deadline,
     )
     .await?;
+    // Set once, by this line only: Ctrl-C from now on withdraws this request.
+    let _ = created.set(Created {
+        http: http.clone(),
+        kind,
+        id: id.clone(),
+    });
     eprintln!("tern ask: waiting for {waiting_for} {kind} request {id}");
     let path = format!("/api/{kind}-requests/{id}/result");
-    match wait(&http, &path, c.poll_interval, deadline).await? {
+    let mut end = wait(&http, &path, c.poll_interval, deadline, c.gateway_timeout).await?;
+    if let End::TimedOut(after) = &end
+        && !c.keep
+    {
+        match withdraw(
+            &http,
+            kind,
+            &id,
+            &format!("tern ask timed out after {after}"),
+        )
+        .await
+        {
+            Ok(()) => {}
+            // Decided in the meantime: that decision stands, and is the answer.
+            Err(Failure::Http { status: 409, .. }) => {
+                if let Ok(a) = http.get(&path, &[]).await
+                    && a.status == 200
+                {
+                    end = End::Decided(a.body.unwrap_or(Value::Null));
+                }
+            }
+            Err(f) => eprintln!(
+                "tern ask: request {id} could not be withdrawn ({}); it stays pending",
+                f.message()
+            ),
+        }
+    }
+    match end {
         End::TimedOut(after) => Ok(timed_out(&id, &after, c)),
+        End::Withdrawn => {
+            eprintln!("tern ask: request {id} was withdrawn in the inbox; nobody will decide it");
+            if c.json {
+                print_json(&json!({"requestId": id, "withdrawn": true}));
+            }
+            Ok(ExitCode::from(EXIT_OTHER_OUTCOME))
+        }
         End::Decided(result) if fields.is_none() => Ok(print_decision(&result, c.json)),
         End::Decided(result) => {
             if c.json {
@@ -238,13 +372,17 @@ async fn ask(home: Option<PathBuf>, args: AskArgs) -> Result<ExitCode, Failure> 
 }
 
 fn timed_out(id: &str, after: &str, c: &Common) -> ExitCode {
-    let again = match &c.idempotency_key {
-        Some(k) => format!("; run again with --idempotency-key {k} to keep waiting for it"),
-        None => String::new(),
-    };
-    eprintln!("tern ask: no decision after {after}; request {id} stays pending{again}");
+    if c.keep {
+        let again = match &c.idempotency_key {
+            Some(k) => format!("; run again with --idempotency-key {k} to keep waiting for it"),
+            None => String::new(),
+        };
+        eprintln!("tern ask: no decision after {after}; request {id} stays pending{again}");
+    } else {
+        eprintln!("tern ask: no decision after {after}; request {id} withdrawn");
+    }
     if c.json {
-        print_json(&json!({"requestId": id, "timedOut": true}));
+        print_json(&json!({"requestId": id, "timedOut": true, "withdrawn": !c.keep}));
     }
     ExitCode::from(EXIT_TIMEOUT)
 }
@@ -452,32 +590,48 @@ async fn task_for(
 
 /// Polls a result path until it answers 200, or the deadline passes. 204 (pending) and
 /// transient failures wait with a backoff that grows to `max_interval`; a transient failure
-/// is reported once, not on every poll.
+/// is reported once, not on every poll, and waited out for `give_up_after` at most. A 409
+/// is the inbox saying the request was withdrawn.
 async fn wait(
     http: &Http,
     path: &str,
     max_interval: Duration,
     deadline: Option<Instant>,
+    give_up_after: Duration,
 ) -> Result<End, Failure> {
     let started = Instant::now();
     let max_interval = max_interval.max(Duration::from_millis(50));
     let mut delay = Duration::from_millis(200).min(max_interval);
-    let mut warned = false;
+    let mut failing_since: Option<Instant> = None;
     loop {
         match http.get(path, &[]).await {
             Ok(a) if a.status == 200 => {
-                if warned {
+                if failing_since.is_some() {
                     eprintln!("tern ask: the gateway answers again");
                 }
                 return Ok(End::Decided(a.body.unwrap_or(Value::Null)));
             }
-            Ok(_) => {}
-            Err(f) if transient(&f) => {
-                if !warned {
-                    eprintln!("tern ask: {}; still waiting", f.message());
-                    warned = true;
+            Ok(_) => {
+                if failing_since.take().is_some() {
+                    eprintln!("tern ask: the gateway answers again");
                 }
             }
+            Err(Failure::Http { status: 409, .. }) => return Ok(End::Withdrawn),
+            Err(f) if transient(&f) => match failing_since {
+                None => {
+                    eprintln!("tern ask: {}; still waiting", f.message());
+                    failing_since = Some(Instant::now());
+                }
+                Some(since) if since.elapsed() >= give_up_after => {
+                    return Err(Failure::Unreachable(format!(
+                        "{}; gave up after {} (--gateway-timeout); the request stays in the \
+                         inbox",
+                        f.message(),
+                        format_duration(since.elapsed())
+                    )));
+                }
+                Some(_) => {}
+            },
             Err(f) => return Err(f),
         }
         if let Some(d) = deadline {

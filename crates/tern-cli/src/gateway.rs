@@ -101,6 +101,8 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
             "tern: inbox: open {link} to log in as admin (the link works once, within 24 hours)"
         );
     }
+    // On every start: where people decide what the agents ask.
+    eprintln!("tern: inbox: {}", started.inbox_url);
     let handle = started.handle;
     tokio::spawn(shutdown_signal(handle.stop_token()));
     handle.stopped().await;

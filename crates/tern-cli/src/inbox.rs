@@ -5,7 +5,8 @@
 //! `$TERN_HOME/inbox-admin.json` at every start) → call the gateway's JSON reviewer API
 //! (`/inbox/api/…`) → print a table or a summary, or the JSON with `--json` → map a failure
 //! to its documented exit code ([`EXIT_CODES`]). A 409 on a decision looks the request up
-//! again to say who decided it and when.
+//! again to say who decided it and when. A request id may be given as a unique prefix
+//! ([`resolve_id`], as `tern sessions` and `tern ps` take them).
 //!
 //! `tern inbox projects …` is the exception: like `tern keys`, it works on the database in
 //! `$TERN_HOME` directly, with or without a running gateway.
@@ -31,7 +32,7 @@ pub const EXIT_CODES: &str = "\
 Exit codes:
   0  done
   1  another error (the gateway failed, a bad answer from it, a local problem)
-  2  bad command-line usage
+  2  bad command-line usage, or an id prefix that more than one request starts with
   3  not allowed: no or an unknown reviewer token (401), or not a reviewer's (403)
   4  already decided: the request was decided before (409); says by whom and when
   5  not found: no such request, or not of the kind the command needs (404)
@@ -159,6 +160,18 @@ pub enum ApiCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Dismiss a pending request nobody will decide: it leaves the pending list and its
+    /// agent reads it as withdrawn (either kind)
+    #[command(visible_alias = "withdraw")]
+    Dismiss {
+        id: String,
+        /// Why, shown to the agent and on the task's timeline
+        #[arg(long)]
+        reason: Option<String>,
+        /// Print JSON (for scripts) instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Decide an approval request with any outcome (ESCALATE, REQUEST_MORE_INFO, …)
     Decide {
         id: String,
@@ -228,6 +241,7 @@ impl ApiCommand {
             | ApiCommand::Approve { json, .. }
             | ApiCommand::Reject { json, .. }
             | ApiCommand::Decide { json, .. }
+            | ApiCommand::Dismiss { json, .. }
             | ApiCommand::Answer { json, .. } => *json,
             ApiCommand::Download { .. } => false,
         }
@@ -285,6 +299,7 @@ async fn reviewer_command(
             }
         }
         ApiCommand::Show { id, .. } => {
+            let id = resolve_id(&http, &id).await?;
             let view = http.get_json(&request_path(&id), &[]).await?;
             if json {
                 print_json(&view);
@@ -319,6 +334,7 @@ async fn reviewer_command(
             ..
         } => {
             let kind = if edit { "EDIT_AND_APPROVE" } else { "APPROVE" };
+            let id = resolve_id(&http, &id).await?;
             decide(&http, &id, kind, note, reason_code, json).await?;
         }
         ApiCommand::Reject {
@@ -326,7 +342,10 @@ async fn reviewer_command(
             note,
             reason_code,
             ..
-        } => decide(&http, &id, "REJECT", note, reason_code, json).await?,
+        } => {
+            let id = resolve_id(&http, &id).await?;
+            decide(&http, &id, "REJECT", note, reason_code, json).await?;
+        }
         ApiCommand::Decide {
             id,
             outcome,
@@ -335,11 +354,94 @@ async fn reviewer_command(
             ..
         } => {
             let kind = outcome.to_ascii_uppercase();
+            let id = resolve_id(&http, &id).await?;
             decide(&http, &id, &kind, note, reason_code, json).await?;
         }
-        ApiCommand::Answer { id, fields, .. } => answer(&http, &id, &fields, json).await?,
+        ApiCommand::Answer { id, fields, .. } => {
+            let id = resolve_id(&http, &id).await?;
+            answer(&http, &id, &fields, json).await?;
+        }
+        ApiCommand::Dismiss { id, reason, .. } => {
+            let id = resolve_id(&http, &id).await?;
+            let mut body = json!({});
+            if let Some(r) = reason {
+                body["reason"] = Value::String(r);
+            }
+            let result = post_to_request(&http, &id, "withdraw", &body).await?;
+            if json {
+                print_json(&result);
+            } else {
+                println!("{id}: dismissed; its agent sees it as withdrawn");
+            }
+        }
     }
     Ok(())
+}
+
+/// The shortest id prefix looked up; shorter ones are taken as whole ids.
+const MIN_PREFIX: usize = 4;
+/// How many candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 10;
+
+/// A whole request id, or the one request whose id starts with `given` (at least
+/// [`MIN_PREFIX`] characters). No match is "not found" (exit 5); several are a usage error
+/// listing them (exit 2).
+async fn resolve_id(http: &Http, given: &str) -> Result<String, Failure> {
+    let given = given.trim();
+    if given.chars().count() < MIN_PREFIX
+        || !given.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Ok(given.to_owned());
+    }
+    let list = http
+        .get_json(
+            "/inbox/api/requests",
+            &[
+                ("status", "all".to_owned()),
+                ("idPrefix", given.to_owned()),
+                ("limit", (MAX_CANDIDATES + 1).to_string()),
+            ],
+        )
+        .await?;
+    // Filtered here too: a gateway without `idPrefix` answers every request.
+    let matches: Vec<&Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["id"].as_str().is_some_and(|id| id.starts_with(given)))
+        .collect();
+    if matches.iter().any(|r| r["id"] == given) {
+        return Ok(given.to_owned());
+    }
+    match matches.as_slice() {
+        [] => Err(Failure::NotFound(format!(
+            "no request id starts with {given} (see `tern inbox list --status all`)"
+        ))),
+        [one] => Ok(one["id"].as_str().unwrap_or(given).to_owned()),
+        many => {
+            let lines: Vec<String> = many
+                .iter()
+                .take(MAX_CANDIDATES)
+                .map(|r| {
+                    format!(
+                        "{}  {:<9}  {}",
+                        r["id"].as_str().unwrap_or("?"),
+                        r["status"].as_str().unwrap_or("?"),
+                        clip(r["summary"].as_str().unwrap_or(""), 50)
+                    )
+                })
+                .collect();
+            let more = if many.len() > MAX_CANDIDATES {
+                "\n  …"
+            } else {
+                ""
+            };
+            Err(Failure::Usage(format!(
+                "more than one request id starts with {given}; give more characters:\n  {}{more}",
+                lines.join("\n  ")
+            )))
+        }
+    }
 }
 
 fn request_path(id: &str) -> String {
@@ -388,7 +490,7 @@ async fn decide(
     Ok(())
 }
 
-/// Posts `body` to the request's `action` (`decide` or `answer`) and returns the result; a
+/// Posts `body` to the request's `action` (`decide`, `answer` or `withdraw`) and returns the result; a
 /// 409 says who was first ([`explain_conflict`]).
 async fn post_to_request(
     http: &Http,
@@ -715,7 +817,22 @@ fn print_view(v: &Value) {
     }
     if let Some(result) = v.get("result").filter(|r| !r.is_null()) {
         println!("\nResult");
-        if let Some(o) = result.get("outcome") {
+        if result["status"] == "withdrawn" {
+            let mut line = match result["dismissedBy"].as_str() {
+                Some(by) => format!("  dismissed by {by}"),
+                None => match v["decidedBy"].as_str() {
+                    Some(by) => format!("  withdrawn by {by}"),
+                    None => "  withdrawn".to_owned(),
+                },
+            };
+            if let Some(at) = result["withdrawnAt"].as_str() {
+                line.push_str(&format!(" at {}", short_time(at)));
+            }
+            println!("{line}");
+            if let Some(r) = result["reason"].as_str() {
+                println!("  reason: {r}");
+            }
+        } else if let Some(o) = result.get("outcome") {
             let mut line = format!("  {}", o["type"].as_str().unwrap_or("?"));
             if let Some(by) = result["decidedBy"].as_str() {
                 line.push_str(&format!(" by {by}"));

@@ -106,6 +106,8 @@ pub struct Started {
     /// Admin's one-time login link while admin has never logged in: a credential, for the
     /// terminal only.
     pub admin_login: Option<String>,
+    /// Where people open the web inbox (`[inbox] public_url`, else this gateway's address).
+    pub inbox_url: String,
 }
 
 impl GatewayBuilder {
@@ -209,6 +211,7 @@ impl GatewayBuilder {
         let local_url = admin_file::local_url(addr);
         let link_base = inbox_config.public_url.as_deref().unwrap_or(&local_url);
         let admin_login = admin_file::prepare_admin(&home, &store, link_base, &local_url).await?;
+        let inbox_url = format!("{}/inbox", link_base.trim_end_matches('/'));
         // Links in notifications need an address others can open: the configured one, else
         // the bound one (`localhost` for a wildcard bind).
         let public_url = match &inbox_config.public_url {
@@ -367,7 +370,7 @@ impl GatewayBuilder {
                 .with_graceful_shutdown(server_stop.clone().cancelled_owned())
                 .into_future(),
         );
-        tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
+        tracing::info!(%addr, inbox = %inbox_url, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
         Ok(Started {
             handle: GatewayHandle {
                 gateway: gw,
@@ -381,6 +384,7 @@ impl GatewayBuilder {
             },
             created_key,
             admin_login,
+            inbox_url,
         })
     }
 }

@@ -12,18 +12,22 @@
 //! 3. The handler calls [`tern_inbox::Inbox`]: [`Inbox::list_requests`] and
 //!    [`Inbox::request_view`] to read, [`Inbox::decide_approval`] and
 //!    [`Inbox::answer_elicitation`] to decide, with the reviewer's name as
-//!    `decidedBy` / `answeredBy`.
+//!    `decidedBy` / `answeredBy`, and [`Inbox::dismiss_request`] to take a stale request
+//!    off the list (the agent reads it as withdrawn).
 //! 4. Errors answer in the agent API's shapes: `{"code", "message"}` for a 400 (invalid
 //!    answers add `errors`, one per field), `{"error"}` otherwise — 404 for an unknown
 //!    request or one of the other kind, 409 when it was already decided.
 //!
 //! Routes: `GET /inbox/api/me`, `GET /inbox/api/requests`, `GET /inbox/api/requests/{id}`,
-//! `POST /inbox/api/requests/{id}/decide`, `POST /inbox/api/requests/{id}/answer`.
+//! `POST /inbox/api/requests/{id}/decide`, `POST /inbox/api/requests/{id}/answer`,
+//! `POST /inbox/api/requests/{id}/withdraw`. The list takes `idPrefix` to find requests by
+//! the start of their id.
 //!
 //! [`Inbox::list_requests`]: tern_inbox::Inbox::list_requests
 //! [`Inbox::request_view`]: tern_inbox::Inbox::request_view
 //! [`Inbox::decide_approval`]: tern_inbox::Inbox::decide_approval
 //! [`Inbox::answer_elicitation`]: tern_inbox::Inbox::answer_elicitation
+//! [`Inbox::dismiss_request`]: tern_inbox::Inbox::dismiss_request
 
 use std::collections::HashMap;
 
@@ -48,6 +52,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/inbox/api/requests/{id}", get(show))
         .route("/inbox/api/requests/{id}/decide", post(decide))
         .route("/inbox/api/requests/{id}/answer", post(answer))
+        .route("/inbox/api/requests/{id}/withdraw", post(withdraw))
 }
 
 /// A failure of these routes: the caller was refused, or the inbox refused or failed.
@@ -143,10 +148,11 @@ fn filter(query: &HashMap<String, String>) -> Result<RequestFilter, Failure> {
         kind,
         limit,
         before: get("before").map(str::to_owned),
+        id_prefix: get("idPrefix").map(str::to_owned),
     })
 }
 
-/// `GET /inbox/api/requests?status=&project=&kind=&limit=&before=` → `RequestList`
+/// `GET /inbox/api/requests?status=&project=&kind=&limit=&before=&idPrefix=` → `RequestList`
 /// (pending requests unless `status` says otherwise).
 async fn list(
     State(gw): State<AppState>,
@@ -223,4 +229,29 @@ async fn answer(
         .await?;
     tracing::info!(request = %id, reviewer = %reviewer.name, "elicitation answered");
     Ok(Json(result).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct WithdrawBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /inbox/api/requests/{id}/withdraw` `{"reason"?}` → 200 `Withdrawal` (with
+/// `dismissedBy`): the request leaves the pending list and its agent reads it as withdrawn;
+/// the same answer when repeated, 409 when already decided, 404 when unknown.
+async fn withdraw(
+    State(gw): State<AppState>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+    req: Request,
+) -> ApiResult {
+    let WithdrawBody { reason } = checked_body(&reviewer, req, &gw).await?;
+    let withdrawal = gw
+        .inbox
+        .dismiss_request(&id, &reviewer.name, reason.as_deref())
+        .await?;
+    tracing::info!(request = %id, reviewer = %reviewer.name, "request dismissed");
+    Ok(Json(withdrawal).into_response())
 }

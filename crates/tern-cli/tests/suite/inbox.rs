@@ -1,7 +1,8 @@
 //! `tern inbox` and `tern ask` as real processes against a real `tern gateway` on loopback
 //! (the model is the fake one; the inbox does not use it): listing, showing, deciding and
 //! answering requests as the local admin, the exit codes, `tern ask approve|form` waiting
-//! for a decision made from another process, and projects with steps.
+//! for a decision made from another process (and withdrawing what it no longer waits
+//! for), dismissing stale requests, short id prefixes, and projects with steps.
 
 use crate::common;
 
@@ -478,6 +479,7 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
         "Rotate the keys?",
         "--timeout",
         "1s",
+        "--keep",
         "--idempotency-key",
         "rotate-2024",
     ]);
@@ -486,6 +488,12 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
     let (code, _, err) = ask.finish();
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("stays pending"), "{err}");
+    let agent = Agent::new(&gw, e.key());
+    assert_eq!(
+        agent.result("approval", &first).await.0,
+        204,
+        "--keep keeps it"
+    );
 
     // The same key finds the same request: nothing new is created.
     let mut cmd = e.tern();
@@ -508,17 +516,15 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
     let (code, out, _) = ask.finish();
     assert_eq!(code, Some(0), "{out}");
 
-    // Ctrl-C: exit 130.
+    // Ctrl-C with --keep: exit 130, the request stays pending.
     let mut cmd = e.tern();
-    cmd.args(["ask", "approve", "Wait for me?"]);
+    cmd.args(["ask", "approve", "Wait for me?", "--keep"]);
     let ask = Asking::start(cmd);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(ask.child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let (code, _, _) = ask.finish();
-    assert_eq!(code, Some(130));
+    let kept = ask.id.clone();
+    interrupt(&ask);
+    let (code, _, err) = ask.finish();
+    assert_eq!(code, Some(130), "{err}");
+    assert_eq!(agent.result("approval", &kept).await.0, 204, "{err}");
 
     // Usage errors: exit 2.
     let o = e
@@ -533,7 +539,199 @@ async fn ask_times_out_with_3_and_resumes_with_its_idempotency_key() {
         .output()
         .unwrap();
     assert_exit(&o, 2);
-    assert!(stderr(&o).contains("401"), "{}", stderr(&o));
+    // The key is an agent key: the message says so, and sends nobody to reviewer tokens.
+    let err = stderr(&o);
+    assert!(err.contains("401") && err.contains("agent key"), "{err}");
+    assert!(
+        err.contains("--key") && !err.contains("inbox-admin.json"),
+        "{err}"
+    );
+}
+
+/// SIGINT to a running `tern ask`, as Ctrl-C in its terminal sends it.
+fn interrupt(ask: &Asking) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(ask.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+}
+
+/// The request's status as the reviewer API reports it.
+fn status_of(e: &Env, id: &str) -> Value {
+    let o = e.inbox(&["show", id, "--json"]);
+    assert_exit(&o, 0);
+    json_out(&o)["status"].clone()
+}
+
+#[tokio::test]
+async fn ask_withdraws_its_request_after_a_timeout_and_after_ctrl_c() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let agent = Agent::new(&gw, e.key());
+
+    let mut cmd = e.tern();
+    cmd.args([
+        "ask",
+        "approve",
+        "Rotate the keys?",
+        "--timeout",
+        "1s",
+        "--json",
+    ]);
+    let ask = Asking::start(cmd);
+    let id = ask.id.clone();
+    let (code, out, err) = ask.finish();
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains(&format!("request {id} withdrawn")), "{err}");
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["withdrawn"], true, "{out}");
+    // Nobody waits for it any more, and the inbox says so.
+    assert_eq!(agent.result("approval", &id).await.0, 409);
+    assert_eq!(status_of(&e, &id), "withdrawn");
+
+    let mut cmd = e.tern();
+    cmd.args(["ask", "form", "--field", "region:select[eu|us]"]);
+    let ask = Asking::start(cmd);
+    let id = ask.id.clone();
+    interrupt(&ask);
+    let (code, _, err) = ask.finish();
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains(&format!("request {id} withdrawn")), "{err}");
+    assert_eq!(agent.result("elicitation", &id).await.0, 409);
+    assert_eq!(status_of(&e, &id), "withdrawn");
+    let o = e.inbox(&["show", &id]);
+    assert!(
+        stdout(&o).contains("tern ask was interrupted"),
+        "the reason is on the timeline: {}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn ask_gives_up_when_the_gateway_cannot_be_reached() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    let mut cmd = e.tern();
+    cmd.args([
+        "ask",
+        "approve",
+        "Anyone there?",
+        "--poll-interval",
+        "100ms",
+        "--gateway-timeout",
+        "1s",
+    ]);
+    let ask = Asking::start(cmd);
+    drop(gw);
+    let (code, _, err) = ask.finish();
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("cannot reach the gateway") && err.contains("gave up after"),
+        "{err}"
+    );
+
+    // Nothing listens at all: the create is retried a few times, then the same exit.
+    let o = e
+        .tern()
+        .args([
+            "ask",
+            "approve",
+            "Hello?",
+            "--gateway",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--key", "tern_x"])
+        .output()
+        .unwrap();
+    assert_exit(&o, 4);
+    assert!(
+        stderr(&o).contains("cannot reach the gateway"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test]
+async fn a_reviewer_dismisses_a_stale_request_found_by_an_id_prefix() {
+    let e = Env::with_model().await;
+    let gw = e.gateway();
+    // Every start says where the inbox is.
+    assert!(
+        gw.logs()
+            .contains(&format!("tern: inbox: {}/inbox", gw.url)),
+        "{}",
+        gw.logs()
+    );
+    let agent = Agent::new(&gw, e.key());
+    let task = agent.task("default", "t").await;
+    let task = task["id"].as_str().unwrap();
+    let a = agent.approval(task, "Stale one", json!({})).await;
+    let b = agent.approval(task, "Fresh one", json!({})).await;
+    // Two ids made a moment apart share their beginning (UUIDv7: the time comes first).
+    let common: String = a
+        .chars()
+        .zip(b.chars())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect();
+    assert!(common.len() >= 4, "{a} {b}");
+    let o = e.inbox(&["show", &common]);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(
+        err.contains("more than one request") && err.contains(&a) && err.contains(&b),
+        "the candidates are listed: {err}"
+    );
+    let o = e.inbox(&["show", "ffffffff"]);
+    assert_exit(&o, 5);
+    let short_a = &a[..common.len() + 1];
+    let o = e.inbox(&["show", short_a, "--json"]);
+    assert_exit(&o, 0);
+    assert_eq!(json_out(&o)["id"], a.as_str());
+
+    let o = e.inbox(&["dismiss", short_a, "--reason", "asked twice"]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).contains(&format!("{a}: dismissed")),
+        "{}",
+        stdout(&o)
+    );
+    let (status, body) = agent.result("approval", &a).await;
+    assert_eq!(status, 409, "the agent reads a withdrawal: {body}");
+    let o = e.inbox(&["show", &a, "--json"]);
+    let view = json_out(&o);
+    assert_eq!(view["status"], "withdrawn");
+    assert_eq!(view["result"]["dismissedBy"], "admin");
+    assert_eq!(view["result"]["reason"], "asked twice");
+    let o = e.inbox(&["show", &a]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("dismissed by admin at") && text.contains("reason: asked twice"),
+        "{text}"
+    );
+    // Dismissed once is dismissed; a decision now is refused and says why.
+    assert_exit(&e.inbox(&["dismiss", &a]), 0);
+    let o = e.inbox(&["approve", short_a]);
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("withdrawn"), "{}", stderr(&o));
+    // The other is untouched.
+    assert_eq!(agent.result("approval", &b).await.0, 204);
+
+    // A waiting `tern ask` whose request is dismissed ends as declined.
+    let mut cmd = e.tern();
+    cmd.args([
+        "ask",
+        "approve",
+        "Still needed?",
+        "--poll-interval",
+        "100ms",
+    ]);
+    let ask = Asking::start(cmd);
+    assert_exit(&e.inbox(&["withdraw", &ask.id]), 0);
+    let (code, _, err) = ask.finish();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("was withdrawn"), "{err}");
 }
 
 #[tokio::test]

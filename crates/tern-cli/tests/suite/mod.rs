@@ -4,6 +4,7 @@ mod config_show;
 mod gateway;
 mod inbox;
 mod inbox_notify;
+mod inbox_web;
 mod interactive;
 mod procs;
 mod procs_gateway;

@@ -55,12 +55,15 @@ pub(super) struct ApprovalDraft {
     pub reason_code: String,
 }
 
-/// `scopes`: instead of a free reason code, a choice among these `(code, label)` (a
-/// dangerous command's scope: once, for the session, always).
+/// `outcomes`: those offered, in order. `scopes`: a choice among these `(code, label)`, sent
+/// as the reason code (a dangerous command's scope: once, for the session, always). Without
+/// scopes there is no reason code field: it is for machines (`tern inbox --reason-code`),
+/// not for people.
 pub(super) fn approval_form(
     id: &str,
     csrf: &str,
     draft: &ApprovalDraft,
+    outcomes: &[OutcomeType],
     recommended: Option<OutcomeType>,
     error: Option<&str>,
     scopes: Option<&[(&str, &str)]>,
@@ -72,7 +75,7 @@ pub(super) fn approval_form(
             fieldset.field.(if error.is_some() { "has-error" } else { "" }) {
                 legend { "Outcome" span.req aria-hidden="true" { "*" } }
                 div.choices {
-                    @for o in OUTCOMES {
+                    @for &o in outcomes {
                         @let wire = outcome_wire(o);
                         label.choice {
                             input type="radio" name="outcome" value=(wire) required
@@ -95,19 +98,11 @@ pub(super) fn approval_form(
             @if let Some(scopes) = scopes {
                 div.field {
                     label for="reason_code" { "If approved, allow" }
-                    p.help { "Sent as the reason code." }
                     select id="reason_code" name="reason_code" {
                         @for (code, label) in scopes {
                             option value=(code) selected[draft.reason_code == *code] { (label) }
                         }
                     }
-                }
-            } @else {
-                div.field {
-                    label for="reason_code" { "Reason code" }
-                    p.help { "Optional, for machines: e.g. " code { "policy_violation" } }
-                    input type="text" id="reason_code" name="reason_code" maxlength="200"
-                        value=(draft.reason_code) autocomplete="off";
                 }
             }
             div.actions {

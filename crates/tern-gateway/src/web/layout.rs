@@ -12,14 +12,15 @@ use tern_inbox::Timestamp;
 pub(crate) const CSS: &str = include_str!("inbox.css");
 
 /// The Content-Security-Policy of every inbox page. Everything comes from the gateway itself;
-/// the only inline code allowed is the stylesheet and the pages' two scripts, named by their
+/// the only inline code allowed is the stylesheet and the pages' three scripts, named by their
 /// SHA-256, so markup that slipped into a page through some escaping bug could run nothing
 /// (no other inline script, no `on…=` handler, no `style=` attribute). Pages cannot be
 /// framed, and forms post only to the gateway.
 static CSP: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| {
     let policy = format!(
-        "default-src 'self'; script-src {} {}; style-src {}; img-src 'self'; \
+        "default-src 'self'; script-src {} {} {}; style-src {}; img-src 'self'; \
          object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        csp_hash(super::scripts::LOCAL_TIME_SCRIPT),
         csp_hash(super::scripts::LIVE_SCRIPT),
         csp_hash(super::scripts::PENDING_SCRIPT),
         csp_hash(CSS),
@@ -56,6 +57,9 @@ pub(super) struct Page<'a> {
     pub reviewer: Option<&'a str>,
     /// The session's CSRF token, for the sign-out form (cookie sessions only).
     pub csrf: Option<&'a str>,
+    /// How many requests are pending, shown in the tab's title (`(3) …`) so a reviewer
+    /// sees work arrive in a background tab.
+    pub pending: Option<u64>,
     pub body: Markup,
     /// Inline script run after the page (live refresh); the pages work without it. Only the
     /// scripts [`CSP`] names by hash run.
@@ -71,7 +75,10 @@ impl Page<'_> {
                     meta charset="utf-8";
                     meta name="viewport" content="width=device-width, initial-scale=1";
                     meta name="color-scheme" content="light";
-                    title { (self.title) " · tern inbox" }
+                    title {
+                        @if let Some(n) = self.pending.filter(|n| *n > 0) { "(" (n) ") " }
+                        (self.title) " · tern inbox"
+                    }
                     style { (PreEscaped(CSS)) }
                 }
                 body {
@@ -96,6 +103,7 @@ impl Page<'_> {
                         }
                     }
                     main { (self.body) }
+                    script { (PreEscaped(super::scripts::LOCAL_TIME_SCRIPT)) }
                     @if let Some(js) = self.script {
                         script { (PreEscaped(js)) }
                     }
@@ -143,6 +151,7 @@ pub(super) fn message_page(
         nav: Nav::None,
         reviewer,
         csrf: None,
+        pending: None,
         body: html! {
             h1 { (title) }
             div.card {
@@ -155,7 +164,9 @@ pub(super) fn message_page(
     .render(status)
 }
 
-/// `2024-05-01 07:30 UTC` in a `<time>` element carrying the exact instant.
+/// `2024-05-01 07:30 UTC` in a `<time>` element carrying the exact instant in UTC; the
+/// page's script ([`super::scripts::LOCAL_TIME_SCRIPT`]) shows it in the reader's time
+/// zone, and without scripts the UTC text stays.
 pub(super) fn when(t: &Timestamp) -> Markup {
     let millis = t.unix_millis();
     let utc = Timestamp::from_unix_millis(millis);
@@ -165,7 +176,7 @@ pub(super) fn when(t: &Timestamp) -> Markup {
         (Some(date), Some(time)) => format!("{date} {time} UTC"),
         _ => text.to_owned(),
     };
-    html! { time datetime=(t.as_str()) title=(t.as_str()) { (shown) } }
+    html! { time datetime=(text) title=(shown) { (shown) } }
 }
 
 /// `APPROVE` → `Approve`, `EDIT_AND_APPROVE` → `Edit and approve`.
@@ -209,6 +220,6 @@ mod tests {
         let t = Timestamp::parse("2024-05-01T09:30:15+02:00").unwrap();
         let s = when(&t).into_string();
         assert!(s.contains("2024-05-01 07:30 UTC"), "{s}");
-        assert!(s.contains("datetime=\"2024-05-01T09:30:15+02:00\""), "{s}");
+        assert!(s.contains("datetime=\"2024-05-01T07:30:15.000Z\""), "{s}");
     }
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use tern_inbox::review::{RequestFilter, RequestKind, RequestList, RequestStatus};
 
 use super::layout::{Nav, Page, humanize, when};
+use super::request::SessionLink;
 
 /// The list's query string. Unknown values are refused with a 400 page rather than
 /// silently showing something else.
@@ -67,6 +68,7 @@ impl ListQuery {
             kind,
             limit: None,
             before: nonblank(&self.before),
+            id_prefix: None,
         })
     }
 
@@ -79,10 +81,13 @@ impl ListQuery {
     }
 }
 
+/// `sessions`: for each of `list`'s items, the gateway session that asked, if any.
 pub(super) fn page(
     query: &ListQuery,
     list: &RequestList,
+    sessions: &[Option<SessionLink>],
     projects: &[String],
+    pending: u64,
     reviewer: &str,
     csrf: &str,
 ) -> Response {
@@ -129,20 +134,26 @@ pub(super) fn page(
             }
             div { button type="submit" { "Filter" } }
         }
-        (results(list, status, query))
+        (results(list, sessions, status, query))
     };
     Page {
         title,
         nav,
         reviewer: Some(reviewer),
         csrf: Some(csrf),
+        pending: Some(pending),
         body,
         script: Some(super::scripts::LIVE_SCRIPT),
     }
     .render(StatusCode::OK)
 }
 
-fn results(list: &RequestList, status: &str, query: &ListQuery) -> Markup {
+fn results(
+    list: &RequestList,
+    sessions: &[Option<SessionLink>],
+    status: &str,
+    query: &ListQuery,
+) -> Markup {
     let noun = if list.count == 1 {
         "request"
     } else {
@@ -161,12 +172,15 @@ fn results(list: &RequestList, status: &str, query: &ListQuery) -> Markup {
                 }
             } @else {
                 ul.requests {
-                    @for r in &list.items {
+                    @for (i, r) in list.items.iter().enumerate() {
+                        @let session = sessions.get(i).and_then(Option::as_ref);
                         li {
                             a.row href={"/inbox/requests/" (r.id)} data-id=(r.id) {
                                 div.line1 {
                                     span.badge.(r.kind.as_str()) { (r.kind.as_str()) }
-                                    @if r.status != RequestStatus::Pending {
+                                    // In the pending list every row is pending; elsewhere
+                                    // ("All") the pending ones need telling apart.
+                                    @if r.status != RequestStatus::Pending || status != "pending" {
                                         span.badge.(r.status.as_str()) { (r.status.as_str()) }
                                     }
                                     @if let Some(o) = r.outcome {
@@ -176,7 +190,12 @@ fn results(list: &RequestList, status: &str, query: &ListQuery) -> Markup {
                                     span.summary { (r.summary) }
                                 }
                                 div.meta {
-                                    (r.project_name) " · " (r.task_name) " · " (when(&r.created_at))
+                                    (r.project_name) " · "
+                                    @match session {
+                                        Some(s) => span.session { (s.title) },
+                                        None => (r.task_name),
+                                    }
+                                    " · " (when(&r.created_at))
                                     @if let Some(at) = &r.decided_at { " · settled " (when(at)) }
                                     @if let Some(by) = &r.decided_by { " by " (by) }
                                 }

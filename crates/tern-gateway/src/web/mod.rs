@@ -5,14 +5,22 @@
 //!
 //! | route | what |
 //! | --- | --- |
+//! | `GET /` | a redirect to `/inbox` |
 //! | `GET /inbox` | the list: pending by default, newest first, with a count; `status`, `project`, `kind` filters as a GET form; `before` pages on |
-//! | `GET /inbox/requests/{id}` | one request: summary, context, recommendation, attachments, the decision form or the result, the task's timeline |
-//! | `POST /inbox/requests/{id}/decide` | an approval decision (form-encoded): outcome, note, reason code |
+//! | `GET /inbox/requests/{id}` | one request: summary, the session that asked and the agent's words before it asked, context, recommendation, attachments, the decision form or the result, the task's timeline |
+//! | `POST /inbox/requests/{id}/decide` | an approval decision (form-encoded): outcome, note, reason code (a command's scope) |
 //! | `POST /inbox/requests/{id}/answer` | an elicitation's answers (form-encoded, `f.<field id>` per control) |
+//! | `POST /inbox/requests/{id}/dismiss` | takes a stale pending request off the list; its agent reads it as withdrawn |
+//! | `GET /inbox/sessions/{id}` | the read-only conversation of a gateway session that asked the inbox something |
 //! | `GET /inbox/events` | the change feed as server-sent events (see [`sse`]) |
 //!
 //! Every route needs a reviewer (the stylesheet is inlined into each page, so there is no
-//! public asset route).
+//! public asset route). A session's conversation is shown only for sessions of the
+//! gateway's own agent that have an inbox task (they asked a reviewer something); any
+//! other id is "not found", whether the session exists or not.
+//!
+//! Tasks of the gateway's own sessions are named `session <id>`; the pages show the
+//! session's title instead, linked to its conversation.
 //!
 //! # The flow of a decision
 //!
@@ -35,6 +43,7 @@ mod list;
 mod request;
 mod scripts;
 mod sse;
+mod transcript;
 
 use axum::Form;
 use axum::Router;
@@ -43,19 +52,21 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use tern_inbox::review::{RequestKind, RequestView};
+use tern_inbox::review::{RequestKind, RequestSummary, RequestView};
 use tern_inbox::{InboxError, Outcome};
+use tern_waits::client::EMBEDDED_OWNER;
 
 use crate::AppState;
 use crate::reviewer_auth::Reviewer;
 use forms::ApprovalDraft;
 use layout::message_page;
-use request::{AttachmentInfo, FormState, Notice};
+use request::{AttachmentInfo, FormState, Notice, Origin, SessionLink};
 
 /// The web inbox's routes; merged by [`crate::Gateway::router_for`] outside the agent-key
 /// check (reviewers are people, not agent keys).
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
+        .route("/", get(|_: Reviewer| async { Redirect::to("/inbox") }))
         .route("/inbox", get(list_page))
         .route(
             "/inbox/",
@@ -64,13 +75,16 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/inbox/requests/{id}", get(request_page))
         .route("/inbox/requests/{id}/decide", post(decide))
         .route("/inbox/requests/{id}/answer", post(answer))
+        .route("/inbox/requests/{id}/dismiss", post(dismiss))
+        .route("/inbox/sessions/{id}", get(session_page))
         .route("/inbox/events", get(events))
 }
 
 /// Whether `path` is one of the web inbox's pages (not its JSON API), where a browser gets
 /// errors as pages.
 pub(crate) fn is_page_path(path: &str) -> bool {
-    (path == "/inbox" || path.starts_with("/inbox/")) && !path.starts_with("/inbox/api/")
+    path == "/"
+        || ((path == "/inbox" || path.starts_with("/inbox/")) && !path.starts_with("/inbox/api/"))
 }
 
 /// An error that axum or a layer answered before a handler ran (a form over the body limit,
@@ -139,19 +153,81 @@ async fn list_page(
         Ok(p) => p.items.into_iter().map(|p| p.name).collect::<Vec<_>>(),
         Err(e) => return inbox_error_page(&e, &reviewer.name),
     };
+    let pending = match gw.inbox.pending_count().await {
+        Ok(n) => n,
+        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    };
+    let mut sessions = Vec::with_capacity(list.items.len());
+    for r in &list.items {
+        sessions.push(session_link(&gw, r).await);
+    }
     list::page(
         &query,
         &list,
+        &sessions,
         &projects,
+        pending,
         &reviewer.name,
         reviewer.csrf.as_deref().unwrap_or(""),
     )
 }
 
-/// `?done=1` after a decision was recorded (the redirect of Post/Redirect/Get).
+/// The gateway session that asked, when the request's task is one of the gateway's own
+/// sessions' (its `externalId` names the session) and that session still exists.
+async fn session_link(gw: &AppState, summary: &RequestSummary) -> Option<SessionLink> {
+    if summary.task_owner != EMBEDDED_OWNER {
+        return None;
+    }
+    let id = summary.task_external_id.as_deref()?;
+    match gw.store.get_session(id).await {
+        Ok(Some(s)) => Some(SessionLink {
+            title: transcript::session_title(&s),
+            id: s.id,
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(session = id, error = %e, "cannot read the session of an inbox task");
+            None
+        }
+    }
+}
+
+/// What the agent wrote in the message whose tool call asked (its text, else its
+/// reasoning): the why of the request, in its own words. Only the gateway's own waits know
+/// that message (the wait's key holds its place in the transcript).
+async fn agent_words(gw: &AppState, request_id: &str) -> Option<String> {
+    let wait = match gw.store.wait_by_request(request_id).await {
+        Ok(w) => w?,
+        Err(e) => {
+            tracing::warn!(request = request_id, error = %e, "cannot read the wait of a request");
+            return None;
+        }
+    };
+    let seq = wait.call_seq()?;
+    let messages = match gw.store.messages(wait.origin_session()).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(request = request_id, error = %e, "cannot read the session that asked");
+            return None;
+        }
+    };
+    let asked = messages
+        .iter()
+        .find(|m| m.seq == seq && m.role == tern_llm::Role::Assistant)?;
+    [&asked.content, &asked.reasoning]
+        .into_iter()
+        .flatten()
+        .map(|t| t.trim())
+        .find(|t| !t.is_empty())
+        .map(str::to_owned)
+}
+
+/// `?done=1` after a decision was recorded, `?dismissed=1` after a dismissal (the redirect
+/// of Post/Redirect/Get).
 #[derive(Debug, Default, Deserialize)]
 struct RequestQuery {
     done: Option<String>,
+    dismissed: Option<String>,
 }
 
 async fn request_page(
@@ -160,8 +236,13 @@ async fn request_page(
     Path(id): Path<String>,
     Query(q): Query<RequestQuery>,
 ) -> Response {
+    let notice = if q.dismissed.is_some() {
+        Some(Notice::Dismissed)
+    } else {
+        q.done.is_some().then_some(Notice::Saved)
+    };
     let state = FormState {
-        notice: q.done.is_some().then_some(Notice::Saved),
+        notice,
         ..FormState::default()
     };
     render_request(&gw, &reviewer, &id, state, StatusCode::OK).await
@@ -179,9 +260,19 @@ async fn render_request(
         Err(e) => return inbox_error_page(&e, &reviewer.name),
     };
     let attachments = attachments(gw, &view).await;
+    let origin = Origin {
+        session: session_link(gw, &view.summary).await,
+        words: agent_words(gw, id).await,
+    };
+    let pending = match gw.inbox.pending_count().await {
+        Ok(n) => n,
+        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    };
     request::page(
         &view,
         &attachments,
+        &origin,
+        pending,
         &reviewer.name,
         reviewer.csrf.as_deref().unwrap_or(""),
         state,
@@ -255,10 +346,17 @@ async fn decide(
     if let Err(refused) = reviewer.check_csrf(form.csrf_token.as_deref()) {
         return refused.html_response();
     }
-    if let Err(page) = view_of_kind(&gw, &reviewer, &id, RequestKind::Approval).await {
-        return page;
-    }
-    let kind = form.outcome.as_deref().and_then(forms::parse_outcome);
+    let view = match view_of_kind(&gw, &reviewer, &id, RequestKind::Approval).await {
+        Ok(v) => v,
+        Err(page) => return page,
+    };
+    // Only the outcomes the form offers: a command is run or not, nothing in between.
+    let offered = request::outcomes_for(&view);
+    let kind = form
+        .outcome
+        .as_deref()
+        .and_then(forms::parse_outcome)
+        .filter(|k| offered.contains(k));
     let draft = ApprovalDraft {
         outcome: kind,
         note: form.note.clone().unwrap_or_default(),
@@ -320,6 +418,79 @@ async fn already_decided(gw: &AppState, reviewer: &Reviewer, id: &str) -> Respon
 /// 303 to the request page, which shows the result.
 fn done(id: &str) -> Response {
     Redirect::to(&format!("/inbox/requests/{id}?done=1")).into_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DismissForm {
+    csrf_token: Option<String>,
+    reason: Option<String>,
+}
+
+/// A reviewer takes a stale pending request off the list ([`tern_inbox::Inbox::dismiss_request`]);
+/// 303 to its page, or the page with 409 when it was settled first.
+async fn dismiss(
+    State(gw): State<AppState>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+    Form(form): Form<DismissForm>,
+) -> Response {
+    if let Err(refused) = reviewer.check_csrf(form.csrf_token.as_deref()) {
+        return refused.html_response();
+    }
+    let reason = given(form.reason);
+    match gw
+        .inbox
+        .dismiss_request(&id, &reviewer.name, reason.as_deref())
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(request = %id, reviewer = %reviewer.name, "request dismissed");
+            Redirect::to(&format!("/inbox/requests/{id}?dismissed=1")).into_response()
+        }
+        Err(InboxError::AlreadyDecided) => already_decided(&gw, &reviewer, &id).await,
+        Err(e) => inbox_error_page(&e, &reviewer.name),
+    }
+}
+
+/// A session's conversation, read-only; see the module docs for which sessions.
+async fn session_page(
+    State(gw): State<AppState>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+) -> Response {
+    let not_found = || {
+        message_page(
+            StatusCode::NOT_FOUND,
+            Some(&reviewer.name),
+            "Not found",
+            "There is no conversation here for you to read: only sessions that asked the inbox something are shown.",
+        )
+    };
+    match gw.inbox.owner_has_task_for(EMBEDDED_OWNER, &id).await {
+        Ok(true) => {}
+        Ok(false) => return not_found(),
+        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    }
+    let session = match gw.store.get_session(&id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return not_found(),
+        Err(e) => return inbox_error_page(&InboxError::Store(e), &reviewer.name),
+    };
+    let messages = match gw.store.messages(&id).await {
+        Ok(m) => m,
+        Err(e) => return inbox_error_page(&InboxError::Store(e), &reviewer.name),
+    };
+    let pending = match gw.inbox.pending_count().await {
+        Ok(n) => n,
+        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    };
+    transcript::page(
+        &session,
+        &messages,
+        pending,
+        &reviewer.name,
+        reviewer.csrf.as_deref().unwrap_or(""),
+    )
 }
 
 async fn answer(

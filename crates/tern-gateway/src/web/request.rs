@@ -1,11 +1,15 @@
-//! One request's page: what the agent asks, its context and recommendation, attachments,
-//! the decision form while pending (or the result once settled), and the task's timeline.
+//! One request's page: what the agent asks, the session that asked (linked to its
+//! conversation) and the agent's own words before it asked, its context and recommendation,
+//! attachments, the decision form and a way to dismiss it while pending (or the result once
+//! settled), and the task's timeline. Reason codes are for machines and not shown; a
+//! command's scope, which travels as one, is shown in words.
 
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 use tern_inbox::FieldError;
+use tern_inbox::OutcomeType;
 use tern_inbox::model::Payload;
 use tern_inbox::review::{RequestKind, RequestStatus, RequestView};
 
@@ -21,9 +25,24 @@ pub(super) struct AttachmentInfo {
     pub is_image: bool,
 }
 
+/// The gateway session a request came from.
+pub(super) struct SessionLink {
+    pub id: String,
+    /// The session's title, or `Session <short id>` without one.
+    pub title: String,
+}
+
+/// Where a request came from, when the gateway knows.
+pub(super) struct Origin {
+    pub session: Option<SessionLink>,
+    /// What the agent wrote in the message whose tool call asked.
+    pub words: Option<String>,
+}
+
 /// A banner above the page's content.
 pub(super) enum Notice {
     Saved,
+    Dismissed,
     Conflict,
     Invalid(String),
 }
@@ -52,6 +71,16 @@ const COMMAND_SCOPES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The outcomes a reviewer is offered: a command runs or not (its scope is chosen apart),
+/// so only approve and reject; any other approval all five.
+pub(super) fn outcomes_for(view: &RequestView) -> &'static [OutcomeType] {
+    if is_command(view) {
+        &[OutcomeType::Approve, OutcomeType::Reject]
+    } else {
+        &forms::OUTCOMES
+    }
+}
+
 /// A dangerous command's approval request: its context says `action = command`.
 fn is_command(view: &RequestView) -> bool {
     view.key_value_context
@@ -60,9 +89,15 @@ fn is_command(view: &RequestView) -> bool {
         .is_some_and(|a| a == "command")
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one page's parts, each read by the handler; a struct would only rename them"
+)]
 pub(super) fn page(
     view: &RequestView,
     attachments: &[AttachmentInfo],
+    origin: &Origin,
+    pending_count: u64,
     reviewer: &str,
     csrf: &str,
     state: FormState,
@@ -80,13 +115,22 @@ pub(super) fn page(
         p.meta.muted.small {
             span.badge.(s.kind.as_str()) { (s.kind.as_str()) } " "
             span.badge.(s.status.as_str()) { (s.status.as_str()) } " "
-            "Project " strong { (s.project_name) } " · task " strong { (s.task_name) }
+            "Project " strong { (s.project_name) }
+            @match &origin.session {
+                Some(session) => {
+                    " · session " a.session href={"/inbox/sessions/" (session.id)} { (session.title) }
+                }
+                None => { " · task " strong { (s.task_name) } }
+            }
             " · asked " (when(&s.created_at))
         }
         @match &state.notice {
             Some(Notice::Saved) => div.notice.ok role="status" {
                 @if s.kind == RequestKind::Approval { "Your decision was recorded." }
                 @else { "Your answer was recorded." }
+            },
+            Some(Notice::Dismissed) => div.notice.ok role="status" {
+                "The request was dismissed; its agent sees it as withdrawn."
             },
             Some(Notice::Conflict) => div.notice.warn role="alert" {
                 "This request was already decided"
@@ -104,6 +148,15 @@ pub(super) fn page(
             }
         } @else {
             (result_card(view))
+        }
+        @if let Some(words) = &origin.words {
+            section.card.words {
+                h2 { "What the agent said before asking" }
+                p.said { (words) }
+                @if let Some(session) = &origin.session {
+                    p.small { a href={"/inbox/sessions/" (session.id)} { "The whole conversation" } }
+                }
+            }
         }
         @if let Some(ctx) = view.key_value_context.as_ref().filter(|c| !c.is_empty()) {
             section.card {
@@ -124,7 +177,6 @@ pub(super) fn page(
                 }
                 @if let Some(why) = &r.rationale { p { (why) } }
                 @if let Some(n) = &r.outcome.note { p.small { "Note: " (n) } }
-                @if let Some(c) = &r.outcome.reason_code { p.small { "Reason code: " code { (c) } } }
             }
         }
         @if !attachments.is_empty() {
@@ -157,7 +209,7 @@ pub(super) fn page(
                         note: String::new(),
                         reason_code: scopes.map(|s| s[0].0.to_owned()).unwrap_or_default(),
                     });
-                    (forms::approval_form(&s.id, csrf, &draft, recommended, state.outcome_error.as_deref(), scopes))
+                    (forms::approval_form(&s.id, csrf, &draft, outcomes_for(view), recommended, state.outcome_error.as_deref(), scopes))
                 }
                 RequestKind::Elicitation => {
                     @let values = state.answers.clone().unwrap_or_else(|| forms::prefill(&view.fields, &view.field_bids));
@@ -165,17 +217,50 @@ pub(super) fn page(
                 }
             }
         }
-        (timeline(view))
+        @if pending {
+            (dismiss_form(&s.id, csrf))
+        }
+        (timeline(view, origin))
     };
     Page {
         title: &s.summary,
         nav: Nav::None,
         reviewer: Some(reviewer),
         csrf: Some(csrf),
+        pending: Some(pending_count),
         body,
         script: pending.then_some(super::scripts::PENDING_SCRIPT),
     }
     .render(status)
+}
+
+/// Takes a request nobody will decide off the list; the agent reads it as withdrawn.
+fn dismiss_form(id: &str, csrf: &str) -> Markup {
+    html! {
+        details.card.dismiss {
+            summary { "Dismiss this request" }
+            form method="post" action={"/inbox/requests/" (id) "/dismiss"} id="dismiss" {
+                input type="hidden" name="csrf_token" value=(csrf);
+                p.help {
+                    "For a request nobody will decide (stale, asked twice, no longer relevant): "
+                    "it leaves the pending list and its agent is told it was withdrawn."
+                }
+                div.field {
+                    label for="dismiss_reason" { "Reason (optional, shown to the agent)" }
+                    input type="text" id="dismiss_reason" name="reason" maxlength="2000" autocomplete="off";
+                }
+                div.actions { button.secondary type="submit" { "Dismiss request" } }
+            }
+        }
+    }
+}
+
+/// A command approval's scope (sent as the reason code) in words.
+fn scope_label(code: &str) -> &str {
+    COMMAND_SCOPES
+        .iter()
+        .find(|(c, _)| c.eq_ignore_ascii_case(code))
+        .map_or(code, |(_, label)| label)
 }
 
 fn result_card(view: &RequestView) -> Markup {
@@ -194,15 +279,25 @@ fn result_card(view: &RequestView) -> Markup {
                             @if let Some(n) = o.get("note").and_then(Value::as_str) {
                                 tr { th scope="row" { "Note" } td { (n) } }
                             }
-                            @if let Some(c) = o.get("reasonCode").and_then(Value::as_str) {
-                                tr { th scope="row" { "Reason code" } td { code { (c) } } }
+                            @if is_command(view) && o.get("type").and_then(Value::as_str).is_some_and(|t| t.contains("APPROVE")) {
+                                tr { th scope="row" { "Allowed" }
+                                    td { (scope_label(o.get("reasonCode").and_then(Value::as_str).unwrap_or("once"))) } }
                             }
                         }
                     }
                     _ => {}
                 }
                 tr { th scope="row" { "Status" } td { (humanize(s.status.as_str())) } }
-                @if let Some(by) = &s.decided_by {
+                @if s.status == RequestStatus::Withdrawn {
+                    @if let Some(by) = get("dismissedBy").and_then(Value::as_str) {
+                        tr { th scope="row" { "Dismissed by" } td { (by) } }
+                    } @else if let Some(by) = &s.decided_by {
+                        tr { th scope="row" { "Withdrawn by" } td { (by) } }
+                    }
+                    @if let Some(why) = get("reason").and_then(Value::as_str) {
+                        tr { th scope="row" { "Reason" } td { (why) } }
+                    }
+                } @else if let Some(by) = &s.decided_by {
                     tr { th scope="row" { (if s.kind == RequestKind::Approval { "Decided by" } else { "Answered by" }) } td { (by) } }
                 }
                 @if let Some(at) = &s.decided_at {
@@ -222,7 +317,7 @@ fn result_card(view: &RequestView) -> Markup {
 
 /// The task's events, oldest first; the event of this request is marked, and an event that
 /// answers a request links to it.
-fn timeline(view: &RequestView) -> Markup {
+fn timeline(view: &RequestView, origin: &Origin) -> Markup {
     // The summaries of the task's requests, to name the request an answer responds to.
     let summaries: std::collections::HashMap<&str, &str> = view
         .events
@@ -235,7 +330,13 @@ fn timeline(view: &RequestView) -> Markup {
         .collect();
     html! {
         section.card {
-            h2 { "Timeline of task " (view.summary.task_name) }
+            h2 {
+                "Timeline of "
+                @match &origin.session {
+                    Some(s) => { "session " (s.title) }
+                    None => { "task " (view.summary.task_name) }
+                }
+            }
             @if view.events.is_empty() {
                 p.muted { "No events." }
             } @else {

@@ -1,7 +1,36 @@
-//! The web inbox's two inline scripts, in one place: the pages that run them and the
+//! The web inbox's three inline scripts, in one place: the pages that run them and the
 //! Content-Security-Policy that allows them by hash (`layout.rs`) both read them here.
 
-/// Keeps the list's filters when the page refreshes itself or pages on.
+/// On every page: each `<time datetime>` (written in UTC, which stays the text without
+/// scripts) is shown in the reader's own time zone, the UTC text kept as its tooltip.
+/// `ternLocalTimes` is there for the list's live refresh to call on the fresh part.
+pub(super) const LOCAL_TIME_SCRIPT: &str = r#"
+(function () {
+  function pad(n) { return (n < 10 ? '0' : '') + n; }
+  function localize(root) {
+    root.querySelectorAll('time[datetime]').forEach(function (t) {
+      if (t.dataset.local) return;
+      var d = new Date(t.getAttribute('datetime'));
+      if (isNaN(d.getTime())) return;
+      var zone = '';
+      try {
+        zone = new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' })
+          .formatToParts(d).filter(function (p) { return p.type === 'timeZoneName'; })
+          .map(function (p) { return p.value; }).join('');
+      } catch (_) {}
+      t.title = t.textContent;
+      t.textContent = d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) +
+        ' ' + pad(d.getHours()) + ':' + pad(d.getMinutes()) + (zone ? ' ' + zone : '');
+      t.dataset.local = '1';
+    });
+  }
+  window.ternLocalTimes = localize;
+  localize(document);
+})();
+"#;
+
+/// Keeps the list's filters when the page refreshes itself or pages on; the tab's title
+/// (with the pending count) follows the fresh page.
 pub(super) const LIVE_SCRIPT: &str = r#"
 (function () {
   var live = document.getElementById('live');
@@ -16,7 +45,11 @@ pub(super) const LIVE_SCRIPT: &str = r#"
         var doc = new DOMParser().parseFromString(text, 'text/html');
         var fresh = doc.getElementById('results');
         var now = document.getElementById('results');
-        if (fresh && now) now.replaceWith(fresh);
+        if (fresh && now) {
+          if (window.ternLocalTimes) window.ternLocalTimes(fresh);
+          now.replaceWith(fresh);
+        }
+        if (doc.title) document.title = doc.title;
       })
       .catch(function () {})
       .then(function () { busy = false; if (again) { again = false; refresh(); } });

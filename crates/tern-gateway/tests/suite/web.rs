@@ -336,6 +336,12 @@ async fn request_page_shows_context_recommendation_and_timeline() {
     );
     assert!(page.contains("Refunded last week"));
     assert!(page.contains("80%"));
+    // Reason codes are for machines: neither the recommendation's nor a field for one.
+    assert!(
+        !page.contains("dup") && !page.contains("Reason code"),
+        "{page}"
+    );
+    assert!(!page.contains("id=\"reason_code\""), "{page}");
     // The recommended outcome is shown and pre-selected; the others are not selected.
     assert!(
         page.contains("value=\"REJECT\" required checked"),
@@ -613,8 +619,9 @@ async fn agent_text_is_escaped() {
     assert!(!page.contains("<img src=x"), "{page}");
     assert!(page.contains("&lt;i&gt;k&lt;/i&gt;"));
     assert!(page.contains("&lt;/section&gt;&lt;script&gt;1&lt;/script&gt;"));
-    // The page's one script is its own (the live notice), not anything the agent wrote.
-    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    // The page's two scripts are its own (local times, the live notice), not anything the
+    // agent wrote.
+    assert_eq!(page.matches("<script").count(), 2, "{page}");
 }
 
 #[tokio::test]
@@ -755,7 +762,7 @@ async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_sty
 }
 
 #[tokio::test]
-async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() {
+async fn a_command_request_offers_approve_or_reject_and_the_scope_as_its_reason_code() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
     let command = gw
@@ -768,10 +775,18 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
     let plain = gw.ship_it(&task).await;
 
     let (_, page) = gw.page(&format!("/inbox/requests/{plain}")).await;
-    assert!(!page.contains("<select id=\"reason_code\""), "{page}");
-    assert!(page.contains("type=\"text\" id=\"reason_code\""), "{page}");
+    assert!(!page.contains("id=\"reason_code\""), "{page}");
+    assert!(page.contains("value=\"EDIT_AND_APPROVE\""), "{page}");
 
     let (_, page) = gw.page(&format!("/inbox/requests/{command}")).await;
+    // A command runs or it does not: no "Edit and approve", escalation or questions.
+    assert!(
+        page.contains("value=\"APPROVE\"") && page.contains("value=\"REJECT\""),
+        "{page}"
+    );
+    for o in ["EDIT_AND_APPROVE", "ESCALATE", "REQUEST_MORE_INFO"] {
+        assert!(!page.contains(&format!("value=\"{o}\"")), "{o}: {page}");
+    }
     let start = page
         .find("<select id=\"reason_code\" name=\"reason_code\"")
         .unwrap_or_else(|| panic!("no scope choice: {page}"));
@@ -785,6 +800,15 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
     );
 
     let csrf = gw.csrf(&command).await;
+    // An outcome the form does not offer is refused, and nothing is recorded.
+    let (status, _, body) = gw
+        .submit(
+            &format!("/inbox/requests/{command}/decide"),
+            &[("csrf_token", &csrf), ("outcome", "EDIT_AND_APPROVE")],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(gw.status_of(&command).await, "pending");
     let (status, _, body) = gw
         .submit(
             &format!("/inbox/requests/{command}/decide"),
@@ -799,6 +823,231 @@ async fn a_command_request_offers_the_scope_of_an_approval_as_its_reason_code() 
     let result = gw.result_of(&command).await;
     assert_eq!(result["outcome"]["type"], "APPROVE");
     assert_eq!(result["outcome"]["reasonCode"], "session");
+    // The scope is shown in words, not as a code.
+    let (_, page) = gw.page(&format!("/inbox/requests/{command}")).await;
+    assert!(
+        page.contains("<th scope=\"row\">Allowed</th><td>For this session"),
+        "{page}"
+    );
+    assert!(!page.contains("Reason code"), "{page}");
+}
+
+#[tokio::test]
+async fn a_reviewer_dismisses_a_stale_request_and_the_agent_reads_it_as_withdrawn() {
+    let gw = start().await;
+    let task = gw.task("t", "default").await;
+    let stale = gw.ship_it(&task).await;
+    let csrf = gw.csrf(&stale).await;
+    let (_, page) = gw.page(&format!("/inbox/requests/{stale}")).await;
+    assert!(
+        page.contains(&format!("action=\"/inbox/requests/{stale}/dismiss\"")),
+        "{page}"
+    );
+    // Without the CSRF token: refused, nothing changes.
+    let (status, _, _) = gw
+        .submit(
+            &format!("/inbox/requests/{stale}/dismiss"),
+            &[("reason", "x")],
+        )
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(gw.status_of(&stale).await, "pending");
+
+    let (status, location, body) = gw
+        .submit(
+            &format!("/inbox/requests/{stale}/dismiss"),
+            &[("csrf_token", &csrf), ("reason", "asked twice")],
+        )
+        .await;
+    assert_eq!(status, 303, "{body}");
+    assert_eq!(
+        location.as_deref(),
+        Some(format!("/inbox/requests/{stale}?dismissed=1").as_str())
+    );
+    assert_eq!(gw.status_of(&stale).await, "withdrawn");
+    // The agent reads what it reads after its own withdrawal.
+    let r = gw
+        .http
+        .get(format!("{}/api/approval-requests/{stale}/result", gw.url))
+        .bearer_auth(&gw.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let (_, page) = gw
+        .page(&format!("/inbox/requests/{stale}?dismissed=1"))
+        .await;
+    for want in [
+        "The request was dismissed",
+        "<th scope=\"row\">Dismissed by</th><td>alice</td>",
+        "<th scope=\"row\">Reason</th><td>asked twice</td>",
+        "Dismissed by alice: asked twice",
+    ] {
+        assert!(page.contains(want), "{want:?}: {page}");
+    }
+    assert!(!page.contains("/dismiss\""), "no dismiss form once settled");
+
+    // A decided request cannot be dismissed: 409, the decision stands.
+    let decided = gw.ship_it(&task).await;
+    let csrf = gw.csrf(&decided).await;
+    gw.gw
+        .inbox
+        .decide_approval(
+            &decided,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Approve),
+            "bob",
+        )
+        .await
+        .unwrap();
+    let (status, _, body) = gw
+        .submit(
+            &format!("/inbox/requests/{decided}/dismiss"),
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(gw.status_of(&decided).await, "decided");
+
+    // Over the JSON reviewer API, with a reviewer's bearer token; found by an id prefix.
+    let json_one = gw.ship_it(&task).await;
+    let reviewers = gw.gw.inbox.reviewers();
+    reviewers.add("carol", false).await.unwrap();
+    let token = reviewers.bearer_token("carol", "cli").await.unwrap();
+    let list: Value = gw
+        .http
+        .get(format!(
+            "{}/inbox/api/requests?status=all&idPrefix={}",
+            gw.url,
+            &json_one[..json_one.len() - 2]
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&json_one.as_str()), "{list}");
+    assert!(
+        ids.iter()
+            .all(|id| id.starts_with(&json_one[..json_one.len() - 2])),
+        "{list}"
+    );
+    let r = gw
+        .http
+        .post(format!("{}/inbox/api/requests/{json_one}/withdraw", gw.url))
+        .bearer_auth(&token)
+        .json(&json!({"reason": "stale"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let w: Value = r.json().await.unwrap();
+    assert_eq!(w["status"], "withdrawn");
+    assert_eq!(w["dismissedBy"], "carol");
+    assert_eq!(w["reason"], "stale");
+    // An agent key may not dismiss through the reviewer API.
+    let other = gw.ship_it(&task).await;
+    let r = gw
+        .http
+        .post(format!("{}/inbox/api/requests/{other}/withdraw", gw.url))
+        .bearer_auth(&gw.key)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert_eq!(gw.status_of(&other).await, "pending");
+}
+
+#[tokio::test]
+async fn pages_show_local_times_pending_badges_and_counts_and_the_root_leads_to_the_inbox() {
+    let gw = start().await;
+    let task = gw.task("t", "default").await;
+    let a = gw.ship_it(&task).await;
+    let b = gw.ship_it(&task).await;
+    gw.gw
+        .inbox
+        .decide_approval(
+            &b,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Reject),
+            "alice",
+        )
+        .await
+        .unwrap();
+    // The tab's title counts what is pending, on the list and on a request page.
+    let (_, list) = gw.page("/inbox?status=all").await;
+    assert!(
+        list.contains("<title>(1) All requests · tern inbox</title>"),
+        "{list}"
+    );
+    let (_, page) = gw.page(&format!("/inbox/requests/{a}")).await;
+    assert!(
+        page.contains("<title>(1) Ship it? · tern inbox</title>"),
+        "{page}"
+    );
+    // In "All", the pending request carries its badge; in "Pending" none is needed.
+    let row = |page: &str, id: &str| -> String {
+        let start = page.find(&format!("data-id=\"{id}\"")).unwrap();
+        page[start..start + page[start..].find("</a>").unwrap()].to_owned()
+    };
+    assert!(
+        row(&list, &a).contains("<span class=\"badge pending\">pending</span>"),
+        "{}",
+        row(&list, &a)
+    );
+    assert!(
+        row(&list, &b).contains("badge decided"),
+        "{}",
+        row(&list, &b)
+    );
+    let (_, pending) = gw.page("/inbox").await;
+    assert!(!row(&pending, &a).contains("badge pending"), "{pending}");
+    // Times are UTC instants in `<time datetime>`, which the page's script shows locally.
+    let created = gw
+        .gw
+        .inbox
+        .request_view(&a)
+        .await
+        .unwrap()
+        .summary
+        .created_at;
+    let utc = tern_inbox::Timestamp::from_unix_millis(created.unix_millis());
+    assert!(utc.as_str().ends_with('Z'));
+    assert!(
+        list.contains(&format!("<time datetime=\"{}\"", utc.as_str())),
+        "{list}"
+    );
+    assert!(
+        list.contains("ternLocalTimes"),
+        "the local-time script runs: {list}"
+    );
+    // With nothing pending the title has no count.
+    gw.gw
+        .inbox
+        .dismiss_request(&a, "alice", None)
+        .await
+        .unwrap();
+    let (_, list) = gw.page("/inbox").await;
+    assert!(
+        list.contains("<title>Pending requests · tern inbox</title>"),
+        "{list}"
+    );
+
+    // `/` leads a reviewer to the inbox; without credentials it answers 401 like the rest.
+    let r = gw
+        .get("/", &[("cookie", &gw.cookie), ("accept", "text/html")])
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/inbox");
+    let r = gw.get("/", &[("accept", "text/html")]).await;
+    assert_eq!(r.status().as_u16(), 401);
 }
 
 /// The sources a Content-Security-Policy directive lists (empty when it has none).

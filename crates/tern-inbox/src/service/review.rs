@@ -86,6 +86,8 @@ pub struct RequestFilter {
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
     pub before: Option<String>,
+    /// Only requests whose id starts with this (how `tern inbox` resolves a short id).
+    pub id_prefix: Option<String>,
 }
 
 /// One line of the inbox.
@@ -107,6 +109,13 @@ pub struct RequestSummary {
     /// An approval's outcome once settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<OutcomeType>,
+    /// The task's `externalId`: for the gateway's own agent, the session that asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_external_id: Option<String>,
+    /// The id of the agent key that owns the task; not sent (key ids are not for reviewers'
+    /// programs), only read by the web inbox to tell the gateway's own sessions apart.
+    #[serde(skip)]
+    pub task_owner: String,
 }
 
 /// A page of the inbox.
@@ -171,7 +180,8 @@ macro_rules! summary_select {
         "SELECT r.id, r.kind, r.status, r.task_id, r.created_at, r.decided_at, r.decided_by, \
          json_extract(r.request, '$.summary') AS summary, \
          json_extract(r.result, '$.outcome.type') AS outcome, \
-         t.name AS task_name, p.name AS project_name \
+         t.name AS task_name, t.external_id AS task_external_id, \
+         t.owner_key AS task_owner, p.name AS project_name \
          FROM inbox_requests r \
          JOIN inbox_tasks t ON t.id = r.task_id \
          JOIN inbox_projects p ON p.id = r.project_id "
@@ -180,7 +190,8 @@ macro_rules! summary_select {
 macro_rules! filter_where {
     () => {
         "WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR p.name = ?2) \
-         AND (?3 IS NULL OR r.kind = ?3) "
+         AND (?3 IS NULL OR r.kind = ?3) \
+         AND (?4 IS NULL OR substr(r.id, 1, length(?4)) = ?4) "
     };
 }
 
@@ -203,12 +214,13 @@ impl Inbox {
         let rows = sqlx::query(concat!(
             summary_select!(),
             filter_where!(),
-            "AND (?4 IS NULL OR r.created_at < ?4 OR (r.created_at = ?4 AND r.id < ?5)) \
-             ORDER BY r.created_at DESC, r.id DESC LIMIT ?6"
+            "AND (?5 IS NULL OR r.created_at < ?5 OR (r.created_at = ?5 AND r.id < ?6)) \
+             ORDER BY r.created_at DESC, r.id DESC LIMIT ?7"
         ))
         .bind(status)
         .bind(filter.project.as_deref())
         .bind(kind)
+        .bind(filter.id_prefix.as_deref())
         .bind(before_at)
         .bind(before_id)
         .bind(i64::from(limit) + 1)
@@ -222,6 +234,7 @@ impl Inbox {
         .bind(status)
         .bind(filter.project.as_deref())
         .bind(kind)
+        .bind(filter.id_prefix.as_deref())
         .fetch_one(&mut *conn)
         .await?;
         let more = rows.len() > limit as usize;
@@ -298,6 +311,20 @@ impl Inbox {
         Ok(view)
     }
 
+    /// Whether `owner` has a task whose `externalId` is `external_id`: for the gateway's own
+    /// agent, whether that session asked the inbox something (and so whether reviewers may
+    /// read its conversation).
+    pub async fn owner_has_task_for(&self, owner: &str, external_id: &str) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM inbox_tasks WHERE owner_key = ? AND external_id = ?",
+        )
+        .bind(owner)
+        .bind(external_id)
+        .fetch_one(self.store().pool())
+        .await?;
+        Ok(n > 0)
+    }
+
     /// How many requests wait for a human.
     pub async fn pending_count(&self) -> Result<u64> {
         let n: i64 =
@@ -329,6 +356,8 @@ fn summary_from_row(row: &SqliteRow) -> Result<RequestSummary> {
         outcome: outcome
             .map(|o| super::wire_enum(o, "approval outcome"))
             .transpose()?,
+        task_external_id: row.try_get("task_external_id")?,
+        task_owner: row.try_get("task_owner")?,
     })
 }
 

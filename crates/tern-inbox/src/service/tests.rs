@@ -1140,6 +1140,102 @@ async fn only_the_owner_withdraws_and_the_reviewer_history_shows_it() {
     );
 }
 
+#[tokio::test]
+async fn a_reviewer_dismisses_any_agents_request_and_the_agent_reads_a_withdrawal() {
+    let (_d, inbox) = inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    let req = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let mut feed = inbox.changes();
+    let w = inbox
+        .dismiss_request(&req, "alice", Some(" stale "))
+        .await
+        .unwrap();
+    assert_eq!(w.dismissed_by.as_deref(), Some("alice"));
+    assert_eq!(w.reason.as_deref(), Some("stale"));
+    assert_eq!(feed.recv().await.unwrap().request_id, req);
+    // The agent reads it as it reads its own withdrawal.
+    let read = inbox.approval_result(AGENT, &req).await;
+    assert!(matches!(read, Err(InboxError::Withdrawn(_))), "{read:?}");
+    // Again: the first dismissal answers; a decision now loses.
+    let again = inbox.dismiss_request(&req, "bob", None).await.unwrap();
+    assert_eq!(again.dismissed_by.as_deref(), Some("alice"));
+    let decide = inbox
+        .decide_approval(&req, crate::Outcome::new(OutcomeType::Approve), "bob")
+        .await;
+    assert!(
+        matches!(decide, Err(InboxError::AlreadyDecided)),
+        "{decide:?}"
+    );
+    let view = inbox.request_view(&req).await.unwrap();
+    assert_eq!(view.summary.status, review::RequestStatus::Withdrawn);
+    assert_eq!(view.summary.decided_by.as_deref(), Some("alice"));
+    let note = view
+        .events
+        .iter()
+        .find(|e| e.event_type == crate::model::EventType::Note)
+        .unwrap();
+    assert_eq!(note.source, Actor::Human);
+    assert_eq!(note.in_response_to.as_deref(), Some(req.as_str()));
+    // A decided request cannot be dismissed; an unknown one is not found.
+    let other = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    inbox
+        .decide_approval(&other, crate::Outcome::new(OutcomeType::Reject), "bob")
+        .await
+        .unwrap();
+    let late = inbox.dismiss_request(&other, "alice", None).await;
+    assert!(matches!(late, Err(InboxError::AlreadyDecided)), "{late:?}");
+    let missing = inbox.dismiss_request("nope", "alice", None).await;
+    assert!(
+        matches!(missing, Err(InboxError::NotFound(_))),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test]
+async fn requests_are_found_by_a_prefix_of_their_id() {
+    let (_d, inbox) = inbox().await;
+    let task = inbox.create_task(AGENT, new_task("t"), None).await.unwrap();
+    let a = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let b = inbox
+        .create_approval(AGENT, approval(&task.id), None)
+        .await
+        .unwrap()
+        .event_id;
+    let by = |p: &str| review::RequestFilter {
+        id_prefix: Some(p.to_owned()),
+        ..Default::default()
+    };
+    let whole = inbox.list_requests(&by(&a)).await.unwrap();
+    assert_eq!(whole.count, 1);
+    assert_eq!(whole.items[0].id, a);
+    // The longest common prefix matches both; one more character only one.
+    let common: String = a
+        .chars()
+        .zip(b.chars())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect();
+    assert_eq!(inbox.list_requests(&by(&common)).await.unwrap().count, 2);
+    let longer = &b[..common.len() + 1];
+    let one = inbox.list_requests(&by(longer)).await.unwrap();
+    assert_eq!((one.count, one.items[0].id.as_str()), (1, b.as_str()));
+    // `%` and `_` are not wildcards.
+    assert_eq!(inbox.list_requests(&by("%")).await.unwrap().count, 0);
+    assert_eq!(inbox.list_requests(&by("_")).await.unwrap().count, 0);
+}
+
 /// An inbox whose requests expire one second after they are created.
 async fn expiring_inbox() -> (tempfile::TempDir, Inbox) {
     let (dir, inbox) = inbox().await;

@@ -17,6 +17,11 @@
 //! 4. Withdrawing a withdrawn request again answers the first [`Withdrawal`]: a retry is
 //!    harmless. Afterwards a reviewer's decision gets 409, and the agent's result read gets
 //!    [`InboxError::Withdrawn`] (409) instead of a 204 it would poll forever.
+//!
+//! A reviewer can take a stale request off the pending list the same way
+//! ([`Inbox::dismiss_request`]): the same conditional update and the same stored
+//! [`Withdrawal`] (with `dismissedBy`), so the agent reads it exactly as it reads its own
+//! withdrawal; only the timeline's `NOTE` comes from the human and names them.
 
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -42,6 +47,15 @@ pub struct Withdrawal {
     pub withdrawn_at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The reviewer who dismissed the request; absent when the agent withdrew it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dismissed_by: Option<String>,
+}
+
+/// Who takes a request back: its agent (only its own requests) or a reviewer (any).
+enum Withdrawer<'a> {
+    Agent { owner: &'a str, by: &'a str },
+    Reviewer { name: &'a str },
 }
 
 impl Inbox {
@@ -81,12 +95,47 @@ impl Inbox {
         request_id: &str,
         reason: Option<&str>,
     ) -> Result<Withdrawal> {
+        self.take_back(kind, Withdrawer::Agent { owner, by }, request_id, reason)
+            .await
+    }
+
+    /// A reviewer dismisses a pending request of any agent (a stale one nobody will
+    /// decide): it becomes `withdrawn` exactly as if its agent had withdrawn it, so the agent
+    /// reads the same 409; the timeline's note names the reviewer. A second dismissal
+    /// answers the first [`Withdrawal`]; a decided or expired request is
+    /// [`InboxError::AlreadyDecided`].
+    pub async fn dismiss_request(
+        &self,
+        request_id: &str,
+        reviewer: &str,
+        reason: Option<&str>,
+    ) -> Result<Withdrawal> {
+        self.take_back(
+            None,
+            Withdrawer::Reviewer { name: reviewer },
+            request_id,
+            reason,
+        )
+        .await
+    }
+
+    async fn take_back(
+        &self,
+        kind: Option<RequestKind>,
+        who: Withdrawer<'_>,
+        request_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Withdrawal> {
         let what = match kind {
             Some(RequestKind::Approval) => "approval request",
             Some(RequestKind::Elicitation) => "elicitation request",
             None => "request",
         };
         let kind = kind.map(RequestKind::as_str);
+        let owner = match who {
+            Withdrawer::Agent { owner, .. } => Some(owner),
+            Withdrawer::Reviewer { .. } => None,
+        };
         let reason = reason
             .map(str::trim)
             .filter(|r| !r.is_empty())
@@ -95,7 +144,8 @@ impl Inbox {
         let row = sqlx::query(
             "SELECT r.task_id, r.status, r.result FROM inbox_requests r \
              JOIN inbox_tasks t ON t.id = r.task_id \
-             WHERE r.id = ?1 AND t.owner_key = ?2 AND (?3 IS NULL OR r.kind = ?3)",
+             WHERE r.id = ?1 AND (?2 IS NULL OR t.owner_key = ?2) \
+             AND (?3 IS NULL OR r.kind = ?3)",
         )
         .bind(request_id)
         .bind(owner)
@@ -124,12 +174,30 @@ impl Inbox {
             status: RequestStatus::Withdrawn,
             withdrawn_at: Timestamp::now(),
             reason,
+            dismissed_by: match who {
+                Withdrawer::Reviewer { name } => Some(name.to_owned()),
+                Withdrawer::Agent { .. } => None,
+            },
         };
-        let message = match &withdrawal.reason {
-            Some(reason) => format!("Withdrawn by the agent: {reason}"),
-            None => "Withdrawn by the agent.".to_owned(),
+        let (actor, by, message) = match who {
+            Withdrawer::Agent { by, .. } => (
+                Actor::Agent,
+                by,
+                match &withdrawal.reason {
+                    Some(reason) => format!("Withdrawn by the agent: {reason}"),
+                    None => "Withdrawn by the agent.".to_owned(),
+                },
+            ),
+            Withdrawer::Reviewer { name } => (
+                Actor::Human,
+                name,
+                match &withdrawal.reason {
+                    Some(reason) => format!("Dismissed by {name}: {reason}"),
+                    None => format!("Dismissed by {name}."),
+                },
+            ),
         };
-        let event = NewEvent::new(EventType::Note, Actor::Agent, Payload::Note { message });
+        let event = NewEvent::new(EventType::Note, actor, Payload::Note { message });
         settle_as(
             &mut tx,
             RequestStatus::Withdrawn,
