@@ -104,6 +104,8 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     // On every start: where people decide what the agents ask.
     eprintln!("tern: inbox: {}", started.inbox_url);
     let handle = started.handle;
+    // Last of the start's lines: who waits for it has seen the others.
+    tracing::info!(addr = %handle.addr(), inbox = %started.inbox_url, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
     tokio::spawn(shutdown_signal(handle.stop_token()));
     handle.stopped().await;
     if let Err(e) = handle.shutdown().await {

@@ -370,7 +370,6 @@ impl GatewayBuilder {
                 .with_graceful_shutdown(server_stop.clone().cancelled_owned())
                 .into_future(),
         );
-        tracing::info!(%addr, inbox = %inbox_url, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
         Ok(Started {
             handle: GatewayHandle {
                 gateway: gw,
