@@ -212,77 +212,12 @@ impl GatewayBuilder {
         let link_base = inbox_config.public_url.as_deref().unwrap_or(&local_url);
         let admin_login = admin_file::prepare_admin(&home, &store, link_base, &local_url).await?;
         let inbox_url = format!("{}/inbox", link_base.trim_end_matches('/'));
-        // Links in notifications need an address others can open: the configured one, else
-        // the bound one (`localhost` for a wildcard bind).
-        let public_url = match &inbox_config.public_url {
-            Some(url) => url.clone(),
-            None if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
-            None => format!("http://{addr}"),
-        };
-        let policy = tern_inbox::policy::Policy::from_config(&inbox_config.policy)?;
-        let targets = inbox_config
-            .notify
-            .iter()
-            .map(tern_inbox::notify::NotifyTarget::from_config)
-            .collect();
-        let inbox = inbox
-            .with_policy(policy)
-            .with_notifications(tern_inbox::notify::Notifications::new(targets, &public_url));
+        let inbox = configure_inbox(inbox, &eff, addr)?;
 
-        // Durable waits use this gateway's own inbox: the `inbox` tools create requests in it
-        // (with its policy and notifications) and the embedded follower hears its decisions.
-        // With `[inbox] url` they use that inbox instead, followed over outbound connections
-        // only (tern_waits::remote).
-        let remote = inbox_config.remote().map_err(BootError::InboxConfig)?;
-        let remote_inbox = match &remote {
-            Some(r) => Some(Arc::new(RemoteInbox::new(&r.url, &r.key)?)),
-            None => None,
-        };
-        let inbox_client: Arc<dyn InboxClient> = match &remote_inbox {
-            Some(r) => r.clone(),
-            None => Arc::new(EmbeddedInbox::new(inbox.clone()).with_uploads(
-                tern_inbox::uploads::UploadDir::new(home.root.join("uploads")),
-                inbox_config.max_upload_bytes,
-            )),
-        };
-        let inbox_tools = Arc::new(InboxTools::new(
-            store.clone(),
-            inbox_client.clone(),
-            hooks.clone(),
-        ));
-        // Dangerous commands go to the inbox for approval, with durable grants
-        // (tern_waits::command). An inbox-only gateway runs no agent: nothing to approve.
-        let command_approver = (!inbox_only).then(|| {
-            Arc::new(
-                InboxApprover::new(
-                    store.clone(),
-                    inbox_client.clone(),
-                    eff.config.approvals.allowlist.clone(),
-                )
-                .with_hooks(hooks.clone())
-                .with_home(home.clone()),
-            )
-        });
-        let approver: Arc<dyn Approver> = match &command_approver {
-            Some(a) => {
-                // `always` approvals recorded while the config file could not be written.
-                if let Err(e) = a.sync_allowlist().await {
-                    tracing::warn!(error = %e, "cannot read the always-approved commands");
-                }
-                a.clone()
-            }
-            None => Arc::new(Grants::new(
-                Arc::new(DenyAll {
-                    reason: "nobody sits at a terminal in the gateway; allowlist the command in \
-                             config.toml or allow it with a pre_tool_call hook"
-                        .into(),
-                }),
-                eff.config.approvals.allowlist.clone(),
-            )),
-        };
+        let waits = wire_waits(&home, &eff, &store, &inbox, &hooks, inbox_only).await?;
 
         let mut registry = tern_tools::Registry::builtin();
-        tern_waits::tools::register(&mut registry, inbox_tools.clone());
+        tern_waits::tools::register(&mut registry, waits.tools.clone());
         // Background processes (`terminal` with `background: true`, `process`): supervised
         // apart from this process, so they outlive it; every live one is adopted here.
         let procs = if inbox_only {
@@ -308,7 +243,7 @@ impl GatewayBuilder {
         let gw = Gateway::from_parts(GatewayParts {
             agent,
             auth: authenticator,
-            approver,
+            approver: waits.approver.clone(),
             settings: GatewaySettings {
                 max_concurrent_turns: g.max_concurrent_turns,
                 max_body_bytes: g.max_body_bytes,
@@ -324,11 +259,12 @@ impl GatewayBuilder {
                 public_url: inbox_config.public_url.clone(),
             },
             waits: Some(WaitsSetup {
-                client: inbox_client,
-                tools: Some(inbox_tools),
-                follow_embedded: remote_inbox.is_none(),
+                client: waits.client.clone(),
+                tools: Some(waits.tools.clone()),
+                follow_embedded: waits.remote.is_none(),
                 keep_on_reset: inbox_config.keep_waits_on_reset,
-                command_hook: command_approver
+                command_hook: waits
+                    .command_approver
                     .clone()
                     .map(tern_waits::command::resume_hook),
             }),
@@ -338,25 +274,7 @@ impl GatewayBuilder {
         });
 
         let upkeep = gw.spawn_upkeep(CancellationToken::new());
-        if let Some(a) = &command_approver {
-            // A command request decided inside its create (an auto-approve policy) wakes it.
-            a.wake_on_ready(gw.resumer());
-        }
-        if let (Some(client), Some(r)) = (remote_inbox, &remote)
-            && !inbox_only
-        {
-            upkeep.track(
-                RemoteFollower::new(
-                    store.clone(),
-                    client,
-                    hooks.clone(),
-                    gw.resumer(),
-                    r.poll_interval,
-                )
-                .spawn(upkeep.stop_token().clone()),
-            );
-            tracing::info!(inbox = %r.url, "durable waits use a remote inbox (outbound connections only)");
-        }
+        waits.start(&gw, &store, &hooks, &upkeep);
         let app = match serve {
             Serve::InboxOnly => {
                 tracing::info!("serving the human inbox only (--inbox-only)");
@@ -385,6 +303,133 @@ impl GatewayBuilder {
             admin_login,
             inbox_url,
         })
+    }
+}
+
+/// The inbox's policy and notifications from `[inbox]`; notification links need an address
+/// others can open: the configured one, else the bound one (`localhost` for a wildcard bind).
+fn configure_inbox(
+    inbox: tern_inbox::Inbox,
+    eff: &Effective,
+    addr: SocketAddr,
+) -> Result<tern_inbox::Inbox, BootError> {
+    let inbox_config = &eff.config.inbox;
+    let public_url = match &inbox_config.public_url {
+        Some(url) => url.clone(),
+        None if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
+        None => format!("http://{addr}"),
+    };
+    let policy = tern_inbox::policy::Policy::from_config(&inbox_config.policy)?;
+    let targets = inbox_config
+        .notify
+        .iter()
+        .map(tern_inbox::notify::NotifyTarget::from_config)
+        .collect();
+    Ok(inbox
+        .with_policy(policy)
+        .with_notifications(tern_inbox::notify::Notifications::new(targets, &public_url)))
+}
+
+/// Which inbox durable waits use, the `inbox` tools on it, and who approves dangerous
+/// commands.
+struct Waits {
+    /// `[inbox] url`: a remote inbox, followed over outbound connections only.
+    remote: Option<(tern_config::RemoteInboxConfig, Arc<RemoteInbox>)>,
+    client: Arc<dyn InboxClient>,
+    tools: Arc<InboxTools>,
+    /// Asks the inbox about dangerous commands (none in an inbox-only gateway).
+    command_approver: Option<Arc<InboxApprover>>,
+    approver: Arc<dyn Approver>,
+}
+
+/// Durable waits use this gateway's own inbox: the `inbox` tools create requests in it (with
+/// its policy and notifications) and the embedded follower hears its decisions. With `[inbox]
+/// url` they use that inbox instead (tern_waits::remote). Dangerous commands go to the inbox
+/// for approval, with durable grants (tern_waits::command); an inbox-only gateway runs no
+/// agent: nothing to approve.
+async fn wire_waits(
+    home: &Home,
+    eff: &Effective,
+    store: &Store,
+    inbox: &tern_inbox::Inbox,
+    hooks: &Arc<HookBus>,
+    inbox_only: bool,
+) -> Result<Waits, BootError> {
+    let inbox_config = &eff.config.inbox;
+    let remote = match inbox_config.remote().map_err(BootError::InboxConfig)? {
+        Some(r) => {
+            let client = Arc::new(RemoteInbox::new(&r.url, &r.key)?);
+            Some((r, client))
+        }
+        None => None,
+    };
+    let client: Arc<dyn InboxClient> = match &remote {
+        Some((_, r)) => r.clone(),
+        None => Arc::new(EmbeddedInbox::new(inbox.clone()).with_uploads(
+            tern_inbox::uploads::UploadDir::new(home.root.join("uploads")),
+            inbox_config.max_upload_bytes,
+        )),
+    };
+    let tools = Arc::new(InboxTools::new(
+        store.clone(),
+        client.clone(),
+        hooks.clone(),
+    ));
+    let allowlist = eff.config.approvals.allowlist.clone();
+    let command_approver = (!inbox_only).then(|| {
+        Arc::new(
+            InboxApprover::new(store.clone(), client.clone(), allowlist.clone())
+                .with_hooks(hooks.clone())
+                .with_home(home.clone()),
+        )
+    });
+    let approver: Arc<dyn Approver> = match &command_approver {
+        Some(a) => {
+            // `always` approvals recorded while the config file could not be written.
+            if let Err(e) = a.sync_allowlist().await {
+                tracing::warn!(error = %e, "cannot read the always-approved commands");
+            }
+            a.clone()
+        }
+        None => Arc::new(Grants::new(
+            Arc::new(DenyAll {
+                reason: "nobody sits at a terminal in the gateway; allowlist the command in \
+                         config.toml or allow it with a pre_tool_call hook"
+                    .into(),
+            }),
+            allowlist,
+        )),
+    };
+    Ok(Waits {
+        remote,
+        client,
+        tools,
+        command_approver,
+        approver,
+    })
+}
+
+impl Waits {
+    /// Once the gateway and its upkeep exist: a command request decided inside its create
+    /// (an auto-approve policy) wakes the resumer; a remote inbox is followed. An inbox-only
+    /// gateway has neither: no agent asks there.
+    fn start(self, gw: &Arc<Gateway>, store: &Store, hooks: &Arc<HookBus>, upkeep: &Upkeep) {
+        if let Some(a) = &self.command_approver {
+            a.wake_on_ready(gw.resumer());
+            if let Some((r, client)) = self.remote {
+                upkeep.track(
+                    RemoteFollower::new(
+                        store.clone(),
+                        client,
+                        hooks.clone(),
+                        gw.resumer(),
+                        r.poll_interval,
+                    )
+                    .spawn(upkeep.stop_token().clone()),
+                );
+                tracing::info!(inbox = %r.url, "durable waits use a remote inbox (outbound connections only)");
+            }
+        }
     }
 }
 
