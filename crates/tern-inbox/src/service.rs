@@ -185,7 +185,7 @@ impl Inbox {
 
     /// Begins a write transaction holding the database's write lock (see the module docs).
     pub(crate) async fn begin(&self) -> Result<Tx> {
-        store::write(&self.store).await
+        Ok(store::write(&self.store).await?)
     }
 
     /// This inbox with `policy` applied to every request created from now on.

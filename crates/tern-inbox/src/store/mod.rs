@@ -43,17 +43,17 @@ pub(crate) type Read = sqlx::pool::PoolConnection<sqlx::Sqlite>;
 /// Begins a write transaction holding the database's write lock from its first statement:
 /// what it checks cannot change before it commits, and concurrent writers wait for each
 /// other (the store's busy timeout) instead of failing on a stale snapshot.
-pub(crate) async fn write(store: &Store) -> Result<Tx> {
-    Ok(store.begin_write().await?)
+pub(crate) async fn write(store: &Store) -> Result<Tx, StoreError> {
+    store.begin_write().await
 }
 
 /// Begins a read-only transaction: its reads see one snapshot.
-pub(crate) async fn snapshot(store: &Store) -> Result<Tx> {
+pub(crate) async fn snapshot(store: &Store) -> Result<Tx, StoreError> {
     Ok(store.pool().begin().await?)
 }
 
 /// A connection for reads outside a transaction.
-pub(crate) async fn read(store: &Store) -> Result<Read> {
+pub(crate) async fn read(store: &Store) -> Result<Read, StoreError> {
     Ok(store.pool().acquire().await?)
 }
 
