@@ -1,5 +1,7 @@
 //! The durable inbox service: projects, tasks, requests, decisions and the event log on the
-//! session store's SQLite database (tables from `0003_inbox.sql` in `tern-store`).
+//! session store's database (tables from `0003_inbox.sql` in `tern-store`). It decides what
+//! to read and write and in which transaction; the statements themselves are in
+//! [`crate::store`].
 //!
 //! # The flow at a glance
 //!
@@ -23,8 +25,8 @@
 //!
 //! # Guarantees
 //!
-//! - **One transaction per write**, begun with `BEGIN IMMEDIATE`: SQLite's write lock is
-//!   taken before the first read, so what a write checks cannot change before it commits,
+//! - **One transaction per write**, begun with `BEGIN IMMEDIATE` ([`crate::store::write`]):
+//!   SQLite's write lock is taken before the first read, so what a write checks cannot change before it commits,
 //!   and concurrent writers wait for each other (the store's busy timeout) instead of
 //!   failing on a stale snapshot.
 //! - **Decide once**: the decision is a conditional `UPDATE … WHERE status = 'pending'`
