@@ -58,6 +58,7 @@ use subtle::ConstantTimeEq;
 use tern_inbox::reviewers::{ReviewerError, SESSION_TTL_MS};
 
 use crate::AppState;
+use crate::web::layout::{escape, html_page, small_page};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "tern_inbox";
@@ -156,43 +157,6 @@ impl IntoResponse for AuthError {
         }
         resp
     }
-}
-
-/// A page of its own, outside the web inbox's shell (no navigation: the person may not be
-/// signed in), with the inbox's stylesheet and the headers of every inbox page. `head` and
-/// `body` are markup made here; anything in them from outside must be escaped.
-fn small_page(status: StatusCode, title: &str, head: &str, body: &str) -> Response {
-    let page = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{head}\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · tern inbox</title><style>{css}</style></head>\
-         <body><header class=\"top\"><div class=\"inner\"><span class=\"brand\">tern inbox\
-         </span></div></header><main>{body}</main></body></html>",
-        title = escape(title),
-        css = crate::web::CSS,
-    );
-    crate::web::html_response(status, page)
-}
-
-/// A small page with a fixed text (nothing from the request goes into it).
-fn html_page(status: StatusCode, title: &str, text: &str) -> Response {
-    small_page(
-        status,
-        title,
-        "",
-        &format!(
-            "<h1>{}</h1><div class=\"card\"><p>{}</p></div>",
-            escape(title),
-            escape(text)
-        ),
-    )
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// Whether the client asked for a page (a browser navigating) rather than JSON.

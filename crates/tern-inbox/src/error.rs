@@ -5,6 +5,9 @@ use tern_store::StoreError;
 
 use crate::fields::FieldError;
 
+/// What every inbox operation returns.
+pub type Result<T, E = InboxError> = std::result::Result<T, E>;
+
 /// An inbox operation that did not happen. Nothing is stored when one is returned: every
 /// write runs in one transaction, rolled back on any error.
 #[derive(Debug, thiserror::Error)]

@@ -42,12 +42,14 @@ mod config_projects;
 mod datetime;
 pub mod error;
 pub mod fields;
+mod idempotency;
 pub mod model;
 pub mod notify;
 pub mod outcome;
 pub mod policy;
 pub mod reviewers;
 pub mod service;
+mod store;
 pub mod uploads;
 
 pub use error::InboxError;

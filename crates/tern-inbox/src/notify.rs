@@ -10,12 +10,12 @@
 //!    notifications commit together, so none is lost to a crash in between. (A request the
 //!    policy approves at once needs no human and is not announced.)
 //! 2. After the commit the service wakes the delivery worker ([`Notifications::wake`]); the
-//!    gateway runs it. The worker takes due rows ([`Inbox::due_notifications`]), POSTs each
+//!    gateway runs it. The worker takes due rows ([`crate::Inbox::due_notifications`]), POSTs each
 //!    body signed like tern's webhooks (`X-Tern-Signature: sha256=HMAC-SHA256(secret,
 //!    "<X-Tern-Timestamp>.<body>")`, `X-Tern-Delivery` = the row id, the same on every
-//!    attempt), and records the outcome: delivered ([`Inbox::notification_delivered`]) or
+//!    attempt), and records the outcome: delivered ([`crate::Inbox::notification_delivered`]) or
 //!    failed with the error and the next attempt after an exponential backoff
-//!    ([`Inbox::notification_failed`], [`retry_delay`]); after `max_attempts` it gives up
+//!    ([`crate::Inbox::notification_failed`], [`retry_delay`]); after `max_attempts` it gives up
 //!    and the row stays `failed` with its last error.
 //! 3. Rows are durable: a gateway that stops (or dies) before delivering picks the pending
 //!    rows up again when it starts. Delivery is at least once; receivers drop duplicates by
@@ -25,12 +25,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{Row, SqliteConnection};
 use tern_config::InboxNotifyConfig;
-use tern_store::now_ms;
 
+use crate::error::Result;
 use crate::outcome::Timestamp;
-use crate::service::{Inbox, Result};
+pub use crate::store::notifications::{Delivery, NotificationRow};
+use crate::store::{self, Conn};
 
 /// The `type` of the notification body, also sent as `X-Tern-Event`.
 pub const EVENT: &str = "inbox.request.created";
@@ -145,7 +145,7 @@ pub(crate) struct NewRequest<'a> {
 
 /// Inserts a row per target, in the caller's transaction.
 pub(crate) async fn enqueue(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     notifications: &Notifications,
     request: &NewRequest<'_>,
 ) -> Result<()> {
@@ -162,159 +162,19 @@ pub(crate) async fn enqueue(
         url: format!("{}/inbox/requests/{}", notifications.public_url, request.id),
         created_at: Timestamp::from_unix_millis(request.created_at),
     };
-    let body = serde_json::to_string(&body).map_err(|e| {
-        crate::InboxError::Store(tern_store::StoreError::Corrupt(format!(
-            "cannot encode a notification: {e}"
-        )))
-    })?;
+    let body = serde_json::to_string(&body)
+        .map_err(|e| store::corrupt(format!("cannot encode a notification: {e}")))?;
     for target in &notifications.targets {
-        sqlx::query(
-            "INSERT INTO inbox_notifications (id, request_id, url, body, status, attempts, \
-             next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?)",
+        store::notifications::insert(
+            &mut *conn,
+            request.id,
+            &target.url,
+            &body,
+            request.created_at,
         )
-        .bind(uuid::Uuid::now_v7().simple().to_string())
-        .bind(request.id)
-        .bind(&target.url)
-        .bind(&body)
-        .bind(request.created_at)
-        .bind(request.created_at)
-        .execute(&mut *conn)
         .await?;
     }
     Ok(())
-}
-
-/// A notification due for an attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// Also the `X-Tern-Delivery` header.
-    pub id: String,
-    pub request_id: String,
-    pub url: String,
-    pub body: String,
-    /// Attempts made so far.
-    pub attempts: u32,
-}
-
-/// A stored notification, for tests and diagnostics.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotificationRow {
-    pub id: String,
-    pub request_id: String,
-    pub url: String,
-    pub status: String,
-    pub attempts: u32,
-    pub last_error: Option<String>,
-}
-
-impl Inbox {
-    /// This inbox announcing new requests to `notifications`' targets.
-    pub fn with_notifications(mut self, notifications: Notifications) -> Self {
-        self.notifications = Arc::new(notifications);
-        self
-    }
-
-    pub fn notifications(&self) -> &Notifications {
-        &self.notifications
-    }
-
-    /// Pending notifications whose next attempt is due at `now` (ms), oldest first.
-    pub async fn due_notifications(&self, now: i64, limit: u32) -> Result<Vec<Delivery>> {
-        let rows = sqlx::query(
-            "SELECT id, request_id, url, body, attempts FROM inbox_notifications \
-             WHERE status = 'pending' AND next_attempt_at <= ? \
-             ORDER BY next_attempt_at, id LIMIT ?",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self.store().pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let attempts: i64 = row.try_get("attempts")?;
-                Ok(Delivery {
-                    id: row.try_get("id")?,
-                    request_id: row.try_get("request_id")?,
-                    url: row.try_get("url")?,
-                    body: row.try_get("body")?,
-                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-                })
-            })
-            .collect()
-    }
-
-    /// When the next pending notification is due (ms), if any.
-    pub async fn next_notification_due(&self) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM inbox_notifications WHERE status = 'pending'",
-        )
-        .fetch_one(self.store().pool())
-        .await?)
-    }
-
-    /// Records a successful attempt.
-    pub async fn notification_delivered(&self, id: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE inbox_notifications SET status = 'delivered', attempts = attempts + 1, \
-             delivered_at = ?, last_error = NULL WHERE id = ? AND status = 'pending'",
-        )
-        .bind(now_ms())
-        .bind(id)
-        .execute(self.store().pool())
-        .await?;
-        Ok(())
-    }
-
-    /// Records a failed attempt: retried at `retry_at` (ms), or given up (`failed`) with
-    /// `None`.
-    pub async fn notification_failed(
-        &self,
-        id: &str,
-        error: &str,
-        retry_at: Option<i64>,
-    ) -> Result<()> {
-        let (status, next) = match retry_at {
-            Some(at) => ("pending", at),
-            None => ("failed", now_ms()),
-        };
-        // Errors can be long (a chain of causes); the row keeps the first 1000 characters.
-        let error: String = error.chars().take(1000).collect();
-        sqlx::query(
-            "UPDATE inbox_notifications SET status = ?, attempts = attempts + 1, \
-             next_attempt_at = ?, last_error = ? WHERE id = ? AND status = 'pending'",
-        )
-        .bind(status)
-        .bind(next)
-        .bind(error)
-        .bind(id)
-        .execute(self.store().pool())
-        .await?;
-        Ok(())
-    }
-
-    /// The notifications of a request, oldest first.
-    pub async fn notifications_of(&self, request_id: &str) -> Result<Vec<NotificationRow>> {
-        let rows = sqlx::query(
-            "SELECT id, request_id, url, status, attempts, last_error FROM inbox_notifications \
-             WHERE request_id = ? ORDER BY created_at, id",
-        )
-        .bind(request_id)
-        .fetch_all(self.store().pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let attempts: i64 = row.try_get("attempts")?;
-                Ok(NotificationRow {
-                    id: row.try_get("id")?,
-                    request_id: row.try_get("request_id")?,
-                    url: row.try_get("url")?,
-                    status: row.try_get("status")?,
-                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-                    last_error: row.try_get("last_error")?,
-                })
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! # The flow at a glance
 //!
-//! The service holds a [`Policy`] value ([`Inbox::with_policy`]); it never reads the
+//! The service holds a [`Policy`] value ([`crate::Inbox::with_policy`]); it never reads the
 //! configuration itself. In the transaction that creates an approval or elicitation request:
 //!
 //! 1. **Rate limit** — for each [`RateLimit`] that names the request's
@@ -10,7 +10,7 @@
 //!    `window`, the create fails with [`crate::InboxError::RateLimited`] (HTTP 429 with
 //!    `Retry-After`: when the oldest of them leaves the window). Nothing is stored.
 //! 2. **Expiry** — with `expires_after`, the request gets an expiry time. A sweeper
-//!    ([`Inbox::expire_overdue`]) settles overdue pending requests: status `expired`, a
+//!    ([`crate::Inbox::expire_overdue`]) settles overdue pending requests: status `expired`, a
 //!    `TIMEOUT` event; an approval gets `expiry_outcome` (REJECT unless configured) decided
 //!    by `PLATFORM`, an elicitation an `ElicitationResult` without `fields`.
 //! 3. **Auto-approve** — [`Policy::verdict`]: an approval whose project (and task — its id
@@ -30,7 +30,6 @@ use regex::Regex;
 use tern_config::InboxPolicyConfig;
 
 use crate::outcome::OutcomeType;
-use crate::service::Inbox;
 
 /// The name policy decisions are recorded under (`decidedBy`, the event source).
 pub const PLATFORM: &str = "PLATFORM";
@@ -231,18 +230,6 @@ impl AutoApproveRule {
             .map(|t| format!(", task {t:?}"))
             .unwrap_or_default();
         format!("{} (project {:?}, {what}{task})", self.name, self.project)
-    }
-}
-
-impl Inbox {
-    /// This inbox with `policy` applied to every request created from now on.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = std::sync::Arc::new(policy);
-        self
-    }
-
-    pub fn policy(&self) -> &Policy {
-        &self.policy
     }
 }
 

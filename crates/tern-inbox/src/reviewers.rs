@@ -29,14 +29,13 @@
 //! which there can be many, are looked up by their hash through the table's index: the lookup
 //! can at most reveal how much of a *hash* matched, which does not help to find a token.
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 use subtle::ConstantTimeEq;
 use tern_store::{Store, StoreError, now_ms};
 
 use crate::service::Inbox;
+use crate::store;
+pub use crate::store::reviewers::Reviewer;
 
 /// How long a login link works.
 pub const LOGIN_TTL_MS: i64 = 24 * 60 * 60 * 1000;
@@ -64,24 +63,7 @@ pub enum ReviewerError {
     Store(#[from] StoreError),
 }
 
-impl From<sqlx::Error> for ReviewerError {
-    fn from(e: sqlx::Error) -> Self {
-        ReviewerError::Store(StoreError::Db(e))
-    }
-}
-
 pub type Result<T, E = ReviewerError> = std::result::Result<T, E>;
-
-/// A reviewer as listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Reviewer {
-    pub id: String,
-    pub name: String,
-    pub admin: bool,
-    /// Milliseconds since the Unix epoch.
-    pub created_at: i64,
-}
 
 /// A session just created by a login: `token` goes into the cookie, and is seen only now.
 #[derive(Debug, Clone)]
@@ -156,15 +138,6 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
-fn reviewer_from_row(row: &SqliteRow) -> Result<Reviewer> {
-    Ok(Reviewer {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        admin: row.try_get::<i64, _>("is_admin")? != 0,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
 impl Reviewers {
     pub fn new(store: Store) -> Self {
         Reviewers { store }
@@ -172,14 +145,8 @@ impl Reviewers {
 
     /// The active reviewer named `name`.
     pub async fn get(&self, name: &str) -> Result<Option<Reviewer>> {
-        let row = sqlx::query(
-            "SELECT id, name, is_admin, created_at FROM inbox_reviewers \
-             WHERE name = ? AND disabled_at IS NULL",
-        )
-        .bind(name)
-        .fetch_optional(self.store.pool())
-        .await?;
-        row.as_ref().map(reviewer_from_row).transpose()
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::active(&mut conn, name).await?)
     }
 
     async fn require(&self, name: &str) -> Result<Reviewer> {
@@ -199,18 +166,8 @@ impl Reviewers {
             admin,
             created_at: now_ms(),
         };
-        let inserted = sqlx::query(
-            "INSERT INTO inbox_reviewers (id, name, is_admin, created_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&reviewer.id)
-        .bind(&reviewer.name)
-        .bind(i64::from(admin))
-        .bind(reviewer.created_at)
-        .execute(self.store.pool())
-        .await?
-        .rows_affected();
-        if inserted == 0 {
+        let mut conn = store::read(&self.store).await?;
+        if !store::reviewers::insert(&mut conn, &reviewer).await? {
             return Err(ReviewerError::Exists(name.to_owned()));
         }
         Ok(reviewer)
@@ -228,57 +185,18 @@ impl Reviewers {
 
     /// The active reviewers, by name.
     pub async fn list(&self) -> Result<Vec<Reviewer>> {
-        let rows = sqlx::query(
-            "SELECT id, name, is_admin, created_at FROM inbox_reviewers \
-             WHERE disabled_at IS NULL ORDER BY name",
-        )
-        .fetch_all(self.store.pool())
-        .await?;
-        rows.iter().map(reviewer_from_row).collect()
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::all_active(&mut conn).await?)
     }
 
     /// Disables a reviewer: ends their sessions, revokes their tokens and voids their unused
     /// login links. `false` when there was no such active reviewer.
     pub async fn remove(&self, name: &str) -> Result<bool> {
-        let now = now_ms();
-        let mut tx = self.store.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let Some(row) =
-            sqlx::query("SELECT id FROM inbox_reviewers WHERE name = ? AND disabled_at IS NULL")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?
-        else {
+        let mut tx = store::write(&self.store).await?;
+        if !store::reviewers::disable(&mut tx, name, now_ms()).await? {
             return Ok(false);
-        };
-        let id: String = row.try_get("id")?;
-        sqlx::query("UPDATE inbox_reviewers SET disabled_at = ? WHERE id = ?")
-            .bind(now)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM inbox_sessions WHERE reviewer_id = ?")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE inbox_reviewer_tokens SET revoked_at = ? \
-             WHERE reviewer_id = ? AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(&id)
-        .execute(&mut *tx)
-        .await?;
-        // Marked as expired rather than consumed, so "has logged in" stays truthful.
-        sqlx::query(
-            "UPDATE inbox_login_tokens SET expires_at = ? \
-             WHERE reviewer_id = ? AND consumed_at IS NULL AND expires_at > ?",
-        )
-        .bind(now)
-        .bind(&id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        }
+        tx.commit().await.map_err(StoreError::from)?;
         Ok(true)
     }
 
@@ -290,29 +208,22 @@ impl Reviewers {
         let reviewer = self.require(name).await?;
         let token = random_hex()?;
         let now = now_ms();
-        sqlx::query(
-            "INSERT INTO inbox_login_tokens (token_hash, reviewer_id, created_at, expires_at) \
-             VALUES (?, ?, ?, ?)",
+        let mut conn = store::read(&self.store).await?;
+        store::reviewers::insert_login_token(
+            &mut conn,
+            &hash(&token),
+            &reviewer.id,
+            now,
+            now + LOGIN_TTL_MS,
         )
-        .bind(hash(&token))
-        .bind(&reviewer.id)
-        .bind(now)
-        .bind(now + LOGIN_TTL_MS)
-        .execute(self.store.pool())
         .await?;
         Ok(token)
     }
 
     /// Whether `name` has ever logged in with a link.
     pub async fn has_logged_in(&self, name: &str) -> Result<bool> {
-        let row = sqlx::query(
-            "SELECT 1 FROM inbox_login_tokens l JOIN inbox_reviewers r ON r.id = l.reviewer_id \
-             WHERE r.name = ? AND r.disabled_at IS NULL AND l.consumed_at IS NOT NULL LIMIT 1",
-        )
-        .bind(name)
-        .fetch_optional(self.store.pool())
-        .await?;
-        Ok(row.is_some())
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::has_used_login_token(&mut conn, name).await?)
     }
 
     /// The name of the reviewer whose login token `token` is, if it is still usable (not
@@ -320,46 +231,21 @@ impl Reviewers {
     /// only shows a "Sign in" button, since link previews in chat and mail clients open it
     /// too; [`Reviewers::login`] consumes it when the person presses the button.
     pub async fn login_token_owner(&self, token: &str) -> Result<Option<String>> {
-        let row = sqlx::query(
-            "SELECT r.name FROM inbox_login_tokens l JOIN inbox_reviewers r \
-             ON r.id = l.reviewer_id WHERE l.token_hash = ? AND l.consumed_at IS NULL \
-             AND l.expires_at > ? AND r.disabled_at IS NULL",
-        )
-        .bind(hash(token))
-        .bind(now_ms())
-        .fetch_optional(self.store.pool())
-        .await?;
-        row.map(|r| r.try_get("name"))
-            .transpose()
-            .map_err(Into::into)
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::login_token_owner(&mut conn, &hash(token), now_ms()).await?)
     }
 
     /// Consumes a login token and opens a session. `None` when the token is unknown, used,
     /// expired, or its reviewer was removed — deliberately one answer for all four.
     pub async fn login(&self, token: &str) -> Result<Option<NewSession>> {
         let now = now_ms();
-        let token_hash = hash(token);
-        let mut tx = self.store.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let claimed = sqlx::query(
-            "UPDATE inbox_login_tokens SET consumed_at = ? \
-             WHERE token_hash = ? AND consumed_at IS NULL AND expires_at > ? \
-             RETURNING reviewer_id",
-        )
-        .bind(now)
-        .bind(&token_hash)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(claimed) = claimed else {
+        let mut tx = store::write(&self.store).await?;
+        let Some(reviewer_id) =
+            store::reviewers::consume_login_token(&mut tx, &hash(token), now).await?
+        else {
             return Ok(None);
         };
-        let reviewer_id: String = claimed.try_get("reviewer_id")?;
-        let Some(reviewer) =
-            sqlx::query("SELECT name FROM inbox_reviewers WHERE id = ? AND disabled_at IS NULL")
-                .bind(&reviewer_id)
-                .fetch_optional(&mut *tx)
-                .await?
-        else {
+        let Some(reviewer) = store::reviewers::active_name(&mut tx, &reviewer_id).await? else {
             // Dropping the transaction rolls the claim back; the token is void anyway.
             return Ok(None);
         };
@@ -367,25 +253,20 @@ impl Reviewers {
         let session = NewSession {
             csrf: csrf_token(&token),
             token,
-            reviewer: reviewer.try_get("name")?,
+            reviewer,
             expires_at: now + SESSION_TTL_MS,
         };
-        sqlx::query(
-            "INSERT INTO inbox_sessions (token_hash, reviewer_id, created_at, expires_at) \
-             VALUES (?, ?, ?, ?)",
+        store::reviewers::insert_session(
+            &mut tx,
+            &hash(&session.token),
+            &reviewer_id,
+            now,
+            session.expires_at,
         )
-        .bind(hash(&session.token))
-        .bind(&reviewer_id)
-        .bind(now)
-        .bind(session.expires_at)
-        .execute(&mut *tx)
         .await?;
         // Upkeep while holding the write lock anyway: sessions past their end are dead rows.
-        sqlx::query("DELETE FROM inbox_sessions WHERE expires_at <= ?")
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        store::reviewers::delete_ended_sessions(&mut tx, now).await?;
+        tx.commit().await.map_err(StoreError::from)?;
         Ok(Some(session))
     }
 
@@ -393,37 +274,24 @@ impl Reviewers {
     /// reviewer removed).
     pub async fn session(&self, token: &str) -> Result<Option<SessionInfo>> {
         let token_hash = hash(token);
-        let row = sqlx::query(
-            "SELECT s.token_hash, s.expires_at, r.name FROM inbox_sessions s \
-             JOIN inbox_reviewers r ON r.id = s.reviewer_id \
-             WHERE s.token_hash = ? AND s.expires_at > ? AND r.disabled_at IS NULL",
-        )
-        .bind(&token_hash)
-        .bind(now_ms())
-        .fetch_optional(self.store.pool())
-        .await?;
-        let Some(row) = row else {
+        let mut conn = store::read(&self.store).await?;
+        let Some(found) = store::reviewers::session(&mut conn, &token_hash, now_ms()).await? else {
             return Ok(None);
         };
-        let stored: String = row.try_get("token_hash")?;
-        if !bool::from(stored.as_bytes().ct_eq(token_hash.as_bytes())) {
+        if !bool::from(found.token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
             return Ok(None);
         }
         Ok(Some(SessionInfo {
-            reviewer: row.try_get("name")?,
+            reviewer: found.reviewer,
             csrf: csrf_token(token),
-            expires_at: row.try_get("expires_at")?,
+            expires_at: found.expires_at,
         }))
     }
 
     /// Ends the session with this token; `false` when there was none.
     pub async fn logout(&self, token: &str) -> Result<bool> {
-        let n = sqlx::query("DELETE FROM inbox_sessions WHERE token_hash = ?")
-            .bind(hash(token))
-            .execute(self.store.pool())
-            .await?
-            .rows_affected();
-        Ok(n > 0)
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::delete_session(&mut conn, &hash(token)).await?)
     }
 
     // ---- bearer tokens --------------------------------------------------------------------
@@ -432,33 +300,16 @@ impl Reviewers {
     pub async fn bearer_token(&self, name: &str, label: &str) -> Result<String> {
         let reviewer = self.require(name).await?;
         let token = format!("{BEARER_PREFIX}{}", random_hex()?);
-        sqlx::query(
-            "INSERT INTO inbox_reviewer_tokens (token_hash, reviewer_id, label, created_at) \
-             VALUES (?, ?, ?, ?)",
-        )
-        .bind(hash(&token))
-        .bind(&reviewer.id)
-        .bind(label)
-        .bind(now_ms())
-        .execute(self.store.pool())
-        .await?;
+        let mut conn = store::read(&self.store).await?;
+        store::reviewers::insert_bearer(&mut conn, &hash(&token), &reviewer.id, label, now_ms())
+            .await?;
         Ok(token)
     }
 
     /// Revokes `name`'s active tokens labelled `label`; returns how many.
     pub async fn revoke_tokens(&self, name: &str, label: &str) -> Result<u64> {
-        let n = sqlx::query(
-            "UPDATE inbox_reviewer_tokens SET revoked_at = ? \
-             WHERE label = ? AND revoked_at IS NULL AND reviewer_id IN \
-             (SELECT id FROM inbox_reviewers WHERE name = ?)",
-        )
-        .bind(now_ms())
-        .bind(label)
-        .bind(name)
-        .execute(self.store.pool())
-        .await?
-        .rows_affected();
-        Ok(n)
+        let mut conn = store::read(&self.store).await?;
+        Ok(store::reviewers::revoke_bearers(&mut conn, name, label, now_ms()).await?)
     }
 
     /// The name of the active reviewer whose bearer token `token` is, or `None`.
@@ -467,23 +318,17 @@ impl Reviewers {
             return Ok(None);
         }
         let candidate: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let rows = sqlx::query(
-            "SELECT t.token_hash, r.name FROM inbox_reviewer_tokens t \
-             JOIN inbox_reviewers r ON r.id = t.reviewer_id \
-             WHERE t.revoked_at IS NULL AND r.disabled_at IS NULL",
-        )
-        .fetch_all(self.store.pool())
-        .await?;
+        let mut conn = store::read(&self.store).await?;
+        let tokens = store::reviewers::active_bearers(&mut conn).await?;
         let mut found = None;
-        for row in rows {
-            let stored: String = row.try_get("token_hash")?;
+        for (stored, name) in tokens {
             let Ok(bytes) = hex::decode(&stored) else {
                 continue;
             };
             // Every token is compared, whatever matched before, so timing says nothing about
             // which token (or how much of one) matched.
             if bytes.len() == 32 && bool::from(bytes.ct_eq(&candidate)) && found.is_none() {
-                found = Some(row.try_get("name")?);
+                found = Some(name);
             }
         }
         Ok(found)
@@ -492,6 +337,8 @@ impl Reviewers {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::Row;
+
     use super::*;
 
     async fn reviewers() -> (tempfile::TempDir, Reviewers) {

@@ -1,5 +1,7 @@
 //! The durable inbox service: projects, tasks, requests, decisions and the event log on the
-//! session store's SQLite database (tables from `0003_inbox.sql` in `tern-store`).
+//! session store's database (tables from `0003_inbox.sql` in `tern-store`). It decides what
+//! to read and write and in which transaction; the statements themselves are in
+//! [`crate::store`].
 //!
 //! # The flow at a glance
 //!
@@ -23,8 +25,8 @@
 //!
 //! # Guarantees
 //!
-//! - **One transaction per write**, begun with `BEGIN IMMEDIATE`: SQLite's write lock is
-//!   taken before the first read, so what a write checks cannot change before it commits,
+//! - **One transaction per write**, begun with `BEGIN IMMEDIATE` ([`crate::store::write`]):
+//!   SQLite's write lock is taken before the first read, so what a write checks cannot change before it commits,
 //!   and concurrent writers wait for each other (the store's busy timeout) instead of
 //!   failing on a stale snapshot.
 //! - **Decide once**: the decision is a conditional `UPDATE … WHERE status = 'pending'`
@@ -43,22 +45,21 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use sha2::Digest;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
-use tern_store::{Store, StoreError, now_ms};
+use tern_store::{Store, now_ms};
 
 use crate::error::InboxError;
+pub use crate::error::Result;
 use crate::fields::{validate_answers, validate_field_defs};
+use crate::idempotency::{IdemKey, claim_key, remember_response};
 use crate::model::{
     Actor, AddNote, ApprovalRequest, Attachment, CreateApproval, CreateElicitation, CreateTask,
-    ElicitationRequest, EventId, EventRow, EventType, ItemList, MetadataPatch, OpenRequest,
-    Payload, Project, RecordAction, ReportException, Step, Steps, Task, TaskDetail, TaskEvents,
-    TaskFilter, TaskStatus,
+    ElicitationRequest, EventId, EventType, ItemList, MetadataPatch, OpenRequest, Payload, Project,
+    RecordAction, ReportException, Step, Steps, Task, TaskDetail, TaskEvents, TaskFilter,
+    TaskStatus,
 };
 use crate::outcome::{ApprovalResult, AuthoritySnapshot, ElicitationResult, Outcome, Timestamp};
-
-pub type Result<T, E = InboxError> = std::result::Result<T, E>;
+use crate::store::events::NewEvent;
+use crate::store::{self, Conn, Tx, from_json, new_id, to_json};
 
 /// The project every installation has, for agents that do not model workflows: one step,
 /// owned by the agent.
@@ -75,22 +76,6 @@ const POST_ELICITATIONS: &str = "POST api/elicitation-requests";
 const POST_ACTIONS: &str = "POST api/agent-actions";
 const POST_EXCEPTIONS: &str = "POST api/exceptions";
 const POST_NOTES: &str = "POST api/notes";
-/// Every create answers `201 Created` in the SDK.
-const CREATED: i64 = 201;
-
-// Keep the column lists in one place; macros so the queries stay `'static` literals.
-macro_rules! task_cols {
-    () => {
-        "id, project_id, owner_key, name, external_id, status, current_step, metadata, \
-         attachments"
-    };
-}
-macro_rules! event_cols {
-    () => {
-        "seq, id, project_id, task_id, timestamp, event_type, owner, source, payload, \
-         in_response_to, transition_from, transition_to, external_trace_id"
-    };
-}
 
 /// The inbox service. Cheap to clone (the store is a connection pool); clones share one
 /// change feed.
@@ -111,8 +96,6 @@ pub struct Inbox {
 /// misses some (it then sees `Lagged` and should reload what it shows).
 const CHANGE_FEED_CAPACITY: usize = 256;
 
-type Tx = Transaction<'static, Sqlite>;
-
 /// Which of the two request kinds; stored in `inbox_requests.kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -132,36 +115,6 @@ impl Kind {
         match self {
             Kind::Approval => format!("approval request {id}"),
             Kind::Elicitation => format!("elicitation request {id}"),
-        }
-    }
-}
-
-/// A task with the key that owns it.
-struct OwnedTask {
-    task: Task,
-    owner: String,
-}
-
-/// An event about to be appended to a task's log.
-struct NewEvent<'a> {
-    event_type: EventType,
-    source: Actor,
-    payload: Payload,
-    in_response_to: Option<&'a str>,
-    /// `(from, to)` when the event moved the task to another step.
-    transition: Option<(String, String)>,
-    external_trace_id: Option<&'a str>,
-}
-
-impl NewEvent<'_> {
-    fn new(event_type: EventType, source: Actor, payload: Payload) -> Self {
-        NewEvent {
-            event_type,
-            source,
-            payload,
-            in_response_to: None,
-            transition: None,
-            external_trace_id: None,
         }
     }
 }
@@ -232,9 +185,29 @@ impl Inbox {
         &self.store
     }
 
-    /// Begins a write transaction holding SQLite's write lock (see the module docs).
+    /// Begins a write transaction holding the database's write lock (see the module docs).
     pub(crate) async fn begin(&self) -> Result<Tx> {
-        Ok(self.store.pool().begin_with("BEGIN IMMEDIATE").await?)
+        Ok(store::write(&self.store).await?)
+    }
+
+    /// This inbox with `policy` applied to every request created from now on.
+    pub fn with_policy(mut self, policy: crate::policy::Policy) -> Self {
+        self.policy = std::sync::Arc::new(policy);
+        self
+    }
+
+    pub fn policy(&self) -> &crate::policy::Policy {
+        &self.policy
+    }
+
+    /// This inbox announcing new requests to `notifications`' targets.
+    pub fn with_notifications(mut self, notifications: crate::notify::Notifications) -> Self {
+        self.notifications = std::sync::Arc::new(notifications);
+        self
+    }
+
+    pub fn notifications(&self) -> &crate::notify::Notifications {
+        &self.notifications
     }
 
     /// Begins the transaction of a decision on a request of `kind`. An overdue request is
@@ -259,7 +232,7 @@ impl Inbox {
     /// Creates the [`DEFAULT_PROJECT`] unless it exists; returns it either way.
     pub async fn ensure_default_project(&self) -> Result<Project> {
         let mut tx = self.begin().await?;
-        if let Some(project) = project_by_name(&mut tx, DEFAULT_PROJECT).await? {
+        if let Some(project) = store::projects::by_name(&mut tx, DEFAULT_PROJECT).await? {
             return Ok(project);
         }
         let steps = Steps {
@@ -271,7 +244,7 @@ impl Inbox {
             }],
             step_schemas: None,
         };
-        let project = insert_project(&mut tx, DEFAULT_PROJECT, steps).await?;
+        let project = store::projects::insert(&mut tx, DEFAULT_PROJECT, steps).await?;
         tx.commit().await?;
         Ok(project)
     }
@@ -282,26 +255,24 @@ impl Inbox {
         require_text("name", name)?;
         check_steps(&steps)?;
         let mut tx = self.begin().await?;
-        if project_by_name(&mut tx, name).await?.is_some() {
+        if store::projects::by_name(&mut tx, name).await?.is_some() {
             return Err(InboxError::Invalid {
                 code: "project_exists",
                 message: format!("a project named {name:?} already exists"),
             });
         }
-        let project = insert_project(&mut tx, name, steps).await?;
+        let project = store::projects::insert(&mut tx, name, steps).await?;
         tx.commit().await?;
         Ok(project)
     }
 
     /// All projects, by name; `name` keeps those whose name contains it, ignoring case.
     pub async fn projects(&self, name: Option<&str>) -> Result<ItemList<Project>> {
-        let rows = sqlx::query("SELECT id, name, steps FROM inbox_projects ORDER BY name")
-            .fetch_all(self.store.pool())
-            .await?;
+        let mut conn = store::read(&self.store).await?;
+        let all = store::projects::all(&mut conn).await?;
         let needle = name.map(str::to_lowercase);
         let mut items = Vec::new();
-        for row in &rows {
-            let project = project_from_row(row)?;
+        for project in all {
             if needle
                 .as_deref()
                 .is_none_or(|n| project.name.to_lowercase().contains(n))
@@ -313,8 +284,8 @@ impl Inbox {
     }
 
     pub async fn project(&self, id: &str) -> Result<Project> {
-        let mut conn = self.store.pool().acquire().await?;
-        project_by_id(&mut conn, id).await
+        let mut conn = store::read(&self.store).await?;
+        store::projects::by_id(&mut conn, id).await
     }
 
     // ---- tasks ----------------------------------------------------------------------------
@@ -332,7 +303,7 @@ impl Inbox {
             return Ok(original);
         }
         require_text("name", &body.name)?;
-        let project = project_by_name(&mut tx, &body.project_name)
+        let project = store::projects::by_name(&mut tx, &body.project_name)
             .await?
             .ok_or_else(|| InboxError::NotFound(format!("project {:?}", body.project_name)))?;
         let patch = body.metadata_patch.unwrap_or_default();
@@ -349,24 +320,7 @@ impl Inbox {
             attachments: Vec::new(),
         };
         let now = now_ms();
-        sqlx::query(
-            "INSERT INTO inbox_tasks (id, project_id, owner_key, name, external_id, status, \
-             current_step, metadata, attachments, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&task.id)
-        .bind(&task.project_id)
-        .bind(owner)
-        .bind(&task.name)
-        .bind(&task.external_id)
-        .bind(task.status.as_str())
-        .bind(&task.current_step)
-        .bind(to_json(&task.metadata)?)
-        .bind(to_json(&task.attachments)?)
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        store::tasks::insert(&mut tx, owner, &task, now).await?;
         let payload = Payload::TaskCreated {
             name: task.name.clone(),
             initial_state: task.current_step.clone(),
@@ -381,22 +335,12 @@ impl Inbox {
 
     /// `owner`'s tasks, newest first.
     pub async fn tasks(&self, owner: &str, filter: &TaskFilter) -> Result<ItemList<Task>> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            task_cols!(),
-            " FROM inbox_tasks WHERE owner_key = ? AND (? IS NULL OR project_id = ?) \
-             ORDER BY created_at DESC, id DESC"
-        ))
-        .bind(owner)
-        .bind(&filter.project_id)
-        .bind(&filter.project_id)
-        .fetch_all(self.store.pool())
-        .await?;
+        let mut conn = store::read(&self.store).await?;
+        let all = store::tasks::of_owner(&mut conn, owner, filter.project_id.as_deref()).await?;
         // The name filter runs here rather than in SQL: SQLite's LOWER folds ASCII only.
         let needle = filter.name.as_deref().map(str::to_lowercase);
         let mut items = Vec::new();
-        for row in &rows {
-            let task = task_from_row(row)?.task;
+        for task in all {
             if needle
                 .as_deref()
                 .is_none_or(|n| task.name.to_lowercase().contains(n))
@@ -409,31 +353,22 @@ impl Inbox {
 
     /// One of `owner`'s tasks with its pending requests, oldest first.
     pub async fn task(&self, owner: &str, id: &str) -> Result<TaskDetail> {
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = store::read(&self.store).await?;
         let task = owned_task(&mut conn, owner, id).await?;
-        let rows = sqlx::query(
-            "SELECT r.id, r.kind, r.request, e.timestamp FROM inbox_requests r \
-             JOIN inbox_events e ON e.id = r.id \
-             WHERE r.task_id = ? AND r.status = 'pending' ORDER BY e.seq",
-        )
-        .bind(id)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut open_requests = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let kind: String = row.try_get("kind")?;
-            let request: String = row.try_get("request")?;
+        let open = store::requests::open_of_task(&mut conn, id).await?;
+        let mut open_requests = Vec::with_capacity(open.len());
+        for request in open {
             // Both request shapes start with the summary; read just that.
-            let summary: Summary = from_json(&request, "request")?;
+            let summary: Summary = from_json(&request.request, "request")?;
             open_requests.push(OpenRequest {
-                request_id: row.try_get("id")?,
-                event_type: if kind == Kind::Approval.as_str() {
+                request_id: request.id,
+                event_type: if request.kind == Kind::Approval.as_str() {
                     EventType::ApprovalRequested
                 } else {
                     EventType::ElicitationRequested
                 },
                 summary: summary.summary,
-                requested_at: Timestamp::from_unix_millis(row.try_get("timestamp")?),
+                requested_at: Timestamp::from_unix_millis(request.asked_at),
             });
         }
         Ok(TaskDetail {
@@ -455,23 +390,14 @@ impl Inbox {
         let limit = limit
             .unwrap_or(DEFAULT_EVENTS_PAGE)
             .clamp(1, MAX_EVENTS_PAGE);
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = store::read(&self.store).await?;
         owned_task(&mut conn, owner, task_id).await?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            event_cols!(),
-            " FROM inbox_events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-        ))
-        .bind(task_id)
-        .bind(after.unwrap_or(0))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut items = Vec::with_capacity(rows.len());
+        let page = store::events::page(&mut conn, task_id, after.unwrap_or(0), limit).await?;
+        let mut items = Vec::with_capacity(page.len());
         let mut last = after;
-        for row in &rows {
-            last = Some(row.try_get("seq")?);
-            items.push(event_from_row(row)?);
+        for (seq, event) in page {
+            last = Some(seq);
+            items.push(event);
         }
         Ok(TaskEvents {
             items,
@@ -618,24 +544,9 @@ impl Inbox {
         request_id: &str,
         kind: Kind,
     ) -> Result<Option<T>> {
-        let read = || {
-            sqlx::query(
-                "SELECT r.status, r.result, r.expires_at FROM inbox_requests r \
-                 JOIN inbox_tasks t ON t.id = r.task_id \
-                 WHERE r.id = ? AND r.kind = ? AND t.owner_key = ?",
-            )
-            .bind(request_id)
-            .bind(kind.as_str())
-            .bind(owner)
-            .fetch_optional(self.store.pool())
-        };
-        let mut row = read()
-            .await?
-            .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
-        let status: String = row.try_get("status")?;
-        let expires_at: Option<i64> = row.try_get("expires_at")?;
-        if status == review::RequestStatus::Pending.as_str()
-            && expires_at.is_some_and(|at| at <= now_ms())
+        let mut stored = self.outcome_of(owner, request_id, kind).await?;
+        if stored.status == review::RequestStatus::Pending.as_str()
+            && stored.expires_at.is_some_and(|at| at <= now_ms())
         {
             // Overdue and the sweeper has not come by: expire it now (a write, only then),
             // so the agent reads the expired result rather than a 204.
@@ -647,17 +558,26 @@ impl Inbox {
                 tx.commit().await?;
                 self.announce(request_id, review::ChangeKind::Decided);
             }
-            row = read()
-                .await?
-                .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+            stored = self.outcome_of(owner, request_id, kind).await?;
         }
-        let status: String = row.try_get("status")?;
-        if status == review::RequestStatus::Withdrawn.as_str() {
+        if stored.status == review::RequestStatus::Withdrawn.as_str() {
             // No result will ever come; saying so beats a 204 the agent would poll forever.
             return Err(InboxError::Withdrawn(request_id.to_owned()));
         }
-        let result: Option<String> = row.try_get("result")?;
-        result.map(|r| from_json(&r, "result")).transpose()
+        stored.result.map(|r| from_json(&r, "result")).transpose()
+    }
+
+    /// The stored outcome of one of `owner`'s requests of `kind`.
+    async fn outcome_of(
+        &self,
+        owner: &str,
+        request_id: &str,
+        kind: Kind,
+    ) -> Result<store::requests::Outcome> {
+        let mut conn = store::read(&self.store).await?;
+        store::requests::outcome_of(&mut conn, owner, request_id, kind.as_str())
+            .await?
+            .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))
     }
 
     /// Records a human's decision on an approval request. `decided_by` identifies the
@@ -848,7 +768,7 @@ impl Inbox {
         let added: Vec<&str> = (new.add_attachments.into_iter().flatten())
             .map(|a| a.upload_id.as_str())
             .collect();
-        crate::uploads::check_owned_uploads(&mut tx, owner, &added).await?;
+        uploads::check_owned_uploads(&mut tx, owner, &added).await?;
         if let Some(to) = new.transitions_to {
             check_transition(&project, &task.current_step, to)?;
             let from = std::mem::replace(&mut task.current_step, to.to_owned());
@@ -868,7 +788,7 @@ impl Inbox {
             }
         }
         let now = now_ms();
-        save_task(&mut tx, &task, now).await?;
+        store::tasks::save(&mut tx, &task, now).await?;
         let event_id = insert_event(&mut tx, &task, &project, new.event, now).await?;
         let response = EventId { event_id };
         remember_response(&mut tx, owner, idem, &response).await?;
@@ -881,143 +801,6 @@ impl Inbox {
 #[derive(serde::Deserialize)]
 struct Summary {
     summary: String,
-}
-
-// ---- idempotency ----------------------------------------------------------------------------
-
-/// An `Idempotency-Key` with the fingerprint of the request it came with, so that a repeat
-/// with a different request can be told from a retry.
-pub(crate) struct IdemKey<'a> {
-    key: &'a str,
-    /// Hex SHA-256 of the request's canonical JSON ([`canonical_json`]).
-    fingerprint: String,
-}
-
-impl<'a> IdemKey<'a> {
-    /// The key (if any) with the fingerprint of `request`, the create's parsed body: two
-    /// bodies that differ only in whitespace, key order or an absent optional field are the
-    /// same request.
-    pub(crate) fn of<B: Serialize + ?Sized>(
-        key: Option<&'a str>,
-        request: &B,
-    ) -> Result<Option<Self>> {
-        let Some(key) = key else { return Ok(None) };
-        let value = serde_json::to_value(request)
-            .map_err(|e| corrupt(format!("cannot encode the request: {e}")))?;
-        let mut canonical = String::new();
-        canonical_json(&value, &mut canonical);
-        Ok(Some(IdemKey {
-            key,
-            fingerprint: hex::encode(sha2::Sha256::digest(canonical.as_bytes())),
-        }))
-    }
-}
-
-/// Compact JSON with every object's keys sorted, whatever order the map keeps them in.
-fn canonical_json(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical_json(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical_json(v, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// Claims `(owner, key)` for this create. `None`: the claim is new, go on and create.
-/// `Some(response)`: the key was used before for the same request; this is the original
-/// response. The same key with another method or path is [`InboxError::IdempotencyMismatch`],
-/// with another request [`InboxError::IdempotencyKeyReused`]; a key claimed before
-/// fingerprints were recorded answers its original response to any request.
-pub(crate) async fn claim_key<T: DeserializeOwned>(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    idem: Option<&IdemKey<'_>>,
-    method_path: &'static str,
-) -> Result<Option<T>> {
-    let Some(idem) = idem else { return Ok(None) };
-    let key = idem.key;
-    let claimed = sqlx::query(
-        "INSERT INTO inbox_idempotency (owner_key, idem_key, method_path, fingerprint, \
-         created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner_key, idem_key) DO NOTHING",
-    )
-    .bind(owner)
-    .bind(key)
-    .bind(method_path)
-    .bind(&idem.fingerprint)
-    .bind(now_ms())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if claimed == 1 {
-        return Ok(None);
-    }
-    // Someone used the key first. Their transaction has committed (the claim above waited
-    // for it), and it stored the response along with the claim.
-    let row = sqlx::query(
-        "SELECT method_path, fingerprint, response FROM inbox_idempotency \
-         WHERE owner_key = ? AND idem_key = ?",
-    )
-    .bind(owner)
-    .bind(key)
-    .fetch_one(&mut *conn)
-    .await?;
-    let stored_path: String = row.try_get("method_path")?;
-    if stored_path != method_path {
-        return Err(InboxError::IdempotencyMismatch);
-    }
-    let stored_print: Option<String> = row.try_get("fingerprint")?;
-    if stored_print.is_some_and(|p| p != idem.fingerprint) {
-        return Err(InboxError::IdempotencyKeyReused);
-    }
-    let response: Option<String> = row.try_get("response")?;
-    let response = response.ok_or_else(|| {
-        corrupt(format!(
-            "idempotency key {key:?} of {owner:?} has no response"
-        ))
-    })?;
-    Ok(Some(from_json(&response, "idempotent response")?))
-}
-
-/// Stores the response of a create under its claimed key, in the same transaction.
-pub(crate) async fn remember_response<T: Serialize>(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    idem: Option<&IdemKey<'_>>,
-    response: &T,
-) -> Result<()> {
-    let Some(idem) = idem else { return Ok(()) };
-    sqlx::query(
-        "UPDATE inbox_idempotency SET response = ?, status_code = ? \
-         WHERE owner_key = ? AND idem_key = ?",
-    )
-    .bind(to_json(response)?)
-    .bind(CREATED)
-    .bind(owner)
-    .bind(idem.key)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 // ---- requests -------------------------------------------------------------------------------
@@ -1053,7 +836,7 @@ impl RequestTarget<'_> {
     /// under the idempotency key, and everything committed together.
     async fn open(
         &self,
-        mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+        mut tx: Tx,
         kind: Kind,
         attachments: Option<&[String]>,
         request_json: &str,
@@ -1066,7 +849,7 @@ impl RequestTarget<'_> {
             .flatten()
             .map(String::as_str)
             .collect();
-        crate::uploads::check_owned_uploads(&mut tx, self.owner, &named).await?;
+        uploads::check_owned_uploads(&mut tx, self.owner, &named).await?;
         check_attachments(&task, attachments)?;
         policy_hooks::check_rate_limits(&mut tx, self, now_ms()).await?;
         let event_type = match kind {
@@ -1088,7 +871,7 @@ impl RequestTarget<'_> {
 /// Logs the `*_REQUESTED` event, stores the pending request under the event's id and makes
 /// the task wait.
 async fn open_request(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     mut task: Task,
     project: &Project,
     kind: Kind,
@@ -1097,48 +880,40 @@ async fn open_request(
 ) -> Result<EventId> {
     let now = now_ms();
     task.status = TaskStatus::Waiting;
-    save_task(&mut *conn, &task, now).await?;
+    store::tasks::save(&mut *conn, &task, now).await?;
     let event_id = insert_event(&mut *conn, &task, project, event, now).await?;
-    sqlx::query(
-        "INSERT INTO inbox_requests (id, kind, task_id, project_id, status, request, \
-         created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+    store::requests::insert(
+        conn,
+        &event_id,
+        kind.as_str(),
+        &task.id,
+        &task.project_id,
+        request_json,
+        now,
     )
-    .bind(&event_id)
-    .bind(kind.as_str())
-    .bind(&task.id)
-    .bind(&task.project_id)
-    .bind(request_json)
-    .bind(now)
-    .execute(&mut *conn)
     .await?;
     Ok(EventId { event_id })
 }
 
 /// `(task id, request JSON)` of a pending request of `kind`.
 async fn pending_request(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     request_id: &str,
     kind: Kind,
 ) -> Result<(String, String)> {
-    let row = sqlx::query(
-        "SELECT task_id, status, request FROM inbox_requests WHERE id = ? AND kind = ?",
-    )
-    .bind(request_id)
-    .bind(kind.as_str())
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
-    let status: String = row.try_get("status")?;
-    if status != "pending" {
+    let stored = store::requests::get(conn, request_id, kind.as_str())
+        .await?
+        .ok_or_else(|| InboxError::NotFound(kind.what(request_id)))?;
+    if stored.status != review::RequestStatus::Pending.as_str() {
         return Err(InboxError::AlreadyDecided);
     }
-    Ok((row.try_get("task_id")?, row.try_get("request")?))
+    Ok((stored.task_id, stored.request))
 }
 
 /// Stores a request's result — only if it is still pending — logs the decision and lets
 /// the task run again when nothing else of it is pending.
 async fn settle<T: Serialize>(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     request_id: &str,
     result: &T,
     task_id: &str,
@@ -1162,7 +937,7 @@ async fn settle<T: Serialize>(
 /// [`settle`] with the status the request ends in (`decided`, `expired` or `withdrawn`).
 #[allow(clippy::too_many_arguments)] // one call per way of settling; a struct adds nothing
 async fn settle_as<T: Serialize>(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     status: review::RequestStatus,
     request_id: &str,
     result: &T,
@@ -1173,33 +948,25 @@ async fn settle_as<T: Serialize>(
 ) -> Result<()> {
     // The guard that makes a decision happen once, whatever the isolation level: of two
     // racing decisions, only one finds the row still pending.
-    let updated = sqlx::query(
-        "UPDATE inbox_requests SET status = ?, result = ?, decided_by = ?, \
-         decided_at = ? WHERE id = ? AND status = 'pending'",
+    let settled = store::requests::settle(
+        &mut *conn,
+        request_id,
+        status.as_str(),
+        &to_json(result)?,
+        decided_by,
+        decided_at.unix_millis(),
     )
-    .bind(status.as_str())
-    .bind(to_json(result)?)
-    .bind(decided_by)
-    .bind(decided_at.unix_millis())
-    .bind(request_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if updated == 0 {
+    .await?;
+    if !settled {
         return Err(InboxError::AlreadyDecided);
     }
-    let mut task = task_by_id(&mut *conn, task_id).await?.task;
-    let project = project_by_id(&mut *conn, &task.project_id).await?;
-    let still_pending: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM inbox_requests WHERE task_id = ? AND status = 'pending'",
-    )
-    .bind(task_id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let mut task = store::tasks::by_id(&mut *conn, task_id).await?.task;
+    let project = store::projects::by_id(&mut *conn, &task.project_id).await?;
+    let still_pending = store::requests::pending_of_task(&mut *conn, task_id).await?;
     let now = now_ms();
     if still_pending == 0 && task.status == TaskStatus::Waiting {
         task.status = TaskStatus::Running;
-        save_task(&mut *conn, &task, now).await?;
+        store::tasks::save(&mut *conn, &task, now).await?;
     }
     event.in_response_to = Some(request_id);
     insert_event(&mut *conn, &task, &project, event, now).await?;
@@ -1208,22 +975,9 @@ async fn settle_as<T: Serialize>(
 
 // ---- tasks and projects ---------------------------------------------------------------------
 
-async fn task_by_id(conn: &mut SqliteConnection, id: &str) -> Result<OwnedTask> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        task_cols!(),
-        " FROM inbox_tasks WHERE id = ?"
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await?
-    .ok_or_else(|| InboxError::NotFound(format!("task {id}")))?;
-    task_from_row(&row)
-}
-
 /// One of `owner`'s tasks; another key's task is reported missing, like a missing one.
-async fn owned_task(conn: &mut SqliteConnection, owner: &str, id: &str) -> Result<Task> {
-    let owned = task_by_id(conn, id).await?;
+async fn owned_task(conn: &mut Conn, owner: &str, id: &str) -> Result<Task> {
+    let owned = store::tasks::by_id(conn, id).await?;
     if owned.owner != owner {
         return Err(InboxError::NotFound(format!("task {id}")));
     }
@@ -1232,13 +986,13 @@ async fn owned_task(conn: &mut SqliteConnection, owner: &str, id: &str) -> Resul
 
 /// One of `owner`'s tasks and its project, which must be the one the agent named.
 async fn agent_task(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     owner: &str,
     task_id: &str,
     project_name: &str,
 ) -> Result<(Task, Project)> {
     let task = owned_task(&mut *conn, owner, task_id).await?;
-    let project = project_by_id(&mut *conn, &task.project_id).await?;
+    let project = store::projects::by_id(&mut *conn, &task.project_id).await?;
     if project.name != project_name {
         return Err(InboxError::Invalid {
             code: "project_mismatch",
@@ -1246,22 +1000,6 @@ async fn agent_task(
         });
     }
     Ok((task, project))
-}
-
-async fn save_task(conn: &mut SqliteConnection, task: &Task, now: i64) -> Result<()> {
-    sqlx::query(
-        "UPDATE inbox_tasks SET status = ?, current_step = ?, metadata = ?, attachments = ?, \
-         updated_at = ? WHERE id = ?",
-    )
-    .bind(task.status.as_str())
-    .bind(&task.current_step)
-    .bind(to_json(&task.metadata)?)
-    .bind(to_json(&task.attachments)?)
-    .bind(now)
-    .bind(&task.id)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// A request may show only files already attached to its task.
@@ -1275,40 +1013,6 @@ fn check_attachments(task: &Task, upload_ids: Option<&[String]>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-async fn project_by_name(conn: &mut SqliteConnection, name: &str) -> Result<Option<Project>> {
-    let row = sqlx::query("SELECT id, name, steps FROM inbox_projects WHERE name = ?")
-        .bind(name)
-        .fetch_optional(conn)
-        .await?;
-    row.as_ref().map(project_from_row).transpose()
-}
-
-async fn project_by_id(conn: &mut SqliteConnection, id: &str) -> Result<Project> {
-    let row = sqlx::query("SELECT id, name, steps FROM inbox_projects WHERE id = ?")
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .ok_or_else(|| InboxError::NotFound(format!("project {id}")))?;
-    project_from_row(&row)
-}
-
-async fn insert_project(conn: &mut SqliteConnection, name: &str, steps: Steps) -> Result<Project> {
-    let project = Project {
-        id: new_id(),
-        name: name.to_owned(),
-        project_name: name.to_owned(),
-        steps,
-    };
-    sqlx::query("INSERT INTO inbox_projects (id, name, steps, created_at) VALUES (?, ?, ?, ?)")
-        .bind(&project.id)
-        .bind(name)
-        .bind(to_json(&project.steps)?)
-        .bind(now_ms())
-        .execute(conn)
-        .await?;
-    Ok(project)
 }
 
 fn check_steps(steps: &Steps) -> Result<()> {
@@ -1383,34 +1087,14 @@ fn step_owner(project: &Project, step: &str) -> Actor {
 
 /// Appends an event to the task's log; `task` is the task as the event leaves it.
 async fn insert_event(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     task: &Task,
     project: &Project,
     event: NewEvent<'_>,
     now: i64,
 ) -> Result<String> {
-    let id = new_id();
-    let (from, to) = event.transition.unzip();
-    sqlx::query(
-        "INSERT INTO inbox_events (id, project_id, task_id, timestamp, event_type, owner, \
-         source, payload, in_response_to, transition_from, transition_to, external_trace_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&id)
-    .bind(&task.project_id)
-    .bind(&task.id)
-    .bind(now)
-    .bind(event.event_type.as_str())
-    .bind(step_owner(project, &task.current_step).as_str())
-    .bind(event.source.as_str())
-    .bind(to_json(&event.payload)?)
-    .bind(event.in_response_to)
-    .bind(from)
-    .bind(to)
-    .bind(event.external_trace_id)
-    .execute(conn)
-    .await?;
-    Ok(id)
+    let owner = step_owner(project, &task.current_step);
+    store::events::insert(conn, task, owner, event, now).await
 }
 
 // Cursors are opaque to clients; "e" + the hex seq keeps them short and lets the format
@@ -1431,73 +1115,6 @@ fn decode_cursor(cursor: &str) -> Result<i64> {
         })
 }
 
-// ---- rows and JSON --------------------------------------------------------------------------
-
-fn project_from_row(row: &SqliteRow) -> Result<Project> {
-    let name: String = row.try_get("name")?;
-    let steps: String = row.try_get("steps")?;
-    Ok(Project {
-        id: row.try_get("id")?,
-        project_name: name.clone(),
-        name,
-        steps: from_json(&steps, "project steps")?,
-    })
-}
-
-fn task_from_row(row: &SqliteRow) -> Result<OwnedTask> {
-    let status: String = row.try_get("status")?;
-    let metadata: String = row.try_get("metadata")?;
-    let attachments: String = row.try_get("attachments")?;
-    Ok(OwnedTask {
-        owner: row.try_get("owner_key")?,
-        task: Task {
-            id: row.try_get("id")?,
-            project_id: row.try_get("project_id")?,
-            name: row.try_get("name")?,
-            external_id: row.try_get("external_id")?,
-            status: wire_enum(status, "task status")?,
-            current_step: row.try_get("current_step")?,
-            metadata: from_json(&metadata, "task metadata")?,
-            attachments: from_json(&attachments, "task attachments")?,
-        },
-    })
-}
-
-fn event_from_row(row: &SqliteRow) -> Result<EventRow> {
-    let payload: String = row.try_get("payload")?;
-    Ok(EventRow {
-        id: row.try_get("id")?,
-        project_id: row.try_get("project_id")?,
-        task_id: row.try_get("task_id")?,
-        timestamp: Timestamp::from_unix_millis(row.try_get("timestamp")?),
-        event_type: wire_enum(row.try_get("event_type")?, "event type")?,
-        owner: wire_enum(row.try_get("owner")?, "event owner")?,
-        source: wire_enum(row.try_get("source")?, "event source")?,
-        payload: from_json(&payload, "event payload")?,
-        in_response_to: row.try_get("in_response_to")?,
-        transition_from: row.try_get("transition_from")?,
-        transition_to: row.try_get("transition_to")?,
-        external_trace_id: row.try_get("external_trace_id")?,
-    })
-}
-
-/// Reads a unit enum stored in its wire spelling (`RUNNING`, `APPROVAL_DECIDED`, …).
-fn wire_enum<T: DeserializeOwned>(stored: String, what: &str) -> Result<T> {
-    serde_json::from_value(Value::String(stored)).map_err(|e| corrupt(format!("{what}: {e}")))
-}
-
-fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| corrupt(format!("cannot encode JSON: {e}")))
-}
-
-fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T> {
-    serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
-}
-
-fn corrupt(message: String) -> InboxError {
-    InboxError::Store(StoreError::Corrupt(message))
-}
-
 fn require_text(name: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(InboxError::Invalid {
@@ -1508,13 +1125,11 @@ fn require_text(name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-fn new_id() -> String {
-    uuid::Uuid::now_v7().simple().to_string()
-}
-
 pub mod decisions;
+mod outbox;
 mod policy_hooks;
 pub mod review;
+mod uploads;
 mod withdraw;
 
 pub use withdraw::Withdrawal;

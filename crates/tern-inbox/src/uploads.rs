@@ -12,19 +12,19 @@
 //!    content is stored once. A rename within one directory tree is atomic, so a reader never
 //!    sees a half-written file under its final name. Directories are made 0700 and files
 //!    0600, whatever the umask.
-//! 3. [`Inbox::create_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
+//! 3. [`crate::Inbox::create_upload`] records a row `inbox_uploads` (migration 0004): a new id, the
 //!    owning agent key, the hash, the size, the declared content type ([`normalize_content_type`])
 //!    and file name ([`sanitize_file_name`]). With an `Idempotency-Key` it claims the key in
 //!    the same transaction, like every create ([`crate::service`]), before the file is kept:
 //!    a repeat gets the first `{id, status}` and no new row, a repeat with another file (or
 //!    type, or name) is refused, and neither leaves its bytes behind.
-//! 4. Reads: [`Inbox::owned_upload`] for the owning key (another key's upload is reported
-//!    missing, like a missing one), [`Inbox::upload`] for reviewers. Downloads serve
+//! 4. Reads: [`crate::Inbox::owned_upload`] for the owning key (another key's upload is reported
+//!    missing, like a missing one), [`crate::Inbox::upload`] for reviewers. Downloads serve
 //!    [`Upload::served_content_type`] with [`Upload::content_disposition`]: images a browser
 //!    displays safely are shown inline; everything else is a download, and types a browser
 //!    would run (HTML, SVG, …) are served as `application/octet-stream`.
 //! 5. Requests and actions that name uploads (`attachments`, `addAttachments`) are checked
-//!    with [`check_owned_uploads`]: each must be an upload of the same key.
+//!    with `check_owned_uploads`: each must be an upload of the same key.
 //!
 //! Files are never deleted by the inbox: rows reference them by hash, and the audit trail
 //! keeps pointing at them.
@@ -33,14 +33,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
-use tern_store::now_ms;
 use tokio::io::AsyncWriteExt;
 
-use crate::error::InboxError;
 use crate::outcome::Timestamp;
-use crate::service::{IdemKey, Inbox, Result, claim_key, remember_response};
 
 /// Why a file could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -368,12 +363,6 @@ pub fn sanitize_file_name(declared: Option<&str>) -> Option<String> {
     (!clean.is_empty() && clean != "." && clean != "..").then(|| clean.to_owned())
 }
 
-macro_rules! upload_cols {
-    () => {
-        "id, owner_key, sha256, size, content_type, file_name, created_at"
-    };
-}
-
 /// What `POST /api/uploads` answers: `{"id", "status": "READY"}`; also what a repeat with
 /// the same `Idempotency-Key` gets again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -383,176 +372,10 @@ pub struct UploadReceipt {
     pub status: String,
 }
 
-/// The method and path an upload's idempotency key is recorded with.
-const POST_UPLOADS: &str = "POST api/uploads";
-
-/// What an upload's idempotency fingerprint covers: the content and how it was declared.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct UploadRequest<'a> {
-    sha256: &'a str,
-    size: u64,
-    content_type: &'a str,
-    file_name: Option<&'a str>,
-}
-
-impl Inbox {
-    /// Records an upload of `owner` whose bytes [`UploadWriter::hash`] wrote, under an
-    /// optional `Idempotency-Key`. The file is kept only when the key is new (or there is
-    /// none): a repeat of the key with the same file, type and name answers the first receipt
-    /// and records nothing; with anything else it is [`InboxError::IdempotencyKeyReused`].
-    /// Either way the repeat's temporary file is removed, so a refused upload leaves no bytes
-    /// behind (content stored before by another upload stays, of course).
-    pub async fn create_upload(
-        &self,
-        owner: &str,
-        file: HashedFile,
-        content_type: &str,
-        file_name: Option<&str>,
-        idem: Option<&str>,
-    ) -> Result<UploadReceipt> {
-        let request = UploadRequest {
-            sha256: &file.stored().sha256,
-            size: file.stored().size,
-            content_type,
-            file_name,
-        };
-        let idem = IdemKey::of(idem, &request)?;
-        let mut tx = self.begin().await?;
-        match claim_key(&mut tx, owner, idem.as_ref(), POST_UPLOADS).await {
-            Ok(None) => {}
-            // Removed before answering, so that a refused or repeated upload is gone from the
-            // disk by the time its client hears back.
-            Ok(Some(original)) => {
-                file.discard().await;
-                return Ok(original);
-            }
-            Err(e) => {
-                file.discard().await;
-                return Err(e);
-            }
-        }
-        // Kept inside the transaction, so that the key's claim decides whether the bytes stay.
-        let stored = file.keep().await.map_err(InboxError::Files)?;
-        let upload = insert_upload(&mut tx, owner, &stored, content_type, file_name).await?;
-        let receipt = UploadReceipt {
-            id: upload.id,
-            status: "READY".into(),
-        };
-        remember_response(&mut tx, owner, idem.as_ref(), &receipt).await?;
-        tx.commit().await?;
-        Ok(receipt)
-    }
-
-    /// Records an upload of `owner` whose bytes [`UploadWriter::finish`] stored.
-    pub async fn add_upload(
-        &self,
-        owner: &str,
-        stored: &StoredFile,
-        content_type: &str,
-        file_name: Option<&str>,
-    ) -> Result<Upload> {
-        let mut conn = self.store().pool().acquire().await?;
-        insert_upload(&mut conn, owner, stored, content_type, file_name).await
-    }
-
-    /// Any upload, for reviewers.
-    pub async fn upload(&self, id: &str) -> Result<Upload> {
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            upload_cols!(),
-            " FROM inbox_uploads WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(self.store().pool())
-        .await?
-        .ok_or_else(|| InboxError::NotFound(format!("upload {id}")))?;
-        upload_from_row(&row)
-    }
-
-    /// One of `owner`'s uploads; another key's is reported missing, like a missing one.
-    pub async fn owned_upload(&self, owner: &str, id: &str) -> Result<Upload> {
-        let upload = self.upload(id).await?;
-        if upload.owner_key != owner {
-            return Err(InboxError::NotFound(format!("upload {id}")));
-        }
-        Ok(upload)
-    }
-}
-
-async fn insert_upload(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    stored: &StoredFile,
-    content_type: &str,
-    file_name: Option<&str>,
-) -> Result<Upload> {
-    let upload = Upload {
-        id: uuid::Uuid::now_v7().simple().to_string(),
-        owner_key: owner.to_owned(),
-        sha256: stored.sha256.clone(),
-        size: stored.size,
-        content_type: content_type.to_owned(),
-        file_name: file_name.map(str::to_owned),
-        created_at: Timestamp::from_unix_millis(now_ms()),
-    };
-    sqlx::query(concat!(
-        "INSERT INTO inbox_uploads (",
-        upload_cols!(),
-        ") VALUES (?, ?, ?, ?, ?, ?, ?)"
-    ))
-    .bind(&upload.id)
-    .bind(owner)
-    .bind(&upload.sha256)
-    .bind(i64::try_from(upload.size).unwrap_or(i64::MAX))
-    .bind(&upload.content_type)
-    .bind(&upload.file_name)
-    .bind(upload.created_at.unix_millis())
-    .execute(conn)
-    .await?;
-    Ok(upload)
-}
-
-fn upload_from_row(row: &SqliteRow) -> Result<Upload> {
-    let size: i64 = row.try_get("size")?;
-    Ok(Upload {
-        id: row.try_get("id")?,
-        owner_key: row.try_get("owner_key")?,
-        sha256: row.try_get("sha256")?,
-        size: u64::try_from(size).unwrap_or(0),
-        content_type: row.try_get("content_type")?,
-        file_name: row.try_get("file_name")?,
-        created_at: Timestamp::from_unix_millis(row.try_get("created_at")?),
-    })
-}
-
-/// Each id must be an upload of `owner`: 400 `unknown_upload` otherwise (another key's
-/// upload is as unknown as a missing one).
-pub(crate) async fn check_owned_uploads(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    ids: &[&str],
-) -> Result<()> {
-    for id in ids {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM inbox_uploads WHERE id = ? AND owner_key = ?")
-                .bind(id)
-                .bind(owner)
-                .fetch_optional(&mut *conn)
-                .await?;
-        if found.is_none() {
-            return Err(InboxError::Invalid {
-                code: "unknown_upload",
-                message: format!("{id:?} is not an upload of this key (POST /api/uploads first)"),
-            });
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Inbox, InboxError};
 
     async fn store_bytes(dir: &UploadDir, bytes: &[u8]) -> StoredFile {
         let mut w = dir.begin(1 << 20).await.unwrap();

@@ -33,10 +33,13 @@ use tern_tools::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
+use crate::blocking;
 use crate::layout::{ProcDir, now_ms, read_json, write_json_atomic};
 use crate::log::{LogSlice, read_range};
-use crate::manager::blocking;
 use crate::output::for_model;
+
+/// The session a process belongs to, shared with its follower.
+pub(crate) type Owner = Arc<Mutex<Option<String>>>;
 
 /// Bytes of the newest output each followed process keeps in memory.
 pub const WINDOW_BYTES: usize = 200 * 1024;
@@ -190,7 +193,7 @@ pub(crate) struct Follow {
     pub pd: ProcDir,
     pub info: crate::ProcInfo,
     /// The session it belongs to now (it may move while followed).
-    pub owner: crate::manager::Owner,
+    pub owner: Owner,
     pub patterns: Vec<(String, Regex)>,
     pub sink: Option<Arc<dyn WatchSink>>,
     pub interval: Duration,
@@ -322,7 +325,7 @@ pub(crate) async fn run(f: Follow) {
         }
         // The status before the read: once it says ended, a read to the end is complete.
         let pd = f.pd.clone();
-        let running = blocking(move || crate::manager::status_of(&pd).map(|s| s.is_running()))
+        let running = blocking(move || crate::status::status_of(&pd).map(|s| s.is_running()))
             .await
             .unwrap_or(true);
         let slice = match read_chunk(&log_dir, pos).await {

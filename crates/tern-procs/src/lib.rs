@@ -27,6 +27,7 @@ pub mod output;
 pub mod protocol;
 mod pump;
 pub mod ssh;
+pub mod status;
 pub mod supervisor;
 pub mod tools;
 
@@ -35,11 +36,12 @@ use std::path::{Path, PathBuf};
 pub use follow::{MatchedLine, WatchBatch, WatchSink};
 pub use layout::{Backend, ExitRecord, Meta, Spec};
 pub use manager::{
-    KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcInfo, ProcStatus, ProcessManager,
-    SpawnRequest, SupervisorCommand, WaitOutcome, validate_watch_patterns,
+    KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcessManager, SpawnRequest,
+    SupervisorCommand, WaitOutcome, validate_watch_patterns,
 };
 pub use notify::{ArmError, ExitSummary, ProcessNotifier};
 pub use observer::Observer;
+pub use status::{ProcInfo, ProcStatus};
 pub use supervisor::supervise;
 
 /// What can go wrong with background processes.
@@ -74,4 +76,13 @@ impl ProcError {
             source,
         }
     }
+}
+
+/// Runs `f` on the blocking pool: the process directories are plain files and sockets.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
+) -> Result<T, ProcError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
 }

@@ -40,14 +40,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
-use crate::follow::{Follow, Followed, WatchSink};
+use crate::blocking;
+use crate::follow::{Follow, Followed, Owner, WatchSink};
 use crate::layout::{
-    Backend, ExitRecord, MAX_SOCKET_PATH, Meta, ProcDir, Spec, new_id, read_json, valid_id,
-    write_atomic, write_json_atomic,
+    Backend, MAX_SOCKET_PATH, Meta, ProcDir, Spec, new_id, read_json, valid_id, write_atomic,
+    write_json_atomic,
 };
 use crate::log::read_range;
 use crate::output::{complete_utf8_len, for_model, leading_continuation_len};
 use crate::protocol::{Request, Response, call, call_ok};
+use crate::status::{ProcInfo, ProcStatus, info, status_of};
 
 /// How the supervisor is started: `program args… DIR`.
 #[derive(Clone, Debug)]
@@ -155,56 +157,6 @@ pub fn validate_watch_patterns(patterns: &[String]) -> Result<(), ProcError> {
     Ok(())
 }
 
-/// Where a process is.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum ProcStatus {
-    Running,
-    Exited {
-        /// The exit code, or 128 + the signal that ended it.
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-        ended_at_ms: i64,
-    },
-    /// The supervisor is gone without recording an exit (it was killed itself).
-    Lost,
-}
-
-impl ProcStatus {
-    pub fn is_running(&self) -> bool {
-        matches!(self, Self::Running)
-    }
-    fn from_record(rec: &ExitRecord) -> Self {
-        Self::Exited {
-            exit_code: rec.shell_code(),
-            signal: rec.signal,
-            ended_at_ms: rec.ended_at_ms,
-        }
-    }
-}
-
-/// A process as `list` shows it.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProcInfo {
-    pub id: String,
-    pub command: String,
-    pub workdir: PathBuf,
-    pub pty: bool,
-    pub session_id: Option<String>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub notify_on_complete: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub watch_patterns: Vec<String>,
-    pub pid: i32,
-    pub supervisor_pid: i32,
-    pub started_at_ms: i64,
-    /// Where it runs when not here: `ssh://[user@]host[:port]` (`workdir` is a path there).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    #[serde(flatten)]
-    pub status: ProcStatus,
-}
-
 /// What `poll` answers: the status and the output since the last poll.
 #[derive(Clone, Debug, Serialize)]
 pub struct Poll {
@@ -259,9 +211,6 @@ struct Entry {
     /// The session it belongs to: the spec's, or the one it moved to (`owner`).
     owner: Owner,
 }
-
-/// The session a process belongs to, shared with its follower.
-pub(crate) type Owner = Arc<Mutex<Option<String>>>;
 
 /// What `owner` holds.
 #[derive(Serialize, serde::Deserialize)]
@@ -325,28 +274,6 @@ pub struct ProcessManager {
 impl Drop for ProcessManager {
     fn drop(&mut self) {
         self.shutdown.cancel();
-    }
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ProcError> + Send + 'static,
-) -> Result<T, ProcError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ProcError::Protocol(format!("a blocking task failed: {e}")))?
-}
-
-pub(crate) fn status_of(pd: &ProcDir) -> Result<ProcStatus, ProcError> {
-    if let Some(rec) = read_json::<ExitRecord>(&pd.exit())? {
-        return Ok(ProcStatus::from_record(&rec));
-    }
-    if pd.supervisor_alive()? {
-        return Ok(ProcStatus::Running);
-    }
-    // It may have recorded the exit between the two looks.
-    match read_json::<ExitRecord>(&pd.exit())? {
-        Some(rec) => Ok(ProcStatus::from_record(&rec)),
-        None => Ok(ProcStatus::Lost),
     }
 }
 
@@ -1064,26 +991,6 @@ impl ProcessManager {
 
     async fn request(&self, id: &str, req: Request) -> Result<(), ProcError> {
         call_ok(&self.entry(id)?.pd.socket(), id, &req).await
-    }
-}
-
-pub(crate) fn info(meta: &Meta, status: ProcStatus) -> ProcInfo {
-    ProcInfo {
-        id: meta.spec.id.clone(),
-        command: meta.spec.command.clone(),
-        workdir: meta.spec.workdir.clone(),
-        pty: meta.spec.pty,
-        session_id: meta.spec.session_id.clone(),
-        notify_on_complete: meta.spec.notify_on_complete,
-        watch_patterns: meta.spec.watch_patterns.clone(),
-        pid: meta.child_pid,
-        supervisor_pid: meta.supervisor_pid,
-        started_at_ms: meta.started_at_ms,
-        host: match &meta.spec.backend {
-            Backend::Local => None,
-            Backend::Ssh(t) => Some(t.display()),
-        },
-        status,
     }
 }
 

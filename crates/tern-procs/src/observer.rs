@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use crate::ProcError;
 use crate::attach::Attached;
+use crate::blocking;
 use crate::layout::{Meta, ProcDir, read_json, valid_id};
 use crate::log::{LogSlice, read_range};
-use crate::manager::{KillOutcome, ProcInfo, blocking, info, status_of};
+use crate::manager::KillOutcome;
 use crate::protocol::{Request, call, call_ok};
+use crate::status::{ProcInfo, info, status_of};
 
 /// How often a wait looks at the status again (between the supervisor's last answer and the
 /// release of its lock the status can still read running for an instant).

@@ -367,6 +367,15 @@ impl Store {
         &self.pool
     }
 
+    /// Begins a write transaction: `BEGIN IMMEDIATE` takes SQLite's write lock (waiting the
+    /// busy timeout) before the first statement, so what the transaction reads cannot change
+    /// before it commits, and it never has to upgrade a stale read snapshot — which SQLite
+    /// refuses at once with "database is locked". Every write that reads first goes through
+    /// here, in this crate and in the crates that keep their tables in this database.
+    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
     /// Runs SQLite's quick integrity check; `Ok(None)` when healthy.
     pub async fn integrity_problem(&self) -> Result<Option<String>> {
         let r: String = sqlx::query_scalar("PRAGMA quick_check")
@@ -621,10 +630,7 @@ impl Store {
 
     /// Deletes a session and its messages; `false` if there was none.
     pub async fn delete_session(&self, id: &str) -> Result<bool> {
-        // IMMEDIATE: take the write lock (waiting the busy timeout) before the first
-        // statement, so the transaction never has to upgrade a stale read snapshot — which
-        // SQLite refuses at once with "database is locked".
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         // Explicit, so the full-text index triggers run whatever the cascade settings.
         sqlx::query("DELETE FROM messages WHERE session_id = ?")
             .bind(id)
@@ -653,8 +659,7 @@ impl Store {
         session_id: &str,
         msgs: &[NewMessage],
     ) -> Result<Vec<Message>> {
-        // IMMEDIATE for the reason given in `delete_session`.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let out = insert_messages(&mut tx, session_id, msgs).await?;
         tx.commit().await?;
         Ok(out)

@@ -315,7 +315,7 @@ impl Store {
         wait_id: &str,
         message: &NewMessage,
     ) -> Result<Option<Message>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let now = now_ms();
         let row = sqlx::query(
             "SELECT session_id, idem_key, tool_call_id, kind, request_id FROM waits \
@@ -362,7 +362,7 @@ impl Store {
         .await?
         .rows_affected();
         if updated != 1 {
-            // Cannot happen under the write lock taken by BEGIN IMMEDIATE; refuse rather
+            // Cannot happen under the write lock taken by `Store::begin_write`; refuse rather
             // than append twice.
             return Err(StoreError::Corrupt(format!(
                 "wait {wait_id} changed while being delivered"
@@ -516,7 +516,7 @@ impl Store {
     /// Cancels a session's pending and ready waits; returns them (their requests are to be
     /// withdrawn).
     pub async fn cancel_waits(&self, session_id: &str) -> Result<Vec<Wait>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let rows = sqlx::query(concat!(
             "SELECT ",
             wait_cols!(),
@@ -570,8 +570,7 @@ impl Store {
         .await?;
         let mut repaired = Vec::new();
         for session_id in running {
-            // IMMEDIATE for the reason given in `Store::delete_session`.
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = self.begin_write().await?;
             let rows = sqlx::query(
                 "SELECT idem_key, tool_call_id, kind, request_id FROM waits \
                  WHERE session_id = ? AND status IN ('pending', 'ready') \

@@ -25,7 +25,7 @@
 //!    [`resume_hook`], which also puts an `always` command on the allowlist): `APPROVE`
 //!    or `EDIT_AND_APPROVE` record a grant whose scope is the outcome's `reasonCode` —
 //!    `once` (the default, also for an unknown code), `session` or `always` — and anything
-//!    else records none. [`command_message_hint`] is the sentence the decision message ends
+//!    else records none. [`crate::decision::command_message_hint`] is the sentence the decision message ends
 //!    with (run it again now, or do not retry).
 //! 5. The resumed agent runs the command again (a new call): the grant answers in step 2.
 //!    An `always` grant is also written to the allowlist in `config.toml` when the approver
@@ -42,15 +42,11 @@ use tern_tools::danger::{Verdict, check_command};
 use tern_tools::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 
 use crate::client::{ClientError, InboxClient, RequestKind};
+use crate::decision::{approves, scope_of};
 
 /// The `keyValueContext` `action` of a command's approval request; the web inbox shows the
 /// scope choices for requests that carry it.
 pub const ACTION: &str = "command";
-
-/// The reason codes a reviewer gives with an approval to choose its scope.
-pub const SCOPE_ONCE: &str = "once";
-pub const SCOPE_SESSION: &str = "session";
-pub const SCOPE_ALWAYS: &str = "always";
 
 /// The longest command quoted in a request's summary (the full command is in its context).
 const SUMMARY_COMMAND_CHARS: usize = 160;
@@ -440,30 +436,6 @@ pub fn resume_hook(approver: Arc<InboxApprover>) -> crate::resume::CommandHook {
     })
 }
 
-/// The outcome type of a decision (`APPROVE`, …), if it has one.
-fn outcome_type(result: &Value) -> Option<&str> {
-    result.pointer("/outcome/type").and_then(Value::as_str)
-}
-
-/// Whether the decision approves the command.
-pub fn approves(result: &Value) -> bool {
-    matches!(outcome_type(result), Some("APPROVE" | "EDIT_AND_APPROVE"))
-}
-
-/// The scope a reviewer chose with the outcome's `reasonCode`: `once`, `session` or
-/// `always` (any case); anything else, or none, is `once`, the narrowest.
-pub fn scope_of(result: &Value) -> GrantScope {
-    let code = result
-        .pointer("/outcome/reasonCode")
-        .and_then(Value::as_str)
-        .map(|c| c.trim().to_ascii_lowercase());
-    match code.as_deref() {
-        Some(SCOPE_SESSION) => GrantScope::Session,
-        Some(SCOPE_ALWAYS) => GrantScope::Always,
-        _ => GrantScope::Once,
-    }
-}
-
 /// Called by the resumer for a `command` wait before its decision is delivered, so that the
 /// grant exists when the resumed turn runs the command. An approval records the grant (once
 /// per wait, however often this is called); any other decision records none. Returns the
@@ -514,34 +486,6 @@ pub async fn on_decided(
     Ok(Some(grant))
 }
 
-/// The sentence a command's decision message ends with: what the agent may do now.
-pub fn command_message_hint(result: &Value) -> String {
-    if approves(result) {
-        return match scope_of(result) {
-            GrantScope::Once => "The command was approved once: run exactly the same command \
-                again now, in the same working directory; it will run without asking, one \
-                time. A changed or another dangerous command needs a new approval."
-                .to_owned(),
-            GrantScope::Session => "The command was approved for the rest of this session: \
-                run it again now; commands of the same kind run without asking in this \
-                session."
-                .to_owned(),
-            GrantScope::Always => "The command was approved always: run exactly the same \
-                command again now; it is on the allowlist from now on."
-                .to_owned(),
-        };
-    }
-    let how = match outcome_type(result) {
-        Some("REJECT") => "rejected".to_owned(),
-        Some(other) => format!("not approved ({})", other.to_lowercase().replace('_', " ")),
-        None => "not approved".to_owned(),
-    };
-    format!(
-        "The command was {how} and was not run. Do not run it again, and do not run another \
-         command to the same effect; tell the user, or continue without it."
-    )
-}
-
 /// At most `max` characters of `s`, with `…` when cut.
 fn shorten(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -553,35 +497,6 @@ fn shorten(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scopes_and_hints_follow_the_outcome() {
-        let r = |t: &str, code: Option<&str>| {
-            let mut o = json!({"type": t});
-            if let Some(c) = code {
-                o["reasonCode"] = json!(c);
-            }
-            json!({"outcome": o})
-        };
-        assert_eq!(scope_of(&r("APPROVE", None)), GrantScope::Once);
-        assert_eq!(
-            scope_of(&r("APPROVE", Some("Session"))),
-            GrantScope::Session
-        );
-        assert_eq!(
-            scope_of(&r("APPROVE", Some(" always "))),
-            GrantScope::Always
-        );
-        assert_eq!(scope_of(&r("APPROVE", Some("forever"))), GrantScope::Once);
-        assert!(approves(&r("EDIT_AND_APPROVE", None)));
-        assert!(!approves(&r("REJECT", Some("session"))));
-        assert!(!approves(&json!({})));
-        assert!(command_message_hint(&r("APPROVE", None)).contains("approved once"));
-        assert!(command_message_hint(&r("APPROVE", Some("session"))).contains("this session"));
-        let no = command_message_hint(&r("REJECT", None));
-        assert!(no.contains("rejected") && no.contains("Do not run it again"));
-        assert!(command_message_hint(&r("REQUEST_MORE_INFO", None)).contains("request more info"));
-    }
 
     #[test]
     fn long_commands_are_shortened_in_the_summary() {

@@ -11,10 +11,13 @@
 //! - [`resume`]: delivering a ready wait's decision into its session exactly once and running
 //!   the turn that answers it (at least once, also after a crash);
 //! - [`command`]: dangerous `terminal` commands approved through the inbox;
+//! - [`decision`]: a decided wait as the model and the hooks read it, and the message its
+//!   delivery appends;
 //! - [`process`]: `notify_on_complete` — a background process's exit resumes its session.
 
 pub mod client;
 pub mod command;
+pub mod decision;
 pub mod follow;
 pub mod guide;
 pub mod process;

@@ -28,13 +28,14 @@
 //! - **Status**: a process wait does not make its session `waiting` (see `tern_store::waits`):
 //!   nobody is asked anything, and the user may chat on meanwhile.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tern_procs::{
     ArmError, ExitSummary, ProcError, ProcInfo, ProcessManager, ProcessNotifier, WatchBatch,
 };
 use tern_store::{NewWait, Store, StoreError, Wait, WaitKind, WaitStatus};
 use tern_tools::BoxFuture;
 
+use crate::decision::{WATCH_EVENT, is_watch, request_field};
 use crate::resume::Resumer;
 
 /// What can fail on the process side of the waits.
@@ -56,9 +57,6 @@ pub fn idem_key(process_id: &str) -> String {
 pub fn watch_key(process_id: &str, first_offset: u64) -> String {
     format!("tern-proc:{process_id}:watch:{first_offset}")
 }
-
-/// What a watch wait's request says it is (exit waits have no `event`).
-const WATCH_EVENT: &str = "watch";
 
 /// Arms, readies and sweeps process waits on a store.
 #[derive(Clone)]
@@ -289,88 +287,4 @@ impl ProcessNotifier for ProcessWaits {
                 .map_err(Into::into)
         })
     }
-}
-
-fn is_watch(w: &Wait) -> bool {
-    request_field(w, "event").as_deref() == Some(WATCH_EVENT)
-}
-
-fn request_field(w: &Wait, key: &str) -> Option<String> {
-    serde_json::from_str::<Value>(&w.request)
-        .ok()?
-        .get(key)?
-        .as_str()
-        .map(str::to_owned)
-}
-
-/// The message a process wait delivers: what ended, how, and its last lines.
-/// Deterministic, so recovery renders the same text.
-pub fn render_exit(w: &Wait) -> String {
-    if is_watch(w) {
-        return render_watch(w);
-    }
-    let summary: Option<ExitSummary> = w
-        .result
-        .as_deref()
-        .and_then(|r| serde_json::from_str(r).ok());
-    let id = request_field(w, "process_id").unwrap_or_else(|| "?".into());
-    let command = request_field(w, "command").unwrap_or_default();
-    let Some(s) = summary else {
-        return format!("[process exited] Your background process {id} (`{command}`) has ended.");
-    };
-    let how = match (s.state.as_str(), s.exit_code, s.signal) {
-        ("lost", ..) => {
-            "was lost: its supervisor ended without recording an exit status".to_owned()
-        }
-        (_, _, Some(sig)) => format!("was killed by signal {sig}"),
-        (_, Some(code), None) => format!("exited with code {code}"),
-        _ => "exited".to_owned(),
-    };
-    let mut out = format!("[process exited] Your background process {id} (`{command}`) {how}.");
-    if s.last_lines.is_empty() {
-        out.push_str("\nIt wrote no output.");
-    } else {
-        out.push_str("\nLast lines:\n");
-        out.push_str(&s.last_lines);
-    }
-    out.push_str("\n\nThe full output is available through the `process` tool (`log`).");
-    out
-}
-
-/// The message a watch wait delivers: which lines matched which patterns.
-fn render_watch(w: &Wait) -> String {
-    let id = request_field(w, "process_id").unwrap_or_else(|| "?".into());
-    let command = request_field(w, "command").unwrap_or_default();
-    let batch: Option<WatchBatch> = serde_json::from_str::<Value>(&w.request)
-        .ok()
-        .and_then(|v| serde_json::from_value(v.get("batch")?.clone()).ok());
-    let Some(b) = batch else {
-        return format!(
-            "[process output matched] Your background process {id} (`{command}`) printed output matching its watch patterns."
-        );
-    };
-    let lines = if b.total_matches == 1 {
-        "a line".to_owned()
-    } else {
-        format!("{} lines", b.total_matches)
-    };
-    let state = if b.process_ended {
-        "It has ended since"
-    } else {
-        "It is still running"
-    };
-    let mut out = format!(
-        "[process output matched] Your background process {id} (`{command}`) printed {lines} matching its watch patterns. {state}."
-    );
-    for m in &b.matches {
-        out.push_str(&format!("\n[{}] {}", m.pattern, m.line));
-    }
-    let hidden = b.total_matches.saturating_sub(b.matches.len() as u64);
-    if hidden > 0 {
-        out.push_str(&format!("\n… and {hidden} more matching lines."));
-    }
-    out.push_str(
-        "\n\nMatches are told at most once per interval; the full output is available through the `process` tool (`log`).",
-    );
-    out
 }

@@ -50,6 +50,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::BoxFuture;
+use crate::decision::{decided_by, outcome_word, parse_json, render_decision};
 
 /// Appends the decision once the resume's turn is at the head of its session's queue and
 /// returns the session it was appended to (the wait's current one: a reset that keeps its
@@ -386,40 +387,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn parse_json(text: Option<&str>) -> Value {
-    text.and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// Who decided: the stored `decided_by`, else the result's `decidedBy` / `answeredBy`.
-fn decided_by(w: &Wait, result: &Value) -> Option<String> {
-    w.decided_by.clone().or_else(|| {
-        ["decidedBy", "answeredBy"]
-            .iter()
-            .find_map(|k| result.get(*k).and_then(Value::as_str).map(str::to_owned))
-    })
-}
-
-/// The decision in one word: an approval's outcome, `SUBMITTED` for an answered
-/// elicitation, `EXPIRED` for one that expired unanswered.
-fn outcome_word(w: &Wait, result: &Value) -> Option<String> {
-    if let Some(t) = result.pointer("/outcome/type").and_then(Value::as_str) {
-        return Some(t.to_owned());
-    }
-    if w.kind == WaitKind::Process {
-        // EXITED or LOST (the supervisor died without recording an exit).
-        return result
-            .get("state")
-            .and_then(Value::as_str)
-            .map(str::to_uppercase);
-    }
-    match w.kind {
-        WaitKind::Elicitation if result.get("fields").is_some() => Some("SUBMITTED".to_owned()),
-        WaitKind::Elicitation if !result.is_null() => Some("EXPIRED".to_owned()),
-        _ => None,
-    }
-}
-
 /// Emits `wait_resolved` for `w` (`source` is the session's, or `gateway` when it is gone).
 pub async fn emit_resolved(
     hooks: &HookBus,
@@ -455,94 +422,6 @@ pub async fn emit_resolved(
             None
         },
     }));
-}
-
-/// The decision message: one user-role message saying what was asked, what was decided,
-/// by whom, and the full result JSON. Deterministic, so recovery renders the same text.
-pub fn render_decision(w: &Wait) -> String {
-    if w.kind == WaitKind::Process {
-        return crate::process::render_exit(w);
-    }
-    let request = parse_json(Some(&w.request));
-    let result = parse_json(w.result.as_deref());
-    let summary = request
-        .get("summary")
-        .and_then(Value::as_str)
-        .unwrap_or("(no summary)");
-    let request_id = w
-        .request_id
-        .as_deref()
-        .or_else(|| request.get("requestId").and_then(Value::as_str))
-        .unwrap_or("?");
-    let who = decided_by(w, &result)
-        .map(|b| format!(" by {b}"))
-        .unwrap_or_default();
-    let expired = result
-        .pointer("/outcome/reasonCode")
-        .and_then(Value::as_str)
-        == Some("expired")
-        || (w.kind == WaitKind::Elicitation && !result.is_null() && result.get("fields").is_none());
-    let mut out = String::new();
-    let what = match w.kind {
-        WaitKind::Approval => "approval request",
-        WaitKind::Elicitation => "question (elicitation request)",
-        WaitKind::Command => "request to run a dangerous command",
-        WaitKind::Process => "background process",
-    };
-    out.push_str(&format!(
-        "[inbox decision] Your {what} {request_id} (kind {}) has an answer.\n",
-        w.kind.as_str()
-    ));
-    out.push_str(&format!("Asked: {summary}\n"));
-    if let Some(cmd) = request.get("command").and_then(Value::as_str) {
-        out.push_str(&format!("Command: {cmd}\n"));
-    }
-    match w.kind {
-        WaitKind::Approval | WaitKind::Command | WaitKind::Process => {
-            let outcome = outcome_word(w, &result).unwrap_or_else(|| "(unknown)".into());
-            if expired {
-                out.push_str(&format!(
-                    "Decided: {outcome} — nobody decided before the request expired; it was \
-                     settled as {outcome}.\n"
-                ));
-            } else {
-                out.push_str(&format!("Decided: {outcome}{who}.\n"));
-            }
-            if let Some(note) = result.pointer("/outcome/note").and_then(Value::as_str) {
-                out.push_str(&format!("Note: {note}\n"));
-            }
-            if let Some(code) = result
-                .pointer("/outcome/reasonCode")
-                .and_then(Value::as_str)
-            {
-                out.push_str(&format!("Reason code: {code}\n"));
-            }
-        }
-        WaitKind::Elicitation => {
-            if expired {
-                out.push_str("Answered: nobody — the request expired without answers.\n");
-            } else {
-                out.push_str(&format!("Answered{who}:\n"));
-                if let Some(fields) = result.get("fields").and_then(Value::as_object) {
-                    for (k, v) in fields {
-                        let v = match v {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        out.push_str(&format!("- {k}: {v}\n"));
-                    }
-                }
-            }
-        }
-    }
-    if w.kind == WaitKind::Command {
-        // What the reviewer's scope allows, in the words the agent must follow.
-        out.push_str(&crate::command::command_message_hint(&result));
-        out.push('\n');
-    }
-    out.push_str("Continue the task with this decision.\n\nFull result:\n");
-    out.push_str(&serde_json::to_string_pretty(&result).unwrap_or_else(|_| "null".into()));
-    out
 }
 
 #[cfg(test)]

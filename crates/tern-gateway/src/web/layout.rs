@@ -1,5 +1,7 @@
 //! The page shell every web inbox page shares (header, navigation, inline stylesheet), the headers
-//! every page is sent with, and small formatting helpers.
+//! every page is sent with, the small stand-alone page of the sign-in routes and of refused
+//! requests (used by `reviewer_auth`, which sits below the web inbox), and small formatting
+//! helpers.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -9,7 +11,7 @@ use tern_inbox::Timestamp;
 /// The stylesheet, inlined into every page's `<head>`: a separate asset route would be an
 /// endpoint that answers without authentication (only `/health` may), and the sheet is
 /// small. The Content-Security-Policy allows it by hash ([`CSP`]).
-pub(crate) const CSS: &str = include_str!("inbox.css");
+const CSS: &str = include_str!("inbox.css");
 
 /// The Content-Security-Policy of every inbox page. Everything comes from the gateway itself;
 /// the only inline code allowed is the stylesheet and the pages' three scripts, named by their
@@ -118,7 +120,7 @@ impl Page<'_> {
 /// state and a CSRF token), not framed (no clickjacking of the decision buttons), no
 /// referrer (a login link's token must not leak to an attachment's host), never sniffed as
 /// another type, and the Content-Security-Policy ([`CSP`]).
-pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
+fn html_response(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
     h.insert(
@@ -137,6 +139,43 @@ pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     );
     h.insert(header::CONTENT_SECURITY_POLICY, CSP.clone());
     resp
+}
+
+/// A page of its own, outside the web inbox's shell (no navigation: the person may not be
+/// signed in), with the inbox's stylesheet and the headers of every inbox page. `head` and
+/// `body` are markup made here; anything in them from outside must be escaped.
+pub(crate) fn small_page(status: StatusCode, title: &str, head: &str, body: &str) -> Response {
+    let page = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{head}\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · tern inbox</title><style>{css}</style></head>\
+         <body><header class=\"top\"><div class=\"inner\"><span class=\"brand\">tern inbox\
+         </span></div></header><main>{body}</main></body></html>",
+        title = escape(title),
+        css = CSS,
+    );
+    html_response(status, page)
+}
+
+/// A small page with a fixed text (nothing from the request goes into it).
+pub(crate) fn html_page(status: StatusCode, title: &str, text: &str) -> Response {
+    small_page(
+        status,
+        title,
+        "",
+        &format!(
+            "<h1>{}</h1><div class=\"card\"><p>{}</p></div>",
+            escape(title),
+            escape(text)
+        ),
+    )
+}
+
+pub(crate) fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A page that only says what went wrong, with a way back.

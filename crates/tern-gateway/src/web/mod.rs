@@ -36,9 +36,7 @@
 //!    field and the entered values kept. Already decided → the page with `409` and a notice.
 
 mod forms;
-mod layout;
-
-pub(crate) use layout::{CSS, html_response};
+pub(crate) mod layout;
 mod list;
 mod request;
 mod scripts;

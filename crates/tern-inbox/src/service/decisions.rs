@@ -34,11 +34,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::Row;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::review::{ChangeKind, RequestKind, RequestStatus};
-use super::{Inbox, Result, decode_cursor, encode_cursor, from_json, wire_enum};
+use super::{Inbox, Result, decode_cursor, encode_cursor};
+use crate::store::{self, from_json, wire_enum};
 
 /// The most decisions one page holds, and the default.
 pub const MAX_DECISIONS_PAGE: u32 = 100;
@@ -68,16 +68,6 @@ pub struct Decisions {
     pub next_cursor: String,
 }
 
-// The settling events of `owner`'s requests after a seq (see the module docs for which
-// events settle a request).
-const PAGE: &str = "SELECT e.seq, r.id, r.kind, r.status, r.result FROM inbox_events e \
-     JOIN inbox_requests r ON r.id = e.in_response_to \
-     JOIN inbox_tasks t ON t.id = r.task_id \
-     WHERE e.seq > ?1 AND t.owner_key = ?2 AND r.status <> 'pending' \
-     AND (e.event_type IN ('APPROVAL_DECIDED', 'ELICITATION_PROVIDED', 'TIMEOUT') \
-          OR (e.event_type = 'NOTE' AND e.source = 'AGENT')) \
-     ORDER BY e.seq LIMIT ?3";
-
 impl Inbox {
     /// `owner`'s requests settled after `after` (a `nextCursor` of this feed; from the
     /// start without one), oldest first; `limit` defaults to and is clamped to
@@ -93,30 +83,22 @@ impl Inbox {
             .unwrap_or(MAX_DECISIONS_PAGE)
             .clamp(1, MAX_DECISIONS_PAGE);
         // One read transaction: the page and the head come from the same snapshot.
-        let mut tx = self.store().pool().begin().await?;
-        let rows = sqlx::query(PAGE)
-            .bind(after)
-            .bind(owner)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
+        let mut tx = store::snapshot(self.store()).await?;
+        let rows = store::requests::settled_after(&mut tx, owner, after, limit).await?;
         let mut items = Vec::with_capacity(rows.len());
         let mut last = after;
-        for row in &rows {
-            last = row.try_get("seq")?;
-            let result: Option<String> = row.try_get("result")?;
+        for row in rows {
+            last = row.seq;
             items.push(Decision {
-                request_id: row.try_get("id")?,
-                kind: wire_enum(row.try_get("kind")?, "request kind")?,
-                status: wire_enum(row.try_get("status")?, "request status")?,
-                result: result.map(|r| from_json(&r, "result")).transpose()?,
+                request_id: row.id,
+                kind: wire_enum(row.kind, "request kind")?,
+                status: wire_enum(row.status, "request status")?,
+                result: row.result.map(|r| from_json(&r, "result")).transpose()?,
             });
         }
         if items.len() < limit as usize {
             // Everything up to the snapshot's last event was looked at.
-            let head: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM inbox_events")
-                .fetch_one(&mut *tx)
-                .await?;
+            let head = store::events::head(&mut tx).await?;
             last = last.max(head.unwrap_or(0));
         }
         tx.commit().await?;

@@ -7,13 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Row, SqliteConnection};
 use tern_store::now_ms;
 
-use super::{
-    Inbox, Kind, NewEvent, RequestTarget, Result, from_json, insert_event, pending_request,
-    project_by_id, review, settle, task_by_id,
-};
+use super::{Inbox, Kind, RequestTarget, Result, insert_event, pending_request, review, settle};
 use crate::error::InboxError;
 use crate::model::{Actor, ApprovalRequest, EventType, Payload, Project};
 use crate::notify::{NewRequest, enqueue};
@@ -21,6 +17,8 @@ use crate::outcome::{
     ApprovalResult, AuthoritySnapshot, ElicitationResult, Outcome, OutcomeType, Timestamp,
 };
 use crate::policy::{PLATFORM, RequestFacts, Verdict};
+use crate::store::events::NewEvent;
+use crate::store::{self, Conn, from_json};
 
 /// How many overdue requests one sweep settles; the next sweep takes the rest.
 const SWEEP_BATCH: i64 = 500;
@@ -34,7 +32,7 @@ pub(super) fn action_of(context: Option<&BTreeMap<String, String>>) -> Option<St
 /// [`crate::policy`]). Runs under the write lock, so two racing creates cannot both pass
 /// the last free slot.
 pub(super) async fn check_rate_limits(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     target: &RequestTarget<'_>,
     now: i64,
 ) -> Result<()> {
@@ -46,15 +44,8 @@ pub(super) async fn check_rate_limits(
         let since = now.saturating_sub(window);
         // The `max` most recent requests with this action inside the window; when there are
         // `max` of them, the oldest of these must leave the window before another fits.
-        let recent: Vec<i64> = sqlx::query_scalar(
-            "SELECT created_at FROM inbox_requests WHERE action = ? AND created_at > ? \
-             ORDER BY created_at DESC LIMIT ?",
-        )
-        .bind(action)
-        .bind(since)
-        .bind(i64::from(limit.max))
-        .fetch_all(&mut *conn)
-        .await?;
+        let recent =
+            store::requests::recent_with_action(&mut *conn, action, since, limit.max).await?;
         if recent.len() >= limit.max as usize {
             let oldest = recent.last().copied().unwrap_or(now);
             let free_at = oldest.saturating_add(window);
@@ -96,32 +87,20 @@ pub(super) struct Applied {
 /// Right after the request row is written, in the same transaction: stores the action and
 /// expiry, then auto-approves or records why not, and queues the notifications.
 pub(super) async fn after_open(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     target: &RequestTarget<'_>,
     kind: Kind,
     project: &Project,
     request_id: &str,
 ) -> Result<Applied> {
     let policy = &target.inbox.policy;
-    let created_at: i64 = sqlx::query_scalar("SELECT created_at FROM inbox_requests WHERE id = ?")
-        .bind(request_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let created_at = store::requests::created_at(&mut *conn, request_id).await?;
     let expires_at = policy
         .expires_after
         .map(|d| created_at.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
-    sqlx::query("UPDATE inbox_requests SET action = ?, expires_at = ? WHERE id = ?")
-        .bind(target.action)
-        .bind(expires_at)
-        .bind(request_id)
-        .execute(&mut *conn)
+    store::requests::set_action_and_expiry(&mut *conn, request_id, target.action, expires_at)
         .await?;
-
-    let external_id: Option<String> =
-        sqlx::query_scalar("SELECT external_id FROM inbox_tasks WHERE id = ?")
-            .bind(target.task_id)
-            .fetch_one(&mut *conn)
-            .await?;
+    let external_id = store::tasks::external_id(&mut *conn, target.task_id).await?;
     let facts = RequestFacts {
         is_approval: kind == Kind::Approval,
         project: &project.name,
@@ -208,13 +187,13 @@ fn outcome_name(kind: OutcomeType) -> String {
 
 /// A `NOTE` from `PLATFORM` on the request's task, in response to the request.
 async fn platform_note(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     task_id: &str,
     request_id: &str,
     message: String,
 ) -> Result<()> {
-    let task = task_by_id(&mut *conn, task_id).await?.task;
-    let project = project_by_id(&mut *conn, &task.project_id).await?;
+    let task = store::tasks::by_id(&mut *conn, task_id).await?.task;
+    let project = store::projects::by_id(&mut *conn, &task.project_id).await?;
     let mut event = NewEvent::new(EventType::Note, Actor::Platform, Payload::Note { message });
     event.in_response_to = Some(request_id);
     insert_event(&mut *conn, &task, &project, event, now_ms()).await?;
@@ -224,7 +203,7 @@ async fn platform_note(
 /// Decides a pending approval as `PLATFORM`: an `APPROVAL_DECIDED` event, or with
 /// `expired` a `TIMEOUT` event and the request's status `expired`.
 async fn decide_as_platform(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     request_id: &str,
     outcome: Outcome,
     tags: Vec<String>,
@@ -277,18 +256,10 @@ async fn decide_as_platform(
     )
     .await?;
     if expired {
-        mark_expired(conn, request_id).await?;
+        // `settle` records a decision; an expiry is a decision whose status says it timed out.
+        store::requests::mark_expired(conn, request_id).await?;
     }
     Ok(result)
-}
-
-/// `settle` records a decision; an expiry is a decision whose status says it timed out.
-async fn mark_expired(conn: &mut SqliteConnection, request_id: &str) -> Result<()> {
-    sqlx::query("UPDATE inbox_requests SET status = 'expired' WHERE id = ?")
-        .bind(request_id)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 impl Inbox {
@@ -300,24 +271,18 @@ impl Inbox {
     /// many it settled. Each request is settled in a transaction of its own; one decided
     /// meanwhile by a human is left as the human decided it.
     pub async fn expire_overdue(&self, now: i64) -> Result<usize> {
-        let rows = sqlx::query(
-            "SELECT id, kind FROM inbox_requests WHERE status = 'pending' \
-             AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?",
-        )
-        .bind(now)
-        .bind(SWEEP_BATCH)
-        .fetch_all(self.store().pool())
-        .await?;
+        let overdue = {
+            let mut conn = store::read(self.store()).await?;
+            store::requests::overdue(&mut conn, now, SWEEP_BATCH).await?
+        };
         let mut settled = 0;
-        for row in &rows {
-            let id: String = row.try_get("id")?;
-            let kind: String = row.try_get("kind")?;
+        for (id, kind) in &overdue {
             let mut tx = self.begin().await?;
-            let done = self.expire(&mut tx, &id, &kind).await;
+            let done = self.expire(&mut tx, id, kind).await;
             match done {
                 Ok(()) => {
                     tx.commit().await?;
-                    self.announce(&id, review::ChangeKind::Decided);
+                    self.announce(id, review::ChangeKind::Decided);
                     settled += 1;
                 }
                 // Decided between the query and this transaction: nothing to do.
@@ -329,7 +294,7 @@ impl Inbox {
     }
 
     /// Settles one pending request as expired (see [`Inbox::expire_overdue`]).
-    async fn expire(&self, conn: &mut SqliteConnection, id: &str, kind: &str) -> Result<()> {
+    async fn expire(&self, conn: &mut Conn, id: &str, kind: &str) -> Result<()> {
         if kind == Kind::Approval.as_str() {
             let outcome = Outcome {
                 kind: self.policy.expiry_outcome,
@@ -352,21 +317,16 @@ impl Inbox {
     /// `kind` limits it to requests of that kind (others are left for the caller to refuse).
     pub(super) async fn expire_if_overdue(
         &self,
-        conn: &mut SqliteConnection,
+        conn: &mut Conn,
         request_id: &str,
         kind: Option<Kind>,
     ) -> Result<bool> {
-        let row = sqlx::query(
-            "SELECT kind FROM inbox_requests WHERE id = ?1 AND status = 'pending' \
-             AND expires_at IS NOT NULL AND expires_at <= ?2 AND (?3 IS NULL OR kind = ?3)",
-        )
-        .bind(request_id)
-        .bind(now_ms())
-        .bind(kind.map(Kind::as_str))
-        .fetch_optional(&mut *conn)
-        .await?;
-        let Some(row) = row else { return Ok(false) };
-        let kind: String = row.try_get("kind")?;
+        let overdue =
+            store::requests::overdue_kind(&mut *conn, request_id, now_ms(), kind.map(Kind::as_str))
+                .await?;
+        let Some(kind) = overdue else {
+            return Ok(false);
+        };
         self.expire(conn, request_id, &kind).await?;
         Ok(true)
     }
@@ -379,16 +339,12 @@ impl Inbox {
 
     /// When the next pending request expires (ms since the epoch), if any does.
     pub async fn next_expiry(&self) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT MIN(expires_at) FROM inbox_requests WHERE status = 'pending' \
-             AND expires_at IS NOT NULL",
-        )
-        .fetch_one(self.store().pool())
-        .await?)
+        let mut conn = store::read(self.store()).await?;
+        store::requests::next_expiry(&mut conn).await
     }
 }
 
-async fn expire_elicitation(conn: &mut SqliteConnection, request_id: &str) -> Result<()> {
+async fn expire_elicitation(conn: &mut Conn, request_id: &str) -> Result<()> {
     let (task_id, _) = pending_request(&mut *conn, request_id, Kind::Elicitation).await?;
     let answered_at = Timestamp::now();
     let result = ElicitationResult {
@@ -416,7 +372,7 @@ async fn expire_elicitation(conn: &mut SqliteConnection, request_id: &str) -> Re
         event,
     )
     .await?;
-    mark_expired(conn, request_id).await
+    store::requests::mark_expired(conn, request_id).await
 }
 
 #[cfg(test)]

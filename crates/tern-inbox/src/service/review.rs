@@ -17,16 +17,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
-
-use super::{Inbox, Result, event_from_row, from_json};
+use super::{Inbox, Result};
 use crate::error::InboxError;
 use crate::fields::{Field, FieldBid};
 use crate::model::{ApprovalRequest, ElicitationRequest, EventRow};
 use crate::outcome::{ApprovalRecommendation, OutcomeType, Timestamp};
+use crate::store::requests::{Filter, SummaryRow};
+use crate::store::{self, from_json, wire_enum};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The most requests one page of [`Inbox::list_requests`] returns.
 pub const MAX_REQUESTS_PAGE: u32 = 200;
@@ -173,28 +172,6 @@ pub enum ChangeKind {
     Decided,
 }
 
-// The summary and an approval's outcome are read with json_extract so a page of the inbox
-// parses no request bodies. Filters use `?n IS NULL OR …` so the query stays one literal.
-macro_rules! summary_select {
-    () => {
-        "SELECT r.id, r.kind, r.status, r.task_id, r.created_at, r.decided_at, r.decided_by, \
-         json_extract(r.request, '$.summary') AS summary, \
-         json_extract(r.result, '$.outcome.type') AS outcome, \
-         t.name AS task_name, t.external_id AS task_external_id, \
-         t.owner_key AS task_owner, p.name AS project_name \
-         FROM inbox_requests r \
-         JOIN inbox_tasks t ON t.id = r.task_id \
-         JOIN inbox_projects p ON p.id = r.project_id "
-    };
-}
-macro_rules! filter_where {
-    () => {
-        "WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR p.name = ?2) \
-         AND (?3 IS NULL OR r.kind = ?3) \
-         AND (?4 IS NULL OR substr(r.id, 1, length(?4)) = ?4) "
-    };
-}
-
 impl Inbox {
     /// A page of requests, newest first, with the number of all that match.
     pub async fn list_requests(&self, filter: &RequestFilter) -> Result<RequestList> {
@@ -203,43 +180,20 @@ impl Inbox {
             .unwrap_or(DEFAULT_REQUESTS_PAGE)
             .clamp(1, MAX_REQUESTS_PAGE);
         let before = filter.before.as_deref().map(decode_cursor).transpose()?;
-        let (before_at, before_id) = match &before {
-            Some((at, id)) => (Some(*at), Some(id.as_str())),
-            None => (None, None),
+        let filter = Filter {
+            status: filter.status.map(RequestStatus::as_str),
+            project: filter.project.as_deref(),
+            kind: filter.kind.map(RequestKind::as_str),
+            id_prefix: filter.id_prefix.as_deref(),
         };
-        let status = filter.status.map(RequestStatus::as_str);
-        let kind = filter.kind.map(RequestKind::as_str);
-        let mut conn = self.store().pool().acquire().await?;
+        let before = before.as_ref().map(|(at, id)| (*at, id.as_str()));
+        let mut conn = store::read(self.store()).await?;
         // One more than the page, to know whether another page follows.
-        let rows = sqlx::query(concat!(
-            summary_select!(),
-            filter_where!(),
-            "AND (?5 IS NULL OR r.created_at < ?5 OR (r.created_at = ?5 AND r.id < ?6)) \
-             ORDER BY r.created_at DESC, r.id DESC LIMIT ?7"
-        ))
-        .bind(status)
-        .bind(filter.project.as_deref())
-        .bind(kind)
-        .bind(filter.id_prefix.as_deref())
-        .bind(before_at)
-        .bind(before_id)
-        .bind(i64::from(limit) + 1)
-        .fetch_all(&mut *conn)
-        .await?;
-        let count: i64 = sqlx::query_scalar(concat!(
-            "SELECT COUNT(*) FROM inbox_requests r \
-             JOIN inbox_projects p ON p.id = r.project_id ",
-            filter_where!()
-        ))
-        .bind(status)
-        .bind(filter.project.as_deref())
-        .bind(kind)
-        .bind(filter.id_prefix.as_deref())
-        .fetch_one(&mut *conn)
-        .await?;
+        let rows = store::requests::list(&mut conn, &filter, before, i64::from(limit) + 1).await?;
+        let count = store::requests::count(&mut conn, &filter).await?;
         let more = rows.len() > limit as usize;
         let mut items = Vec::with_capacity(rows.len().min(limit as usize));
-        for row in rows.iter().take(limit as usize) {
+        for row in rows.into_iter().take(limit as usize) {
             items.push(summary_from_row(row)?);
         }
         let next_cursor = if more {
@@ -258,19 +212,12 @@ impl Inbox {
 
     /// One request whole, whoever created it.
     pub async fn request_view(&self, id: &str) -> Result<RequestView> {
-        let mut conn = self.store().pool().acquire().await?;
-        let row = sqlx::query(concat!(summary_select!(), "WHERE r.id = ?"))
-            .bind(id)
-            .fetch_optional(&mut *conn)
+        let mut conn = store::read(self.store()).await?;
+        let row = store::requests::summary(&mut conn, id)
             .await?
             .ok_or_else(|| InboxError::NotFound(format!("request {id}")))?;
-        let summary = summary_from_row(&row)?;
-        let bodies = sqlx::query("SELECT request, result FROM inbox_requests WHERE id = ?")
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await?;
-        let request: String = bodies.try_get("request")?;
-        let result: Option<String> = bodies.try_get("result")?;
+        let summary = summary_from_row(row)?;
+        let (request, result) = store::requests::bodies(&mut conn, id).await?;
         let mut view = RequestView {
             summary,
             key_value_context: None,
@@ -296,18 +243,9 @@ impl Inbox {
                 view.attachments = r.attachments.unwrap_or_default();
             }
         }
-        let events = sqlx::query(concat!(
-            "SELECT ",
-            event_cols!(),
-            " FROM inbox_events WHERE task_id = ? ORDER BY seq LIMIT ?"
-        ))
-        .bind(&view.summary.task_id)
-        .bind(i64::from(MAX_VIEW_EVENTS))
-        .fetch_all(&mut *conn)
-        .await?;
-        for event in &events {
-            view.events.push(event_from_row(event)?);
-        }
+        let events =
+            store::events::page(&mut conn, &view.summary.task_id, 0, MAX_VIEW_EVENTS).await?;
+        view.events = events.into_iter().map(|(_, event)| event).collect();
         Ok(view)
     }
 
@@ -315,49 +253,36 @@ impl Inbox {
     /// agent, whether that session asked the inbox something (and so whether reviewers may
     /// read its conversation).
     pub async fn owner_has_task_for(&self, owner: &str, external_id: &str) -> Result<bool> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM inbox_tasks WHERE owner_key = ? AND external_id = ?",
-        )
-        .bind(owner)
-        .bind(external_id)
-        .fetch_one(self.store().pool())
-        .await?;
-        Ok(n > 0)
+        let mut conn = store::read(self.store()).await?;
+        store::tasks::owner_has_external_id(&mut conn, owner, external_id).await
     }
 
     /// How many requests wait for a human.
     pub async fn pending_count(&self) -> Result<u64> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM inbox_requests WHERE status = 'pending'")
-                .fetch_one(self.store().pool())
-                .await?;
+        let mut conn = store::read(self.store()).await?;
+        let n = store::requests::pending_count(&mut conn).await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 }
 
-fn summary_from_row(row: &SqliteRow) -> Result<RequestSummary> {
-    let kind: String = row.try_get("kind")?;
-    let status: String = row.try_get("status")?;
-    let decided_at: Option<i64> = row.try_get("decided_at")?;
-    let outcome: Option<String> = row.try_get("outcome")?;
+fn summary_from_row(row: SummaryRow) -> Result<RequestSummary> {
     Ok(RequestSummary {
-        id: row.try_get("id")?,
-        kind: super::wire_enum(kind, "request kind")?,
-        status: super::wire_enum(status, "request status")?,
-        project_name: row.try_get("project_name")?,
-        task_id: row.try_get("task_id")?,
-        task_name: row.try_get("task_name")?,
-        summary: row
-            .try_get::<Option<String>, _>("summary")?
-            .unwrap_or_default(),
-        created_at: Timestamp::from_unix_millis(row.try_get("created_at")?),
-        decided_at: decided_at.map(Timestamp::from_unix_millis),
-        decided_by: row.try_get("decided_by")?,
-        outcome: outcome
-            .map(|o| super::wire_enum(o, "approval outcome"))
+        id: row.id,
+        kind: wire_enum(row.kind, "request kind")?,
+        status: wire_enum(row.status, "request status")?,
+        project_name: row.project_name,
+        task_id: row.task_id,
+        task_name: row.task_name,
+        summary: row.summary.unwrap_or_default(),
+        created_at: Timestamp::from_unix_millis(row.created_at),
+        decided_at: row.decided_at.map(Timestamp::from_unix_millis),
+        decided_by: row.decided_by,
+        outcome: row
+            .outcome
+            .map(|o| wire_enum(o, "approval outcome"))
             .transpose()?,
-        task_external_id: row.try_get("task_external_id")?,
-        task_owner: row.try_get("task_owner")?,
+        task_external_id: row.task_external_id,
+        task_owner: row.task_owner,
     })
 }
 

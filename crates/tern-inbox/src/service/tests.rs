@@ -1,8 +1,9 @@
 use super::*;
-use crate::model::{ApprovalRequest, ElicitationRequest};
+use crate::model::{ApprovalRequest, ElicitationRequest, EventRow};
 use crate::outcome::OutcomeType;
 use crate::{Field, FieldBid};
 use serde_json::json;
+use tern_store::StoreError;
 
 const AGENT: &str = "agent-a";
 const OTHER: &str = "agent-b";

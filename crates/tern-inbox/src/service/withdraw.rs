@@ -24,13 +24,14 @@
 //! withdrawal; only the timeline's `NOTE` comes from the human and names them.
 
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 
 use super::review::{ChangeKind, RequestKind, RequestStatus};
-use super::{Inbox, NewEvent, Result, from_json, settle_as};
+use super::{Inbox, Result, settle_as};
 use crate::error::InboxError;
 use crate::model::{Actor, EventType, Payload};
 use crate::outcome::Timestamp;
+use crate::store::events::NewEvent;
+use crate::store::{self, from_json};
 
 /// The longest reason kept; a longer one is cut (at a character boundary).
 const MAX_REASON_CHARS: usize = 2000;
@@ -141,25 +142,14 @@ impl Inbox {
             .filter(|r| !r.is_empty())
             .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>());
         let mut tx = self.begin().await?;
-        let row = sqlx::query(
-            "SELECT r.task_id, r.status, r.result FROM inbox_requests r \
-             JOIN inbox_tasks t ON t.id = r.task_id \
-             WHERE r.id = ?1 AND (?2 IS NULL OR t.owner_key = ?2) \
-             AND (?3 IS NULL OR r.kind = ?3)",
-        )
-        .bind(request_id)
-        .bind(owner)
-        .bind(kind)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| InboxError::NotFound(format!("{what} {request_id}")))?;
-        let status: String = row.try_get("status")?;
-        if status == RequestStatus::Withdrawn.as_str() {
-            let result: Option<String> = row.try_get("result")?;
-            let result = result.unwrap_or_default();
+        let row = store::requests::settling(&mut tx, request_id, owner, kind)
+            .await?
+            .ok_or_else(|| InboxError::NotFound(format!("{what} {request_id}")))?;
+        if row.status == RequestStatus::Withdrawn.as_str() {
+            let result = row.result.unwrap_or_default();
             return from_json(&result, "withdrawal");
         }
-        if status != RequestStatus::Pending.as_str() {
+        if row.status != RequestStatus::Pending.as_str() {
             return Err(InboxError::AlreadyDecided);
         }
         if self.expire_if_overdue(&mut tx, request_id, None).await? {
@@ -170,7 +160,7 @@ impl Inbox {
         }
         let withdrawal = Withdrawal {
             request_id: request_id.to_owned(),
-            task_id: row.try_get("task_id")?,
+            task_id: row.task_id,
             status: RequestStatus::Withdrawn,
             withdrawn_at: Timestamp::now(),
             reason,

@@ -174,7 +174,7 @@ impl Env {
         let grant = command::on_decided(&self.store, &ready, &result)
             .await
             .unwrap();
-        assert_eq!(grant.is_some(), command::approves(&result));
+        assert_eq!(grant.is_some(), tern_waits::decision::approves(&result));
         result
     }
 
@@ -367,7 +367,7 @@ async fn a_rejection_grants_nothing() {
     let e = env().await;
     let id = e.ask_pending("s1", "call-1", "rm -r build").await;
     let result = e.decide(&id, OutcomeType::Reject, Some("session")).await;
-    let hint = command::command_message_hint(&result);
+    let hint = tern_waits::decision::command_message_hint(&result);
     assert!(hint.contains("rejected") && hint.contains("Do not run it again"));
     assert!(
         e.store
