@@ -192,17 +192,17 @@ impl WatchSink for GatewayWatch {
         &'a self,
         info: &'a ProcInfo,
         batch: &'a WatchBatch,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), tern_procs::WatchSinkError>> {
         Box::pin(async move {
             let Some(gw) = self.gw.upgrade() else {
-                return Err("the gateway is stopping".to_owned());
+                return Err("the gateway is stopping".into());
             };
             let resumer = gw.resumer();
             ProcessWaits::new(gw.store.clone())
                 .watch_matched(info, batch, Some(&resumer))
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(Into::into)
         })
     }
 }

@@ -240,7 +240,10 @@ impl TurnRunner for GatewayRunner {
                 }
             };
             if let Some(deliver) = deliver {
-                match deliver.await.map_err(ResumeError::Failed)? {
+                match deliver
+                    .await
+                    .map_err(|e| ResumeError::Failed(e.to_string()))?
+                {
                     None => return Ok(Resumed::NotDelivered),
                     // The wait moved to a reset session's successor: its turn runs there
                     // (queued on that session), not on this ended one.

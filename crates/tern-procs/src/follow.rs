@@ -164,6 +164,9 @@ pub struct WatchBatch {
     pub process_ended: bool,
 }
 
+/// Why a [`WatchSink`] did not take a batch (handed over again later): the sink's own error.
+pub type WatchSinkError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Turns watch matches into notifications (the gateway: a durable wait that resumes the
 /// process's session). Must be idempotent per (`process_id`, `first_offset`).
 pub trait WatchSink: Send + Sync {
@@ -171,7 +174,7 @@ pub trait WatchSink: Send + Sync {
         &'a self,
         info: &'a crate::ProcInfo,
         batch: &'a WatchBatch,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), WatchSinkError>>;
 }
 
 /// What `watched` holds.

@@ -33,7 +33,7 @@ pub mod tools;
 
 use std::path::{Path, PathBuf};
 
-pub use follow::{MatchedLine, WatchBatch, WatchSink};
+pub use follow::{MatchedLine, WatchBatch, WatchSink, WatchSinkError};
 pub use layout::{Backend, ExitRecord, Meta, Spec};
 pub use manager::{
     KillOutcome, LogChunk, ManagerConfig, Poll, ProcEvent, ProcessManager, SpawnRequest,

@@ -431,7 +431,7 @@ pub fn resume_hook(approver: Arc<InboxApprover>) -> crate::resume::CommandHook {
                 .decided(&wait, &result)
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(Into::into)
         })
     })
 }

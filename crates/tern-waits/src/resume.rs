@@ -56,7 +56,20 @@ use crate::decision::{decided_by, outcome_word, parse_json, render_decision};
 /// returns the session it was appended to (the wait's current one: a reset that keeps its
 /// waits moves them); `Ok(None)` when there was nothing to append (the wait was cancelled,
 /// or delivered by someone else), in which case no turn runs.
-pub type Deliver = BoxFuture<'static, Result<Option<String>, String>>;
+pub type Deliver = BoxFuture<'static, Result<Option<String>, DeliverError>>;
+
+/// Why a decision was not delivered (tried again with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum DeliverError {
+    #[error(transparent)]
+    Store(#[from] tern_store::StoreError),
+    /// The [`CommandHook`] could not record what the decision grants.
+    #[error("recording the command's grant: {0}")]
+    CommandHook(HookError),
+}
+
+/// A [`CommandHook`]'s own error.
+pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a [`TurnRunner`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +118,7 @@ pub trait TurnRunner: Send + Sync {
 /// [`crate::command`]): it records the grants the decision gives. An error delays the
 /// delivery (retried with backoff).
 pub type CommandHook =
-    Arc<dyn Fn(Wait, Value) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+    Arc<dyn Fn(Wait, Value) -> BoxFuture<'static, Result<(), HookError>> + Send + Sync>;
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(300);
@@ -345,8 +358,8 @@ impl Resumer {
     /// The delivery step: the command hook, then the append-and-mark transaction, then the
     /// hook event. The session the decision went to; `Ok(None)`: the wait was no longer
     /// ready.
-    async fn deliver(&self, wait_id: &str) -> Result<Option<String>, String> {
-        let w = self.store.wait(wait_id).await.map_err(|e| e.to_string())?;
+    async fn deliver(&self, wait_id: &str) -> Result<Option<String>, DeliverError> {
+        let w = self.store.wait(wait_id).await?;
         let Some(w) = w.filter(|w| w.status == WaitStatus::Ready) else {
             return Ok(None);
         };
@@ -354,14 +367,12 @@ impl Resumer {
         if w.kind == WaitKind::Command
             && let Some(hook) = &self.command_hook
         {
-            hook(w.clone(), result.clone()).await?;
+            hook(w.clone(), result.clone())
+                .await
+                .map_err(DeliverError::CommandHook)?;
         }
         let message = NewMessage::new(Role::User, render_decision(&w));
-        let appended = self
-            .store
-            .deliver_wait(&w.id, &message)
-            .await
-            .map_err(|e| e.to_string())?;
+        let appended = self.store.deliver_wait(&w.id, &message).await?;
         let Some(appended) = appended else {
             return Ok(None);
         };

@@ -42,7 +42,7 @@ impl WatchSink for Recorder {
         &'a self,
         _info: &'a ProcInfo,
         batch: &'a WatchBatch,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), tern_procs::WatchSinkError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.fail {

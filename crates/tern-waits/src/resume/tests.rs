@@ -35,7 +35,7 @@ impl TurnRunner for FakeRunner {
         Box::pin(async move {
             let delivering = deliver.is_some();
             if let Some(d) = deliver {
-                match d.await.map_err(ResumeError::Failed)? {
+                match d.await.map_err(|e| ResumeError::Failed(e.to_string()))? {
                     None => return Ok(Resumed::NotDelivered),
                     Some(to) if to != session_id => return Ok(Resumed::Moved(to)),
                     Some(_) => {}
