@@ -630,50 +630,6 @@ fn sse_response(chunks: Vec<String>, chunk_delay: Duration) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped yet.
-/// A `terminal` command's shell is its watchdog's child; killed with its group, it waits for
-/// init to reap it, so "ended" is what tests of interrupted tools can ask.
-pub fn process_ended(pid: i32) -> bool {
-    for _ in 0..250 {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return true,
-            Ok(stat) => {
-                let state = stat.rsplit(')').next().map(str::trim_start);
-                if state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
-                    return true;
-                }
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
-}
-
-/// Every file and directory under `root` (not `root` itself), with its permission bits:
-/// what tests of `$TERN_HOME`'s modes compare.
-pub fn modes_under(root: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        // What cannot be read is left out (a test compares what it finds).
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.push((path, meta.permissions().mode() & 0o777));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -419,7 +419,7 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
         .parse()
         .unwrap();
     assert!(
-        tern_fake_model::process_ended(tool_pid),
+        tern_test_support::process_ended(tool_pid),
         "tool child killed"
     );
     let id = e.sessions().await[0]["id"].as_str().unwrap().to_owned();

@@ -715,7 +715,7 @@ async fn files_tern_creates_in_an_existing_home_are_private_whatever_the_umask()
     assert_eq!(r.status(), 201);
 
     // While the gateway runs, so the database's -wal and -shm files are there too.
-    let found = tern_fake_model::modes_under(&e.home());
+    let found = tern_test_support::modes_under(&e.home());
     let names: Vec<String> = found
         .iter()
         .map(|(p, _)| p.strip_prefix(e.home()).unwrap().display().to_string())

@@ -182,7 +182,7 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
         .parse()
         .unwrap();
     assert!(
-        tern_fake_model::process_ended(pid),
+        tern_test_support::process_ended(pid),
         "the interrupted tool's process is gone"
     );
     // The interrupted turn left a valid transcript: the third request carries the result.
