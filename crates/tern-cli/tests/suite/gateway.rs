@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Env, http_get, http_post, wait_until};
-use tern_test_support::{PATIENCE, eventually, wait_until_blocking};
 use serde_json::{Value, json};
 use tern_fake_model::Reply;
+use tern_test_support::{PATIENCE, eventually, wait_until_blocking};
 
 #[tokio::test]
 async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
