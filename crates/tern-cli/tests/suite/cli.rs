@@ -112,13 +112,12 @@ fn assert_valid_transcript(msgs: &[Value]) {
 }
 
 async fn wait_for_file(p: &Path) {
-    for _ in 0..500 {
-        if std::fs::read_to_string(p).is_ok_and(|s| s.ends_with('\n')) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{} never appeared", p.display());
+    tern_test_support::eventually(&format!("a whole line in {}", p.display()), async || {
+        std::fs::read_to_string(p)
+            .is_ok_and(|s| s.ends_with('\n'))
+            .then_some(())
+    })
+    .await
 }
 
 #[tokio::test]
