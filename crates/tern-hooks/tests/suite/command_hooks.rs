@@ -519,12 +519,12 @@ async fn dropping_pre_tool_call_kills_its_hooks() {
     let bus = bus(&[hook(
         "slow-gate",
         &["pre_tool_call"],
-        &format!("echo $$ > '{}'; sleep 10", pgid_file.display()),
-        30_000,
+        &format!("echo $$ > '{}'; sleep 600", pgid_file.display()),
+        60_000,
     )]);
     // The gate waits for the hook; once the hook runs (its pgid written), drop the gate.
-    let gate = bus.pre_tool_call(pre_tool("ls"));
-    tokio::pin!(gate);
+    // Boxed, not pinned on the stack: `drop` below must drop the future itself.
+    let mut gate = Box::pin(bus.pre_tool_call(pre_tool("ls")));
     let pgid = tokio::select! {
         decided = &mut gate => panic!("the gate decided before its hook ended: {decided:?}"),
         pgid = until_pgid(&pgid_file) => pgid,
