@@ -345,7 +345,7 @@ async fn interrupt_during_a_running_tool_leaves_a_valid_transcript() {
         .parse()
         .unwrap();
     assert!(
-        tern_fake_model::process_ended(pid),
+        tern_test_support::process_ended(pid),
         "the tool's child process was killed"
     );
     let t = e.transcript().await;

@@ -3,7 +3,7 @@
 //! Flow: [`FakeModel::start`] binds `127.0.0.1:0` and serves `POST /v1/chat/completions` and
 //! `GET /v1/models` over real HTTP → each completion request is recorded (body, headers,
 //! arrival time) and answered with the next scripted [`Reply`] (text, tool calls, reasoning,
-//! an HTTP error, a delay, or a hang), or by the responder function once the script is empty
+//! an HTTP error, a delay, a hang, or held at a [`Gate`] the test opens), or by the responder function once the script is empty
 //! → a request with `"stream": true` gets the same reply as SSE chunks, tool-call arguments
 //! split across chunks the way real servers split them. With neither script nor responder,
 //! the server answers 500 with a body that says so, so a test that under-scripts fails loudly.
@@ -28,10 +28,40 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+/// A gate that held replies wait at ([`Reply::held`]): the test opens it once it has checked
+/// what must hold while the model request is in flight, so no timing decides the outcome.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Gate(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+
+    /// Lets every reply held at this gate through, now and later.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        // The sender lives in `self`: the wait ends only when the gate opens.
+        let _ = open.wait_for(|o| *o).await;
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// One scripted answer.
 #[derive(Debug, Clone)]
 pub struct Reply {
     kind: Kind,
+    gate: Option<Gate>,
     delay: Duration,
     chunk_delay: Duration,
     usage: Option<(u64, u64)>,
@@ -60,6 +90,7 @@ impl Reply {
     fn new(kind: Kind) -> Self {
         Self {
             kind,
+            gate: None,
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             usage: None,
@@ -130,6 +161,12 @@ impl Reply {
         if let Kind::Message { content, .. } = &mut self.kind {
             *content = Some(text.to_owned());
         }
+        self
+    }
+
+    /// Answers only once `gate` is open.
+    pub fn held(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 
@@ -470,6 +507,9 @@ async fn completions(
         )
             .into_response();
     };
+    if let Some(gate) = &reply.gate {
+        gate.passed().await;
+    }
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
@@ -628,50 +668,6 @@ fn sse_response(chunks: Vec<String>, chunk_delay: Duration) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-/// Whether process `pid` has ended within a few seconds: gone, or a zombie nobody reaped yet.
-/// A `terminal` command's shell is its watchdog's child; killed with its group, it waits for
-/// init to reap it, so "ended" is what tests of interrupted tools can ask.
-pub fn process_ended(pid: i32) -> bool {
-    for _ in 0..250 {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return true,
-            Ok(stat) => {
-                let state = stat.rsplit(')').next().map(str::trim_start);
-                if state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
-                    return true;
-                }
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
-}
-
-/// Every file and directory under `root` (not `root` itself), with its permission bits:
-/// what tests of `$TERN_HOME`'s modes compare.
-pub fn modes_under(root: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        // What cannot be read is left out (a test compares what it finds).
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(path.clone());
-            }
-            out.push((path, meta.permissions().mode() & 0o777));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod openai;
 mod procs;
 mod reviewer_api;
 mod reviewer_auth;
+mod reviewer_router;
 pub mod turns;
 mod uploads_api;
 mod waits;
@@ -57,6 +58,7 @@ use tern_tools::Approver;
 pub use auth::{Authenticator, CallerKey};
 pub use error::ApiError;
 pub use inbox_settings::InboxSettings;
+pub use reviewer_router::reviewer_routes;
 pub use turns::TurnManager;
 pub use waits::{GatewayRunner, WaitsSetup};
 
@@ -380,7 +382,7 @@ impl Gateway {
             // Their forms are held to the gateway's body limit like JSON bodies are (axum's
             // `Form` would otherwise allow its default 2 MiB).
             .merge(reviewer_auth::routes().layer(body_limit))
-            .merge(uploads_api::reviewer_routes())
+            .merge(reviewer_router::router(uploads_api::reviewer_routes()))
             .merge(reviewer_api::routes().layer(body_limit))
             .merge(web::routes().layer(body_limit))
             .fallback(not_found)

@@ -34,7 +34,6 @@ use std::collections::HashMap;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -44,15 +43,22 @@ use tern_inbox::review::{RequestFilter, RequestKind, RequestStatus};
 use crate::AppState;
 use crate::inbox_api::{InboxApiError, InboxJson};
 use crate::reviewer_auth::{AuthError, Reviewer};
+use crate::reviewer_router::{self, Route};
 
 pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/inbox/api/me", get(me))
-        .route("/inbox/api/requests", get(list))
-        .route("/inbox/api/requests/{id}", get(show))
-        .route("/inbox/api/requests/{id}/decide", post(decide))
-        .route("/inbox/api/requests/{id}/answer", post(answer))
-        .route("/inbox/api/requests/{id}/withdraw", post(withdraw))
+    reviewer_router::router(reviewer_routes())
+}
+
+/// Every route of this API is a reviewer's.
+pub(crate) fn reviewer_routes() -> Vec<Route> {
+    vec![
+        reviewer_router::get("/inbox/api/me", me),
+        reviewer_router::get("/inbox/api/requests", list),
+        reviewer_router::get("/inbox/api/requests/{id}", show),
+        reviewer_router::post("/inbox/api/requests/{id}/decide", decide),
+        reviewer_router::post("/inbox/api/requests/{id}/answer", answer),
+        reviewer_router::post("/inbox/api/requests/{id}/withdraw", withdraw),
+    ]
 }
 
 /// A failure of these routes: the caller was refused, or the inbox refused or failed.

@@ -58,6 +58,7 @@ use subtle::ConstantTimeEq;
 use tern_inbox::reviewers::{ReviewerError, SESSION_TTL_MS};
 
 use crate::AppState;
+use crate::reviewer_router;
 use crate::web::layout::{escape, html_page, small_page};
 
 /// The session cookie's name.
@@ -250,7 +251,12 @@ pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/inbox/login/{token}", get(login_page))
         .route("/inbox/login", post(login))
-        .route("/inbox/logout", post(logout))
+        .merge(reviewer_router::router(reviewer_routes()))
+}
+
+/// The routes here that need a reviewer (the login routes hand the credentials out).
+pub(crate) fn reviewer_routes() -> Vec<reviewer_router::Route> {
+    vec![reviewer_router::post("/inbox/logout", logout)]
 }
 
 /// The `Set-Cookie` value of a session (or, with `None`, of its removal).

@@ -40,6 +40,7 @@ use tern_inbox::uploads::{UploadDir, UploadError, normalize_content_type, saniti
 
 use crate::inbox_api::InboxApiError;
 use crate::reviewer_auth::Reviewer;
+use crate::reviewer_router;
 use crate::{AppState, CallerKey};
 
 /// Room for the multipart framing (boundaries, part headers, small extra fields) on top of
@@ -60,8 +61,11 @@ pub(crate) fn agent_routes(max_upload_bytes: u64) -> Router<AppState> {
 }
 
 /// The reviewers' download, outside the agent key check.
-pub(crate) fn reviewer_routes() -> Router<AppState> {
-    Router::new().route("/inbox/uploads/{id}", get(reviewer_download))
+pub(crate) fn reviewer_routes() -> Vec<reviewer_router::Route> {
+    vec![reviewer_router::get(
+        "/inbox/uploads/{id}",
+        reviewer_download,
+    )]
 }
 
 fn too_large(limit: u64) -> Response {

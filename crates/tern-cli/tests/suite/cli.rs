@@ -112,13 +112,12 @@ fn assert_valid_transcript(msgs: &[Value]) {
 }
 
 async fn wait_for_file(p: &Path) {
-    for _ in 0..500 {
-        if std::fs::read_to_string(p).is_ok_and(|s| s.ends_with('\n')) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{} never appeared", p.display());
+    tern_test_support::eventually(&format!("a whole line in {}", p.display()), async || {
+        std::fs::read_to_string(p)
+            .is_ok_and(|s| s.ends_with('\n'))
+            .then_some(())
+    })
+    .await
 }
 
 #[tokio::test]
@@ -419,7 +418,7 @@ async fn sigint_interrupts_the_turn_and_exits_130() {
         .parse()
         .unwrap();
     assert!(
-        tern_fake_model::process_ended(tool_pid),
+        tern_test_support::process_ended(tool_pid),
         "tool child killed"
     );
     let id = e.sessions().await[0]["id"].as_str().unwrap().to_owned();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use common::{Env, http_get, http_post, wait_until};
 use serde_json::{Value, json};
 use tern_fake_model::Reply;
+use tern_test_support::{PATIENCE, eventually, wait_until_blocking};
 
 #[tokio::test]
 async fn first_start_writes_a_key_file_and_keys_can_be_managed() {
@@ -185,17 +186,14 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
     e.fake().push(Reply::tool_call(
         "long",
         "terminal",
-        r#"{"command":"sleep 60"}"#,
+        r#"{"command":"touch tool-started; sleep 600"}"#,
     ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
     let chat =
         tokio::spawn(async move { http_post(&url, &k2, json!({"message": "long job"})).await });
-    e.fake()
-        .wait_requests(1, Duration::from_secs(10))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = e.work().join("tool-started");
+    eventually("the tool to start", async || started.exists().then_some(())).await;
 
     let mut gw = gw;
     let t0 = Instant::now();
@@ -204,12 +202,19 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = gw.child.wait().unwrap();
-    let took = t0.elapsed();
+    // The tool would run ten minutes: only the interrupt after the drain ends the gateway
+    // within the bound.
+    let status = wait_until_blocking(PATIENCE, Duration::from_millis(20), || {
+        gw.child
+            .try_wait()
+            .unwrap()
+            .ok_or_else(|| format!("the gateway still runs after SIGTERM:\n{}", gw.logs()))
+    });
     assert!(status.success(), "{}", gw.logs());
+    let took = t0.elapsed();
     assert!(
-        took < Duration::from_secs(8),
-        "exits soon after the 1 s drain timeout, took {took:?}"
+        took >= Duration::from_secs(1),
+        "the running turn was given its 1 s drain timeout first, exited after {took:?}"
     );
     let (s, v) = chat.await.unwrap();
     assert_eq!((s, v["status"].as_str()), (200, Some("interrupted")), "{v}");
@@ -245,6 +250,9 @@ async fn sigterm_during_a_turn_drains_then_interrupts_and_the_session_continues(
 async fn command_hooks_block_tools_and_never_delay_an_interrupt() {
     let e = Env::with_model().await;
     let seen = e.dir.path().join("stopped.jsonl");
+    // The `held` hook ends only once the test creates `release`.
+    let release = e.dir.path().join("release");
+    let released = e.dir.path().join("released");
     e.config(&format!(
         r#"[[hooks]]
 name = "policy"
@@ -259,6 +267,12 @@ command = "sleep 30"
 timeout_ms = 500
 
 [[hooks]]
+name = "held"
+events = ["agent_loop_stopped"]
+command = "while [ ! -e '{release}' ]; do sleep 0.02; done; touch '{released}'"
+timeout_ms = 60000
+
+[[hooks]]
 name = "fails"
 events = ["agent_loop_stopped"]
 command = "exit 3"
@@ -268,7 +282,9 @@ name = "records"
 events = ["agent_loop_stopped"]
 command = "cat >> {}"
 "#,
-        seen.display()
+        seen.display(),
+        release = release.display(),
+        released = released.display(),
     ));
     let gw = e.gateway();
     let key = e.key();
@@ -305,17 +321,13 @@ command = "cat >> {}"
     e.fake().push(Reply::tool_call(
         "long",
         "terminal",
-        r#"{"command":"sleep 60"}"#,
+        r#"{"command":"touch long-started; sleep 600"}"#,
     ));
     let url = format!("{}/api/sessions/{id}/chat", gw.url);
     let k2 = key.clone();
     let chat = tokio::spawn(async move { http_post(&url, &k2, json!({"message": "long"})).await });
-    e.fake()
-        .wait_requests(3, Duration::from_secs(10))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t0 = Instant::now();
+    let started = e.work().join("long-started");
+    eventually("the tool to start", async || started.exists().then_some(())).await;
     let (s, v) = http_post(
         &format!("{}/api/sessions/{id}/stop", gw.url),
         &key,
@@ -323,13 +335,22 @@ command = "cat >> {}"
     )
     .await;
     assert_eq!((s, v["stopped"].as_bool()), (200, Some(true)), "{v}");
-    let (_, v) = chat.await.unwrap();
+    let (_, v) = tokio::time::timeout(PATIENCE, chat)
+        .await
+        .expect("the interrupted turn never answered")
+        .unwrap();
     assert_eq!(v["status"], "interrupted");
+    // The turn answered while the `held` hook was still waiting to be released: hooks never
+    // delay an interrupt.
     assert!(
-        t0.elapsed() < Duration::from_secs(3),
-        "hooks must not delay the interrupt: {:?}",
-        t0.elapsed()
+        !released.exists(),
+        "the held hook ended before it was released"
     );
+    std::fs::write(&release, "").unwrap();
+    eventually("the held hook to end once released", async || {
+        released.exists().then_some(())
+    })
+    .await;
     let logged = wait_for(&seen, "agent_loop_stopped").await;
     assert_eq!(logged.lines().count(), 1);
     let ev: Value = serde_json::from_str(logged.lines().next().unwrap()).unwrap();
@@ -437,14 +458,12 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
             .send()
             .await
     });
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n')) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the tool never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the tool to start", async || {
+        std::fs::read_to_string(&pidfile)
+            .is_ok_and(|s| s.ends_with('\n'))
+            .then_some(())
+    })
+    .await;
     gw.child.kill().unwrap(); // SIGKILL: no drain, no cleanup
     gw.child.wait().unwrap();
     assert!(
@@ -458,20 +477,10 @@ async fn kill_9_of_the_gateway_mid_turn_then_restart_continues_the_session() {
         .trim()
         .parse()
         .unwrap();
-    let t0 = Instant::now();
-    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
-        })
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the command outlived the gateway"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the command to die with the gateway", async || {
+        tern_test_support::procs::gone(pid).then_some(())
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!e.work().join("landed").exists(), "the shell ran on");
     assert!(!e.work().join("landed-sub").exists(), "the subshell ran on");
@@ -715,7 +724,7 @@ async fn files_tern_creates_in_an_existing_home_are_private_whatever_the_umask()
     assert_eq!(r.status(), 201);
 
     // While the gateway runs, so the database's -wal and -shm files are there too.
-    let found = tern_fake_model::modes_under(&e.home());
+    let found = tern_test_support::modes_under(&e.home());
     let names: Vec<String> = found
         .iter()
         .map(|(p, _)| p.strip_prefix(e.home()).unwrap().display().to_string())

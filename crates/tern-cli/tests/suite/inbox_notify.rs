@@ -12,9 +12,15 @@ use serde_json::{Value, json};
 const KEY: &str = "notify-test-key-0123456789";
 const SECRET: &str = "notify-secret-0123456789";
 
-/// An inbox-only gateway with the server key [`KEY`].
+/// An inbox-only gateway with the server key [`KEY`], logging each delivery attempt.
 fn start(env: &Env) -> Running {
-    env.gateway_with(&["--inbox-only"], &[("TERN_SERVER_KEY", KEY)])
+    env.gateway_with(
+        &["--inbox-only"],
+        &[
+            ("TERN_SERVER_KEY", KEY),
+            ("TERN_LOG", "info,tern_gateway=debug"),
+        ],
+    )
 }
 
 async fn post(url: &str, body: Value) -> Value {
@@ -50,7 +56,13 @@ async fn a_notification_queued_before_a_kill_9_is_delivered_by_the_next_gateway(
     .await;
     let request_id = created["eventId"].as_str().unwrap().to_owned();
     // Let the first gateway try (and fail) at least once, then kill it outright.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tern_test_support::eventually("a failed delivery attempt", async || {
+        first
+            .logs()
+            .contains("inbox notification attempt failed")
+            .then_some(())
+    })
+    .await;
     first.child.kill().unwrap();
     first.child.wait().unwrap();
 

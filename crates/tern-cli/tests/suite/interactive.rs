@@ -4,30 +4,24 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize, native_pty_system};
 use tern_fake_model::{FakeModel, Reply};
+use tern_test_support::{PATIENCE, wait_until_blocking};
 
 struct Screen(Arc<Mutex<String>>);
 
 impl Screen {
     /// Waits until `text` appears after byte offset `from`; returns the offset after it.
     fn wait_for(&self, text: &str, from: usize) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            {
-                let s = self.0.lock().unwrap();
-                if let Some(pos) = s.get(from..).and_then(|rest| rest.find(text)) {
-                    return from + pos + text.len();
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "timed out waiting for {text:?}; screen:\n{s}"
-                );
+        wait_until_blocking(PATIENCE, Duration::from_millis(20), || {
+            let s = self.0.lock().unwrap();
+            match s.get(from..).and_then(|rest| rest.find(text)) {
+                Some(pos) => Ok(from + pos + text.len()),
+                None => Err(format!("waiting for {text:?}; screen:\n{s}")),
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 
     /// What was shown between byte offsets `from` and `to`.
@@ -132,39 +126,41 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
     } = start_chat(&home, &work, &fake);
 
     let tool_pidfile = pidfile.clone();
-    let screen = tokio::task::spawn_blocking(move || {
-        let pidfile = tool_pidfile;
-        let mut at = screen.wait_for("Ctrl-D quits", 0);
-        at = screen.wait_for("› ", at);
+    let screen =
+        tokio::task::spawn_blocking(move || {
+            let pidfile = tool_pidfile;
+            let mut at = screen.wait_for("Ctrl-D quits", 0);
+            at = screen.wait_for("› ", at);
 
-        // A dangerous command: the prompt asks, "always" runs it and saves it.
-        writer.write_all(b"clean up please\r").unwrap();
-        at = screen.wait_for("Allow? [o]nce, [s]ession, [a]lways, [d]eny", at);
-        writer.write_all(b"a\r").unwrap();
-        at = screen.wait_for("Deleted the victim directory.", at);
-        at = screen.wait_for("› ", at);
+            // A dangerous command: the prompt asks, "always" runs it and saves it.
+            writer.write_all(b"clean up please\r").unwrap();
+            at = screen.wait_for("Allow? [o]nce, [s]ession, [a]lways, [d]eny", at);
+            writer.write_all(b"a\r").unwrap();
+            at = screen.wait_for("Deleted the victim directory.", at);
+            at = screen.wait_for("› ", at);
 
-        // Ctrl-C during a running tool stops the turn, not the program.
-        writer.write_all(b"start the long job\r").unwrap();
-        at = screen.wait_for("→ terminal", at);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n')) {
-            assert!(Instant::now() < deadline, "the tool never started");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        writer.write_all(b"\x03").unwrap();
-        at = screen.wait_for("[interrupted]", at);
-        at = screen.wait_for("› ", at);
+            // Ctrl-C during a running tool stops the turn, not the program.
+            writer.write_all(b"start the long job\r").unwrap();
+            at = screen.wait_for("→ terminal", at);
+            wait_until_blocking(PATIENCE, Duration::from_millis(20), || {
+                match std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n')) {
+                    true => Ok(()),
+                    false => Err("waiting for the tool to start".to_owned()),
+                }
+            });
+            writer.write_all(b"\x03").unwrap();
+            at = screen.wait_for("[interrupted]", at);
+            at = screen.wait_for("› ", at);
 
-        writer.write_all(b"are you still there?\r").unwrap();
-        at = screen.wait_for("Still here after the interrupt.", at);
-        at = screen.wait_for("› ", at);
-        // Ctrl-D at the prompt quits.
-        writer.write_all(b"\x04").unwrap();
-        (screen, at)
-    })
-    .await
-    .unwrap();
+            writer.write_all(b"are you still there?\r").unwrap();
+            at = screen.wait_for("Still here after the interrupt.", at);
+            at = screen.wait_for("› ", at);
+            // Ctrl-D at the prompt quits.
+            writer.write_all(b"\x04").unwrap();
+            (screen, at)
+        })
+        .await
+        .unwrap();
 
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
@@ -182,7 +178,7 @@ async fn repl_approval_interrupt_and_exit_in_a_real_terminal() {
         .parse()
         .unwrap();
     assert!(
-        tern_fake_model::process_ended(pid),
+        tern_test_support::process_ended(pid),
         "the interrupted tool's process is gone"
     );
     // The interrupted turn left a valid transcript: the third request carries the result.

@@ -121,13 +121,17 @@ async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
                 json!({"command": "echo quick", "background": true, "notify_on_complete": true})
                     .to_string(),
             ),
-            // The turn goes on for two seconds after the process has ended.
-            (Some("tool"), Some("call_start")) => Reply::tool_call(
-                "call_sleep",
-                "terminal",
-                json!({"command": "sleep 2"}).to_string(),
-            ),
-            (Some("tool"), Some("call_sleep")) => Reply::text("launched"),
+            // The turn goes on until the process has ended: it waits for it.
+            (Some("tool"), Some("call_start")) => {
+                let started: Value = serde_json::from_str(&text).unwrap_or_default();
+                Reply::tool_call(
+                    "call_wait",
+                    "process",
+                    json!({"action": "wait", "session_id": started["session_id"], "timeout": 60})
+                        .to_string(),
+                )
+            }
+            (Some("tool"), Some("call_wait")) => Reply::text("launched"),
             (Some("user"), _) if text.starts_with(EXIT_TAG) => Reply::text("noted"),
             _ => Reply::text("?"),
         }
@@ -137,8 +141,26 @@ async fn an_exit_during_the_launching_turn_is_told_once_after_that_turn() {
     let session = api.create_session().await;
     let v = api.chat(&session, "start").await;
     assert_eq!(v["message"]["content"], "launched", "{v}");
-    let msgs = until_last(&api, &session, "noted").await;
+    until_last(&api, &session, "noted").await;
     api.until_resumed(&session).await;
+    // Read once everything has settled: a second notification would be there by now.
+    let msgs = api.messages(&session).await;
+    assert_eq!(
+        msgs.last().map(content),
+        Some("noted"),
+        "nothing after the resume: {msgs:?}"
+    );
+    // The process had ended inside the launching turn: the turn's wait saw its exit.
+    let waited = msgs
+        .iter()
+        .find(|m| m["tool_call_id"] == "call_wait")
+        .expect("the launching turn waited for the process");
+    let waited: Value = serde_json::from_str(content(waited)).unwrap();
+    assert_eq!(
+        (waited["state"].as_str(), waited["timed_out"].as_bool()),
+        (Some("exited"), Some(false)),
+        "{waited}"
+    );
     let texts: Vec<String> = msgs.iter().map(|m| content(m).to_owned()).collect();
     let launched = texts.iter().position(|t| t == "launched").unwrap();
     let exits: Vec<usize> = (0..texts.len())

@@ -15,6 +15,7 @@ use serde_json::Value;
 use tern_procs::{
     ManagerConfig, ProcEvent, ProcStatus, ProcessManager, SpawnRequest, SupervisorCommand,
 };
+use tern_test_support::eventually;
 
 /// Turns a hang into a failure; never a time the test waits for.
 const LONG: Duration = Duration::from_secs(60);
@@ -95,18 +96,6 @@ fn finish(child: Child) -> Output {
                 stderr(&out)
             );
         }
-    }
-}
-
-/// Polls `check` until it gives a value; fails after [`LONG`].
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + LONG;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

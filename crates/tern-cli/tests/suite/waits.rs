@@ -13,12 +13,16 @@ use std::time::Duration;
 
 use common::{Api, DECISION_TAG, Env, assert_ok, content, decisions, last_message, wait_until};
 use serde_json::{Value, json};
-use tern_fake_model::{FakeModel, Reply};
+use tern_fake_model::{FakeModel, Gate, Reply};
+use tern_test_support::PATIENCE;
 
 /// The model: asks for approval (or answers) on a user's request, ends its turn after
-/// asking, and goes on after a decision — runs `echo deployed`, then says it is done.
-fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) {
+/// asking, and goes on after a decision — runs `echo deployed`, then says it is done. A
+/// "long job" is answered once the returned gate is opened.
+fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) -> Gate {
     let ask_args = ask_args.to_string();
+    let gate = Gate::new();
+    let long_job = gate.clone();
     fake.set_responder(move |body| {
         let last = last_message(body);
         let text = content(&last);
@@ -29,7 +33,7 @@ fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) {
                 json!({"command": "echo deployed"}).to_string(),
             ),
             Some("user") if text.starts_with("long job") => {
-                Reply::text("long job done").delay(Duration::from_secs(6))
+                Reply::text("long job done").held(&long_job)
             }
             Some("user") => Reply::tool_call("call_ask", ask, ask_args.clone()),
             Some("tool") if last["tool_call_id"] == "call_ask" => {
@@ -39,6 +43,7 @@ fn script_model(fake: &FakeModel, ask: &'static str, ask_args: Value) {
             _ => Reply::text("?"),
         }
     });
+    gate
 }
 
 /// The request id of the session's one open wait, once the first turn ended waiting.
@@ -164,7 +169,7 @@ async fn an_answered_elicitation_resumes_the_session_with_the_answers() {
 #[tokio::test]
 async fn a_decision_for_a_busy_session_waits_for_the_running_turn() {
     let e = Env::with_model().await;
-    script_model(
+    let long_job = script_model(
         e.fake(),
         "request_approval",
         json!({"summary": "Restart the cache?"}),
@@ -175,19 +180,20 @@ async fn a_decision_for_a_busy_session_waits_for_the_running_turn() {
     api.chat(&id, "restart the cache").await;
     let request = open_wait(&api, &id, "approval").await;
 
-    // A long turn (the model takes 6 s to answer) on the same session.
+    // A long turn (the model answers when the test lets it) on the same session.
     let before = e.fake().requests().len();
     let long = {
         let (api, id) = (api.clone(), id.clone());
         tokio::spawn(async move { api.chat(&id, "long job: summarize everything").await })
     };
     e.fake()
-        .wait_requests(before + 1, Duration::from_secs(30))
+        .wait_requests(before + 1, PATIENCE)
         .await
         .expect("the long turn reached the model");
     assert_ok(&e.inbox(&["approve", &request]));
     // The decision came while the long turn was still running.
     assert_eq!(api.session(&id).await["status"], "running");
+    long_job.open();
 
     let long = long.await.unwrap();
     assert_eq!(long["message"]["content"], "long job done");

@@ -48,7 +48,6 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
 use serde::Deserialize;
 use tern_inbox::review::{RequestKind, RequestSummary, RequestView};
 use tern_inbox::{InboxError, Outcome};
@@ -56,6 +55,7 @@ use tern_waits::client::EMBEDDED_OWNER;
 
 use crate::AppState;
 use crate::reviewer_auth::Reviewer;
+use crate::reviewer_router::{self, Route};
 use forms::ApprovalDraft;
 use layout::message_page;
 use request::{AttachmentInfo, FormState, Notice, Origin, SessionLink};
@@ -63,19 +63,24 @@ use request::{AttachmentInfo, FormState, Notice, Origin, SessionLink};
 /// The web inbox's routes; merged by [`crate::Gateway::router_for`] outside the agent-key
 /// check (reviewers are people, not agent keys).
 pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(|_: Reviewer| async { Redirect::to("/inbox") }))
-        .route("/inbox", get(list_page))
-        .route(
-            "/inbox/",
-            get(|_: Reviewer| async { Redirect::permanent("/inbox") }),
-        )
-        .route("/inbox/requests/{id}", get(request_page))
-        .route("/inbox/requests/{id}/decide", post(decide))
-        .route("/inbox/requests/{id}/answer", post(answer))
-        .route("/inbox/requests/{id}/dismiss", post(dismiss))
-        .route("/inbox/sessions/{id}", get(session_page))
-        .route("/inbox/events", get(events))
+    reviewer_router::router(reviewer_routes())
+}
+
+/// Every page and form of the web inbox is a reviewer's.
+pub(crate) fn reviewer_routes() -> Vec<Route> {
+    vec![
+        reviewer_router::get("/", |_: Reviewer| async { Redirect::to("/inbox") }),
+        reviewer_router::get("/inbox", list_page),
+        reviewer_router::get("/inbox/", |_: Reviewer| async {
+            Redirect::permanent("/inbox")
+        }),
+        reviewer_router::get("/inbox/requests/{id}", request_page),
+        reviewer_router::post("/inbox/requests/{id}/decide", decide),
+        reviewer_router::post("/inbox/requests/{id}/answer", answer),
+        reviewer_router::post("/inbox/requests/{id}/dismiss", dismiss),
+        reviewer_router::get("/inbox/sessions/{id}", session_page),
+        reviewer_router::get("/inbox/events", events),
+    ]
 }
 
 /// Whether `path` is one of the web inbox's pages (not its JSON API), where a browser gets

@@ -1,12 +1,12 @@
 //! The in-process gateway of the HTTP tests: a store in a test directory, an agent, the
-//! gateway serving on loopback, and the small HTTP helpers the test files share. Each test
-//! file uses only some of it, hence the `dead_code` allowances.
+//! gateway serving on loopback. What is not this crate's own (HTTP helpers, temporary homes,
+//! waiting) is `tern-test-support`'s. Each test file uses only some of it, hence the
+//! `dead_code` allowances.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tern_agent::{Agent, AgentSettings};
 use tern_gateway::{Authenticator, Gateway, GatewayParts, GatewaySettings, InboxSettings};
 use tern_store::Store;
@@ -115,44 +115,34 @@ pub async fn serve_on(
     (url, server)
 }
 
-/// A client that does not follow redirects, to see the 303s the forms answer.
+// The HTTP helpers are the workspace's (`tern-test-support`).
+pub use tern_test_support::http::{
+    assert_json_error, content_type_starts, json_or_null, no_redirects, status_json,
+};
+
+/// A temporary home whose config.toml points at `fake`, listens on any free loopback port,
+/// and ends with `extra` (more configuration): what a whole configured gateway boots from.
 #[allow(dead_code)]
-pub fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+pub fn home_for(fake: &tern_fake_model::FakeModel, extra: &str) -> tern_test_support::TempHome {
+    let home = tern_test_support::TempHome::new();
+    home.config(&format!(
+        "[model]\nbase_url = \"{}\"\nname = \"fake-model\"\nstream = false\n\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\n\n{extra}",
+        fake.base_url()
+    ));
+    home
 }
 
-/// The status and JSON body of a response.
+/// The home as tern-config sees it.
 #[allow(dead_code)]
-pub async fn status_json(r: reqwest::Response) -> (u16, Value) {
-    (r.status().as_u16(), r.json().await.unwrap())
+pub fn tern_home(home: &tern_test_support::TempHome) -> tern_config::Home {
+    tern_config::Home { root: home.home() }
 }
 
-/// A body as JSON; `Null` when it is empty.
+/// A gateway booted as `tern gateway` boots it ([`GatewayBuilder`]): the home's
+/// configuration (environment left out), working in the home's `work/`.
 #[allow(dead_code)]
-pub fn json_or_null(text: &str) -> Value {
-    if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(text).unwrap()
-    }
-}
-
-/// Whether the response's `content-type` starts with `prefix`.
-#[allow(dead_code)]
-pub fn content_type_starts(r: &reqwest::Response, prefix: &str) -> bool {
-    r.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with(prefix)
-}
-
-/// Asserts the body is a JSON error with a string `error`; returns the body.
-#[allow(dead_code)]
-pub async fn assert_json_error(r: reqwest::Response) -> Value {
-    let body: Value = r.json().await.unwrap();
-    assert!(body["error"].is_string(), "{body}");
-    body
+pub fn builder(home: &tern_test_support::TempHome) -> tern_gateway::boot::GatewayBuilder {
+    let eff = tern_config::load(&tern_home(home), &|_| None).unwrap();
+    tern_gateway::boot::GatewayBuilder::new(tern_home(home), eff).workdir(home.work())
 }

@@ -3,59 +3,31 @@
 //! on the same home.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use serde_json::{Value, json};
-use tern_config::Home;
 use tern_fake_model::{FakeModel, Reply};
 use tern_gateway::boot::{BootError, GatewayBuilder};
+use tern_test_support::{TempHome, http_post};
+
+use crate::common::{self, home_for};
 
 const KEY: &str = "boot-test-server-key-0123456789";
 
-/// A home whose config.toml points at `fake` and listens on any free loopback port.
-fn home_for(dir: &Path, fake: &FakeModel) -> Home {
-    let root = dir.join("home");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(
-        root.join("config.toml"),
-        format!(
-            "[model]\nbase_url = \"{}\"\nname = \"fake-model\"\nstream = false\n\n\
-             [gateway]\nlisten = \"127.0.0.1:0\"\n",
-            fake.base_url()
-        ),
-    )
-    .unwrap();
-    Home { root }
-}
-
-fn builder(home: &Home, work: &Path) -> GatewayBuilder {
-    let eff = tern_config::load(home, &|_| None).unwrap();
-    GatewayBuilder::new(home.clone(), eff)
-        .server_key(Some(KEY.into()))
-        .workdir(work.to_path_buf())
+fn builder(home: &TempHome) -> GatewayBuilder {
+    common::builder(home).server_key(Some(KEY.into()))
 }
 
 async fn post(url: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
+    http_post(url, KEY, body).await
 }
 
 #[tokio::test]
 async fn the_builder_serves_a_turn_shuts_down_joined_and_starts_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
     let fake = FakeModel::start().await.unwrap();
     fake.push(Reply::text("hello from a built gateway"));
-    let home = home_for(dir.path(), &fake);
+    let home = home_for(&fake, "");
 
-    let started = builder(&home, &work).start().await.unwrap();
+    let started = builder(&home).start().await.unwrap();
     assert!(started.created_key.is_none(), "a server key was given");
     let handle = started.handle;
     let url = handle.url();
@@ -65,7 +37,7 @@ async fn the_builder_serves_a_turn_shuts_down_joined_and_starts_again() {
         .admin_login
         .expect("a login link on the first start");
     assert!(login.starts_with(&format!("{url}/inbox/login/")), "{login}");
-    let admin = home.root.join("inbox-admin.json");
+    let admin = home.home().join("inbox-admin.json");
     let mode = std::fs::metadata(&admin).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let admin: Value = serde_json::from_slice(&std::fs::read(&admin).unwrap()).unwrap();
@@ -89,7 +61,7 @@ async fn the_builder_serves_a_turn_shuts_down_joined_and_starts_again() {
     // last connection closes, which an upkeep task still holding the pool would prevent.
     handle.shutdown().await.unwrap();
     assert!(
-        !home.root.join("tern.db-wal").exists(),
+        !home.home().join("tern.db-wal").exists(),
         "the store is still open after the shutdown"
     );
     assert!(
@@ -98,7 +70,7 @@ async fn the_builder_serves_a_turn_shuts_down_joined_and_starts_again() {
     );
 
     // A restart on the same home: the session and its transcript are there.
-    let again = builder(&home, &work).start().await.unwrap();
+    let again = builder(&home).start().await.unwrap();
     let url = again.handle.url();
     let r = reqwest::Client::new()
         .get(format!("{url}/api/sessions/{id}/messages"))
@@ -120,20 +92,12 @@ async fn the_builder_serves_a_turn_shuts_down_joined_and_starts_again() {
 
 #[tokio::test]
 async fn a_first_start_writes_its_key_and_a_taken_port_is_a_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
     let fake = FakeModel::start().await.unwrap();
-    let home = home_for(dir.path(), &fake);
-    let eff = || tern_config::load(&home, &|_| None).unwrap();
+    let home = home_for(&fake, "");
 
-    let started = GatewayBuilder::new(home.clone(), eff())
-        .workdir(work.clone())
-        .start()
-        .await
-        .unwrap();
+    let started = common::builder(&home).start().await.unwrap();
     let key_file = started.created_key.clone().expect("the first key's file");
-    assert_eq!(key_file, home.root.join("gateway.key"));
+    assert_eq!(key_file, home.home().join("gateway.key"));
     let key = std::fs::read_to_string(&key_file).unwrap();
     let r = reqwest::Client::new()
         .get(format!("{}/api/sessions", started.handle.url()))
@@ -145,12 +109,7 @@ async fn a_first_start_writes_its_key_and_a_taken_port_is_a_clear_error() {
 
     // The same port again, while the first gateway holds it.
     let taken = started.handle.addr().to_string();
-    let err = match GatewayBuilder::new(home.clone(), eff())
-        .workdir(work.clone())
-        .listen(taken.clone())
-        .start()
-        .await
-    {
+    let err = match common::builder(&home).listen(taken.clone()).start().await {
         Err(e) => e,
         Ok(_) => panic!("a second gateway bound {taken}"),
     };

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tern_gateway::{Gateway, GatewaySettings, InboxSettings, auth};
 use tern_inbox::notify::{Notifications, NotifyTarget};
 use tern_inbox::policy::Policy;
+use tern_test_support::{PATIENCE, eventually, wait_until};
 use tokio_util::sync::CancellationToken;
 
 struct Gw {
@@ -514,15 +515,15 @@ async fn too_large_uploads_get_413_and_leave_nothing() {
         .await;
     assert_eq!(status, 413, "{body}");
     // Only the accepted file is stored; no temporary file is left behind.
-    let mut left = Vec::new();
-    for _ in 0..200 {
-        left = gw.stored_files();
+    wait_until(PATIENCE, Duration::from_millis(10), async || {
+        let left = gw.stored_files();
         if left.len() == 1 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("only the accepted file stored: {left:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(left.len(), 1, "{left:?}");
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -694,14 +695,15 @@ impl Gw {
     }
 
     async fn wait_delivered(&self, request_id: &str) -> Vec<tern_inbox::notify::NotificationRow> {
-        for _ in 0..1000 {
+        wait_until(PATIENCE, Duration::from_millis(10), async || {
             let rows = self.gw.inbox.notifications_of(request_id).await.unwrap();
             if rows.iter().all(|r| r.status != "pending") {
-                return rows;
+                Ok(rows)
+            } else {
+                Err(format!("the notification of {request_id} stayed pending"))
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the notification of {request_id} stayed pending");
+        })
+        .await
     }
 }
 
@@ -1174,9 +1176,10 @@ async fn the_sweeper_runs_at_start() {
     let (_, created) = first.approval(&task, "Decide soon", None).await;
     let id = created["eventId"].as_str().unwrap().to_owned();
     // Wait (without asserting on time) until the request is overdue.
-    while first.gw.inbox.next_expiry().await.unwrap().unwrap() > tern_store::now_ms() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the request to be overdue", async || {
+        (first.gw.inbox.next_expiry().await.unwrap().unwrap() <= tern_store::now_ms()).then_some(())
+    })
+    .await;
     let second = start_in(
         dir.path(),
         Setup {

@@ -1,12 +1,12 @@
 //! Shared helpers for the tern-hooks integration tests: sample events, configured hooks,
-//! log capture, polling and process-group inspection.
+//! log capture and process-group inspection; waiting is `tern-test-support`'s.
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tern_config::{CommandHookConfig, WebhookConfig};
 use tern_hooks::*;
@@ -119,18 +119,27 @@ pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
     (logs, guard)
 }
 
-/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
-pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
+pub use tern_test_support::{PATIENCE, eventually, wait_until};
+
+/// Waits until no process of group `pgid` is alive.
+pub async fn until_group_gone(pgid: i32) {
+    wait_until(PATIENCE, Duration::from_millis(10), async || {
+        let alive = live_group_members(pgid);
+        if alive.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("group {pgid} still alive: {alive:?}"))
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
+}
+
+/// Waits until `path` holds a process group id (a hook wrote its `$$`), and returns it.
+pub async fn until_pgid(path: &Path) -> i32 {
+    eventually(&format!("a pgid in {}", path.display()), async || {
+        read(path).trim().parse().ok()
+    })
+    .await
 }
 
 pub fn read(path: &Path) -> String {

@@ -102,10 +102,11 @@ async fn receiver_verifies_the_signature_and_gets_the_event() {
     let (url, rx) = start_receiver(&[]).await;
     let bus = HookBus::from_config(&[], &[webhook(&url, SECRET, &["*"])]).unwrap();
     let before = Envelope::now(session_start()).timestamp;
-    let started = Instant::now();
     bus.emit(session_start());
-    assert!(started.elapsed() < Duration::from_secs(1));
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    // emit returned with the delivery still to run (it runs on this thread's runtime, which
+    // has not been yielded to yet).
+    assert_eq!(bus.in_flight(), 1);
+    assert!(bus.flush(PATIENCE).await);
 
     let got = rx.received();
     assert_eq!(got.len(), 1);
@@ -156,7 +157,7 @@ async fn server_errors_are_retried_with_backoff() {
     config.retry_base_ms = 100;
     let bus = HookBus::from_config(&[], &[config]).unwrap();
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
 
     let got = rx.received();
     assert_eq!(got.len(), 3, "{got:?}");
@@ -172,8 +173,8 @@ async fn server_errors_are_retried_with_backoff() {
         assert_eq!(req.body, got[0].body);
         assert!(verify(SECRET, req));
     }
-    // Nothing more arrives later.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Nothing more arrives later: no delivery is left to send it.
+    assert_eq!(bus.in_flight(), 0);
     assert_eq!(rx.received().len(), 3);
     assert!(
         !logs.text().contains("WARN"),
@@ -187,7 +188,7 @@ async fn too_many_requests_is_retried() {
     let (url, rx) = start_receiver(&[(0, 429)]).await;
     let bus = HookBus::from_config(&[], &[webhook(&url, SECRET, &["*"])]).unwrap();
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
     assert_eq!(rx.received().len(), 2);
 }
 
@@ -197,8 +198,8 @@ async fn a_client_error_is_not_retried() {
     let (url, rx) = start_receiver(&[(0, 400)]).await;
     let bus = HookBus::from_config(&[], &[webhook(&url, SECRET, &["*"])]).unwrap();
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(bus.flush(PATIENCE).await);
+    assert_eq!(bus.in_flight(), 0, "no retry is pending");
     assert_eq!(rx.received().len(), 1);
     assert!(
         logs.lines_with("webhook=receiver")
@@ -217,8 +218,8 @@ async fn attempts_stop_at_max_attempts() {
     config.max_attempts = 3;
     let bus = HookBus::from_config(&[], &[config]).unwrap();
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(bus.flush(PATIENCE).await);
+    assert_eq!(bus.in_flight(), 0, "no retry is pending");
     assert_eq!(rx.received().len(), 3);
     assert!(
         logs.lines_with("webhook=receiver")
@@ -231,18 +232,17 @@ async fn attempts_stop_at_max_attempts() {
 
 #[tokio::test]
 async fn a_slow_receiver_times_out_and_is_retried() {
-    let (url, rx) = start_receiver(&[(3000, 200)]).await;
+    // The first answer would come after ten minutes: only the client's timeout ends that
+    // attempt within the flush's bound.
+    let (url, rx) = start_receiver(&[(600_000, 200)]).await;
     let mut config = webhook(&url, SECRET, &["*"]);
     config.timeout_ms = 300;
     let bus = HookBus::from_config(&[], &[config]).unwrap();
-    let started = Instant::now();
     bus.emit(turn_end());
-    assert!(started.elapsed() < Duration::from_secs(1));
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert_eq!(bus.in_flight(), 1, "emit does not wait for the receiver");
     assert!(
-        started.elapsed() < Duration::from_millis(2500),
-        "{:?}",
-        started.elapsed()
+        bus.flush(PATIENCE).await,
+        "the slow attempt was never timed out"
     );
     let got = rx.received();
     assert_eq!(got.len(), 2);
@@ -263,7 +263,7 @@ async fn a_refused_connection_is_retried_then_given_up() {
     config.max_attempts = 2;
     let bus = HookBus::from_config(&[], &[config]).unwrap();
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
     assert!(
         logs.lines_with("webhook=receiver")
             .iter()
@@ -281,10 +281,10 @@ async fn webhooks_get_only_their_events() {
     bus.emit(session_start());
     // A webhook subscribed to pre_tool_call gets it but has no say in the verdict.
     assert_eq!(bus.pre_tool_call(pre_tool("ls")).await, ToolGate::Proceed);
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
     assert!(rx.received().is_empty());
     bus.emit(turn_end());
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
     let got = rx.received();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].header("x-tern-event"), "turn_end");
@@ -295,7 +295,7 @@ async fn pre_tool_call_is_posted_to_subscribed_webhooks() {
     let (url, rx) = start_receiver(&[]).await;
     let bus = HookBus::from_config(&[], &[webhook(&url, SECRET, &["pre_tool_call"])]).unwrap();
     assert_eq!(bus.pre_tool_call(pre_tool("ls")).await, ToolGate::Proceed);
-    assert!(bus.flush(Duration::from_secs(10)).await);
+    assert!(bus.flush(PATIENCE).await);
     let got = rx.received();
     assert_eq!(got.len(), 1);
     let json: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
@@ -312,10 +312,9 @@ async fn flush_reports_deliveries_still_running() {
     bus.emit(turn_end());
     let started = Instant::now();
     assert!(!bus.flush(Duration::from_millis(300)).await);
+    // It waited its whole bound before reporting (a lower bound holds however loaded the
+    // machine is).
     let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(300), "{took:?}");
     assert_eq!(bus.in_flight(), 1);
 }

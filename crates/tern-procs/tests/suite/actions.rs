@@ -59,7 +59,7 @@ async fn spawn_wait_poll_and_exit_code() {
 
     // What the manager and the supervisor made is for this user only, whatever the umask
     // (under the usual 022, plain creation would give 0644 files and 0755 directories).
-    let loose: Vec<String> = tern_fake_model::modes_under(&d.path().join("procs"))
+    let loose: Vec<String> = tern_test_support::modes_under(&d.path().join("procs"))
         .into_iter()
         .filter(|(p, mode)| *mode != if p.is_dir() { 0o700 } else { 0o600 })
         .map(|(p, mode)| format!("{} {mode:o}", p.display()))

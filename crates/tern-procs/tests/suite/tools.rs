@@ -12,7 +12,7 @@ use tern_procs::ProcessManager;
 use tern_tools::{AllowAll, Approver, DenyAll, Registry, ToolContext, ToolLimits, ToolResult};
 use tokio_util::sync::CancellationToken;
 
-use support::{config, kill_all};
+use support::{PATIENCE, config, eventually, kill_all, wait_until};
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -95,16 +95,17 @@ impl Env {
     /// Polls until the accumulated output contains `needle`.
     async fn poll_until(&self, id: &str, needle: &str) -> String {
         let mut seen = String::new();
-        for _ in 0..1200 {
+        wait_until(PATIENCE, Duration::from_millis(50), async || {
             let v = self.process("poll", id, json!({})).await;
             seen.push_str(v["output"].as_str().unwrap());
             if seen.contains(needle) {
-                return seen;
+                return Ok(());
             }
             assert_eq!(v["state"], "running", "exited without {needle:?}: {seen:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("no {needle:?} in {seen:?}");
+            Err(format!("no {needle:?} in {seen:?}"))
+        })
+        .await;
+        seen
     }
 }
 
@@ -415,11 +416,10 @@ async fn background_processes_run_in_the_sandbox() {
             .find_map(|l| l.trim().strip_prefix("tmp="))
             .unwrap_or_else(|| panic!("no TMPDIR: {out}"))
             .to_owned();
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(50));
-            !Path::new(&tmp).exists()
-        });
-        assert!(gone, "{tmp} outlived its process");
+        eventually(&format!("{tmp} to go with its process"), async || {
+            (!Path::new(&tmp).exists()).then_some(())
+        })
+        .await;
     }
     kill_all(&e.mgr).await;
 }

@@ -1,5 +1,6 @@
-//! Shared test helpers: a manager on a temporary directory whose supervisor is this crate's
-//! `tern-procs-supervisor` binary, and waiting for conditions (never for fixed times).
+//! What this crate's tests share: a manager on a temporary directory whose supervisor is this
+//! crate's `tern-procs-supervisor` binary, and reading a process's output until it shows
+//! something. Waiting (never for fixed times) is `tern-test-support`'s.
 
 #![allow(dead_code)]
 
@@ -37,58 +38,38 @@ pub fn req(command: &str, workdir: &Path, pty: bool) -> SpawnRequest {
     }
 }
 
-/// Polls `check` until it gives a value; fails after a minute (a hang, not a slow machine).
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..1200 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("gave up waiting for {what}");
-}
+// Waiting and process inspection are the workspace's (`tern-test-support`).
+pub use tern_test_support::procs::gone;
+pub use tern_test_support::{PATIENCE, eventually, wait_until};
 
 /// Polls `id` until its accumulated output contains `needle`; returns that output.
 pub async fn poll_until(mgr: &ProcessManager, id: &str, needle: &str) -> String {
     let mut seen = String::new();
-    for _ in 0..1200 {
+    wait_until(PATIENCE, Duration::from_millis(50), async || {
         let p = mgr.poll(id).await.unwrap();
         seen.push_str(&p.output);
-        if seen.contains(needle) {
-            return seen;
-        }
-        if !p.info.status.is_running() {
+        if !seen.contains(needle) && !p.info.status.is_running() {
             // One more read: output written just before the exit.
             seen.push_str(&mgr.poll(id).await.unwrap().output);
             assert!(
                 seen.contains(needle),
                 "{id} exited without {needle:?}: {seen:?}"
             );
-            return seen;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{id}: no {needle:?} in {seen:?}");
+        if seen.contains(needle) {
+            Ok(())
+        } else {
+            Err(format!("{id}: no {needle:?} in {seen:?}"))
+        }
+    })
+    .await;
+    seen
 }
 
 pub fn exit_code(s: &ProcStatus) -> Option<i32> {
     match s {
         ProcStatus::Exited { exit_code, .. } => *exit_code,
         other => panic!("not exited: {other:?}"),
-    }
-}
-
-/// Whether `pid` is gone (or a zombie nobody reaped yet: it runs no more either).
-pub fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
 
