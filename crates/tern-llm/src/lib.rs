@@ -22,7 +22,9 @@ pub use types::*;
 pub enum LlmError {
     #[error("the model endpoint answered HTTP {status}: {body}")]
     Http { status: u16, body: String },
-    #[error("could not reach the model endpoint {url}: {source}")]
+    /// The text names every cause (reqwest's own says only "error sending request for
+    /// url", leaving "connection refused" or a DNS failure to its sources).
+    #[error("could not reach the model endpoint {url}: {}", error_chain(source))]
     Connect {
         url: String,
         #[source]
@@ -34,6 +36,22 @@ pub enum LlmError {
     Decode(String),
     #[error("invalid model client configuration: {0}")]
     Config(String),
+}
+
+/// `e` and its sources, `: `-separated, skipping a source whose text is already in the
+/// message (many errors repeat their source in their own text).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 impl LlmError {

@@ -1,4 +1,5 @@
 mod api;
+mod errors;
 mod inbox_api;
 mod inbox_decisions;
 mod inbox_uploads_policies;
