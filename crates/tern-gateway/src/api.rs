@@ -61,6 +61,7 @@ fn message_json(m: &Message) -> Value {
         "tool_calls": if m.tool_calls.is_empty() { Value::Null } else { json!(m.tool_calls) },
         "tool_name": m.tool_name,
         "reasoning": m.reasoning,
+        "model": m.model,
         "timestamp": secs(m.created_at),
         "seq": m.seq,
     })
