@@ -35,7 +35,8 @@ fn init_stderr_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -305,6 +306,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         gw.set_idle_reset(after);
     }
     gw.set_local_addr(addr);
+    let _recorded = crate::status::record(&home, addr, args.inbox_only); // gateway.json, for `tern status`
     tracing::info!(%addr, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
 
     let stop = CancellationToken::new();

@@ -167,7 +167,8 @@ pub fn sink(style: Style) -> EventSink {
                     "{}",
                     style.yellow(&format!(
                         "model call failed ({}); retry {attempt} in {:.1}s",
-                        one_line(&error, 120),
+                        // Whole: the cause ("connection refused") is at its end.
+                        one_line(&error, 2000),
                         delay_ms as f64 / 1000.0
                     ))
                 );

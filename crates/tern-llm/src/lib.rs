@@ -22,9 +22,9 @@ pub use types::*;
 pub enum LlmError {
     #[error("the model endpoint answered HTTP {status}: {body}")]
     Http { status: u16, body: String },
-    /// The text names every cause (reqwest's own says only "error sending request for
-    /// url", leaving "connection refused" or a DNS failure to its sources).
-    #[error("could not reach the model endpoint {url}: {}", error_chain(source))]
+    /// The text names every cause: reqwest's own says only "error sending request for url
+    /// (…)" — the URL again — and leaves "connection refused" or a DNS failure to its sources.
+    #[error("could not reach the model endpoint {url}: {}", causes(source))]
     Connect {
         url: String,
         #[source]
@@ -52,6 +52,14 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         next = cause.source();
     }
     out
+}
+
+/// What went wrong under a reqwest error: its sources, or its own text when it has none.
+fn causes(e: &reqwest::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(s) => error_chain(s),
+        None => e.to_string(),
+    }
 }
 
 impl LlmError {
