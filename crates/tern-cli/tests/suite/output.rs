@@ -31,7 +31,11 @@ pub fn into_closed_pipe(e: &Env, args: &[&str]) -> Output {
 #[track_caller]
 pub fn ended_quietly(o: &Output, what: &str) {
     assert_eq!(o.status.code(), Some(0), "{what}: stderr:\n{}", stderr(o));
-    assert_eq!(stderr(o), "", "{what}: said something about the closed pipe");
+    assert_eq!(
+        stderr(o),
+        "",
+        "{what}: said something about the closed pipe"
+    );
 }
 
 // Multi-threaded: the fake model serves while this thread waits for `tern`.

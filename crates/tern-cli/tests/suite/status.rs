@@ -138,12 +138,16 @@ async fn status_reports_the_gateway_and_its_work_running_or_not() {
     for p in mgr.list().await.unwrap() {
         mgr.kill(&p.id).await.unwrap();
     }
-    wait_until(Duration::from_secs(30), Duration::from_millis(50), async || {
-        let v = status(&e);
-        (v["processes"]["running"] == 0)
-            .then_some(())
-            .ok_or(format!("{v}"))
-    })
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            let v = status(&e);
+            (v["processes"]["running"] == 0)
+                .then_some(())
+                .ok_or(format!("{v}"))
+        },
+    )
     .await;
 }
 
@@ -172,12 +176,24 @@ fn completions_load_in_their_shells() {
 
     let zsh = e.run(&["completions", "zsh"]);
     assert_ok(&zsh);
-    assert!(stdout(&zsh).starts_with("#compdef tern"), "{}", stdout(&zsh));
+    assert!(
+        stdout(&zsh).starts_with("#compdef tern"),
+        "{}",
+        stdout(&zsh)
+    );
     let fish = e.run(&["completions", "fish"]);
     assert_ok(&fish);
-    assert!(stdout(&fish).contains("complete -c tern"), "{}", stdout(&fish));
+    assert!(
+        stdout(&fish).contains("complete -c tern"),
+        "{}",
+        stdout(&fish)
+    );
 
     let o = e.run(&["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("invalid value 'tcsh'"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("invalid value 'tcsh'"),
+        "{}",
+        stderr(&o)
+    );
 }

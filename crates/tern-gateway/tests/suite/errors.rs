@@ -103,7 +103,9 @@ async fn a_message_that_is_not_a_string_is_a_type_error() {
         (json!({"input": {"text": "hi"}}), "input", "an object"),
     ] {
         for path in ["chat", "chat/stream"] {
-            let (s, v, _) = g.post(&format!("/api/sessions/{id}/{path}"), body.clone()).await;
+            let (s, v, _) = g
+                .post(&format!("/api/sessions/{id}/{path}"), body.clone())
+                .await;
             assert_eq!(s, 400, "{path} {body}: {v}");
             let err = &v["error"];
             assert_eq!(err["code"], "invalid_type", "{v}");
@@ -128,7 +130,10 @@ async fn an_unreachable_model_gets_a_502_that_names_the_cause() {
     let g = start(tempfile::tempdir().unwrap(), Ok(client(&url, 1))).await;
     let id = g.new_session().await;
     let (s, v, _) = g
-        .post(&format!("/api/sessions/{id}/chat"), json!({"message": "hi"}))
+        .post(
+            &format!("/api/sessions/{id}/chat"),
+            json!({"message": "hi"}),
+        )
         .await;
     assert_eq!(s, 502, "{v}");
     assert_eq!(v["error"]["code"], "model_error", "{v}");
@@ -154,7 +159,10 @@ async fn a_503_for_a_missing_model_shows_no_server_paths() {
     let g = start(dir, Err(config_error)).await;
     let id = g.new_session().await;
     let (s, v, text) = g
-        .post(&format!("/api/sessions/{id}/chat"), json!({"message": "hi"}))
+        .post(
+            &format!("/api/sessions/{id}/chat"),
+            json!({"message": "hi"}),
+        )
         .await;
     assert_eq!(s, 503, "{text}");
     assert_eq!(v["error"]["code"], "model_not_configured", "{text}");
