@@ -124,9 +124,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Show,
         } => {
+            use std::io::Write as _;
             let (h, eff) = context::load_config(home)?;
-            println!("# tern home: {}", h.root.display());
-            println!(
+            // `writeln!` with `?`, not `println!`: a closed pipe is an error to end quietly on.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "# tern home: {}", h.root.display())?;
+            writeln!(
+                out,
                 "# config file: {}{}",
                 h.config_path().display(),
                 if eff.file_found {
@@ -134,10 +138,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 } else {
                     " (not found; defaults apply)"
                 }
-            );
-            println!("# session store: {}", h.db_path().display());
-            println!();
-            print!("{}", tern_config::render_masked(&eff));
+            )?;
+            writeln!(out, "# session store: {}", h.db_path().display())?;
+            writeln!(out)?;
+            write!(out, "{}", tern_config::render_masked(&eff))?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(home).await,

@@ -54,7 +54,9 @@ async fn a_closed_pipe_ends_session_commands_quietly() {
         vec!["sessions", "list", "--json"],
         vec!["sessions", "show", &id],
         vec!["sessions", "export", &id],
+        vec!["sessions", "search", "hello"],
         vec!["status"],
+        vec!["config", "show"],
         vec!["completions", "bash"],
     ] {
         ended_quietly(&into_closed_pipe(&e, &args), &format!("{args:?}"));
