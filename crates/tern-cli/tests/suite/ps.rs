@@ -45,7 +45,7 @@ fn req(e: &Env, command: &str, pty: bool) -> SpawnRequest {
 
 /// On drop (a failed test included), SIGKILLs every child group and supervisor still running
 /// under `procs/`.
-struct Reap(PathBuf);
+pub(crate) struct Reap(pub(crate) PathBuf);
 
 impl Drop for Reap {
     fn drop(&mut self) {

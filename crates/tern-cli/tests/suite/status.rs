@@ -56,6 +56,8 @@ async fn status_on_a_fresh_home_changes_nothing() {
 #[tokio::test]
 async fn status_reports_the_gateway_and_its_work_running_or_not() {
     let e = Env::with_model().await;
+    // A failed assertion leaves no background `sleep` behind.
+    let _reap = crate::suite::ps::Reap(e.home());
     let mut gw = e.gateway();
     let key = e.key();
     let pid = gw.child.id();
