@@ -525,6 +525,12 @@ impl Agent {
                         turn_id: Some(turn_id.to_owned()),
                         prompt_tokens: answer.usage.map(|u| u.prompt_tokens as i64),
                         completion_tokens: answer.usage.map(|u| u.completion_tokens as i64),
+                        // What answered: the server's name for it, else the one asked for.
+                        model: answer
+                            .model
+                            .clone()
+                            .or_else(|| Some(self.settings.model.clone()))
+                            .filter(|m| !m.is_empty()),
                         ..Default::default()
                     },
                 )

@@ -52,6 +52,10 @@ pub enum Command {
     },
     /// Background processes: list them, read or follow their output, kill, attach
     Ps(crate::ps::PsArgs),
+    /// Is a gateway running on this home? Its address, sessions, inbox and processes
+    Status(crate::status::StatusArgs),
+    /// Print a shell completion script (bash, zsh or fish) to stdout
+    Completions(crate::completions::CompletionsArgs),
     /// Supervise one background process (started by the gateway, not by hand)
     #[command(hide = true)]
     Supervise {

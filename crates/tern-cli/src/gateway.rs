@@ -24,7 +24,8 @@ fn init_stderr_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -78,7 +79,7 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
         // Before anything is served: this process is hardened before any command runs.
         context::announce_sandbox(&context::sandbox(&home, &eff), true);
     }
-    let mut builder = GatewayBuilder::new(home, eff)
+    let mut builder = GatewayBuilder::new(home.clone(), eff)
         .server_key(context::env_var("TERN_SERVER_KEY"))
         .serve(if args.inbox_only {
             Serve::InboxOnly
@@ -104,6 +105,8 @@ pub async fn run(home: Option<PathBuf>, args: GatewayArgs) -> anyhow::Result<Exi
     // On every start: where people decide what the agents ask.
     eprintln!("tern: inbox: {}", started.inbox_url);
     let handle = started.handle;
+    // `gateway.json`, for `tern status`; removed when this guard drops at a clean stop.
+    let _recorded = crate::status::record(&home, handle.addr(), args.inbox_only);
     // Last of the start's lines: who waits for it has seen the others.
     tracing::info!(addr = %handle.addr(), inbox = %started.inbox_url, version = env!("CARGO_PKG_VERSION"), "tern gateway listening");
     tokio::spawn(shutdown_signal(handle.stop_token()));

@@ -4,12 +4,14 @@
 //! `config.toml` with the environment on top, opens the store, and builds the agent → the
 //! subcommand runs on a single-threaded tokio runtime (light and quick to start; the agent's
 //! concurrency is async, and blocking work goes to tokio's blocking pool) → errors print as
-//! `error: …` on stderr with a non-zero exit code.
+//! `error: …` on stderr with a non-zero exit code. Output to a closed pipe (`tern sessions
+//! list | head -1`) ends the command quietly with exit status 0, as `head` wanted no more.
 
 mod approve;
 mod args;
 mod ask;
 mod chat;
+mod completions;
 mod context;
 mod doctor;
 mod gateway;
@@ -18,6 +20,7 @@ mod ps;
 mod render;
 mod reviewers;
 mod sessions;
+mod status;
 
 use std::process::ExitCode;
 
@@ -47,11 +50,36 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(code) => code,
+        // The reader went away (`| head`): it has what it wanted, nothing failed.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` comes from writing to a pipe whose reader has gone. (Rust ignores SIGPIPE,
+/// so the write fails with EPIPE instead of killing tern; tern keeps it that way because the
+/// gateway and `tern ps` write to sockets and children whose end may close.)
+/// Only stdout's reader counts: a broken pipe to a process or a socket stays an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) && stdout_reader_gone()
+}
+
+/// Whether stdout is a pipe whose read end is closed: poll(2) reports POLLERR on it then.
+fn stdout_reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// The error and its causes, skipping a cause whose text the message already contains
@@ -96,11 +124,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Show,
         } => {
+            use std::io::Write as _;
             let (h, eff) = context::load_config(home)?;
-            println!("# tern home: {}", h.root.display());
-            println!("# session store: {}", h.db_path().display());
+            // `writeln!` with `?`, not `println!`: a closed pipe is an error to end quietly on.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "# tern home: {}", h.root.display())?;
+            writeln!(out, "# session store: {}", h.db_path().display())?;
             // Starts with the `# config file:` line.
-            print!("{}", tern_config::render_masked(&eff));
+            write!(out, "{}", tern_config::render_masked(&eff))?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(home).await,
@@ -110,6 +142,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
         Command::Ps(args) => ps::run(home, args).await,
+        Command::Status(args) => status::run(home, args).await,
+        Command::Completions(args) => completions::run(&args),
         Command::Supervise { dir } => supervise(&dir).await,
     }
 }

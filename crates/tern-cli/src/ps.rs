@@ -19,7 +19,7 @@
 //!   stream's first byte is shown first, so the context has no gap and no repeat. Raw mode
 //!   (when stdin is a terminal), `resize` at start and on SIGWINCH, Ctrl-] detaches.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -286,9 +286,21 @@ async fn list(obs: &Observer, args: ListArgs) -> anyhow::Result<ExitCode> {
                 }
         })
         .collect();
+    let mut shown = shown;
+    // Running ones first (what needs attention), then the newest first.
+    shown.sort_by_key(|p| {
+        (
+            !p.status.is_running(),
+            std::cmp::Reverse(p.started_at_ms),
+            std::cmp::Reverse(p.id.clone()),
+        )
+    });
     let hidden = total - shown.len();
+    // Written with `?`, not `print!`: a closed pipe (`tern ps | head -1`) is an error that
+    // `main` ends quietly, not a panic.
+    let mut stdout = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&shown)?);
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&shown)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let hint = || {
@@ -331,7 +343,8 @@ async fn list(obs: &Observer, args: ListArgs) -> anyhow::Result<ExitCode> {
             one_line(&p.command, 60),
         ));
     }
-    print!("{out}");
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
     hint();
     Ok(ExitCode::SUCCESS)
 }

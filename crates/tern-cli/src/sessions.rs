@@ -116,7 +116,7 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     "status   {}   source {}   model {}",
                     s.status.as_str(),
                     s.source,
-                    s.model.as_deref().unwrap_or("-")
+                    models_used(&s, &msgs)
                 )?;
                 writeln!(
                     out,
@@ -303,11 +303,32 @@ fn write_wait(out: &mut impl Write, w: &tern_store::Wait) -> std::io::Result<()>
     )
 }
 
+/// The models that answered in the session, the latest first (`m2 (before: m1)`); the one
+/// it was created with when no answer recorded one (older sessions, or none yet).
+fn models_used(s: &tern_store::Session, msgs: &[Message]) -> String {
+    let mut used: Vec<&str> = Vec::new();
+    for m in msgs.iter().rev() {
+        if let Some(name) = m.model.as_deref()
+            && !used.contains(&name)
+        {
+            used.push(name);
+        }
+    }
+    match used.split_first() {
+        None => s.model.clone().unwrap_or_else(|| "-".into()),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, before)) => format!("{last} (before: {})", before.join(", ")),
+    }
+}
+
 fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
-    let head = match (&m.tool_name, &m.tool_call_id) {
+    let mut head = match (&m.tool_name, &m.tool_call_id) {
         (Some(n), Some(id)) => format!("#{} {} ({n}, {id})", m.seq, m.role.as_str()),
         _ => format!("#{} {}", m.seq, m.role.as_str()),
     };
+    if let Some(model) = &m.model {
+        head.push_str(&format!(" [{model}]"));
+    }
     writeln!(out, "{head}  {}", when(m.created_at))?;
     if let Some(r) = &m.reasoning {
         writeln!(out, "  [reasoning] {}", one_line(r, 300))?;

@@ -61,6 +61,7 @@ fn message_json(m: &Message) -> Value {
         "tool_calls": if m.tool_calls.is_empty() { Value::Null } else { json!(m.tool_calls) },
         "tool_name": m.tool_name,
         "reasoning": m.reasoning,
+        "model": m.model,
         "timestamp": secs(m.created_at),
         "seq": m.seq,
     })
@@ -275,13 +276,26 @@ pub(crate) struct ChatBody {
 
 impl ChatBody {
     fn input(&self) -> Result<String, ApiError> {
-        let text = self
-            .message
-            .as_ref()
-            .or(self.input.as_ref())
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .unwrap_or_default();
+        let given = match (&self.message, &self.input) {
+            (Some(v), _) if !v.is_null() => Some(("message", v)),
+            (_, Some(v)) if !v.is_null() => Some(("input", v)),
+            _ => None,
+        };
+        let text = match given {
+            None => "",
+            Some((_, Value::String(s))) => s.trim(),
+            // Said as a type error, not as a missing message: the client sent one.
+            Some((field, other)) => {
+                return Err(ApiError::bad_request(
+                    "invalid_type",
+                    format!(
+                        "\"{field}\" must be a string, not {}",
+                        json_type_name(other)
+                    ),
+                )
+                .param(field));
+            }
+        };
         if text.is_empty() {
             return Err(
                 ApiError::bad_request("missing_message", "Send a non-empty \"message\"")
@@ -293,6 +307,18 @@ impl ChatBody {
 
     fn system(&self) -> Option<String> {
         self.system_message.clone().or(self.instructions.clone())
+    }
+}
+
+/// A JSON value's type, as an error message names it ("a number").
+fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

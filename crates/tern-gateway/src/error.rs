@@ -122,11 +122,23 @@ impl From<tern_agent::AgentError> for ApiError {
         use tern_agent::AgentError;
         match e {
             AgentError::ModelNotConfigured(m) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "model_not_configured", m)
+                // The full text names the server's config file; API clients learn what is
+                // missing, the operator reads where in the log.
+                tracing::error!("a turn was refused: {m}");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "model_not_configured",
+                    "No model is configured on this gateway: its operator must set the \
+                     model's endpoint and name (OPENAI_BASE_URL and TERN_MODEL, or [model] \
+                     in its config.toml); see the gateway's log",
+                )
             }
-            AgentError::Model(m) => {
-                Self::new(StatusCode::BAD_GATEWAY, "model_error", m.to_string())
-            }
+            // The whole chain: "could not reach …: … connection refused", not only its top.
+            AgentError::Model(m) => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "model_error",
+                tern_llm::error_chain(&m),
+            ),
             AgentError::Store(s) => s.into(),
             AgentError::InvalidInput(m) => Self::bad_request("invalid_input", m),
             AgentError::SessionEnded(id) => Self::new(

@@ -100,7 +100,7 @@ impl Client {
                 secs: self.cfg.timeout.as_secs(),
             }
         } else if e.is_decode() {
-            LlmError::Decode(e.to_string())
+            LlmError::Decode(crate::error_chain(&e))
         } else {
             LlmError::Connect {
                 url: url.to_owned(),
@@ -153,6 +153,7 @@ impl Client {
                     let delay = retry_after
                         .unwrap_or_else(|| self.backoff(attempt))
                         .min(self.cfg.backoff_max);
+                    // `e`'s text carries its causes (see `LlmError::Connect`).
                     tracing::warn!(attempt, ?delay, error = %e, "model call failed; retrying");
                     on_event(StreamEvent::Retrying {
                         attempt,
@@ -362,6 +363,7 @@ pub(crate) fn parse_completion(text: &str) -> Result<ChatResponse, LlmError> {
         tool_calls: convert_calls(calls),
         usage: wire.usage,
         finish_reason: choice.finish_reason,
+        model: wire.model.filter(|m| !m.is_empty()),
     })
 }
 
@@ -374,6 +376,7 @@ struct StreamAccumulator {
     calls: Vec<(String, String, String)>,
     usage: Option<Usage>,
     finish_reason: Option<String>,
+    model: Option<String>,
 }
 
 impl StreamAccumulator {
@@ -398,6 +401,9 @@ impl StreamAccumulator {
         })?;
         if let Some(u) = wire.usage {
             self.usage = Some(u);
+        }
+        if let Some(m) = wire.model.filter(|m| !m.is_empty()) {
+            self.model = Some(m);
         }
         for choice in wire.choices {
             if let Some(fr) = choice.finish_reason {
@@ -461,6 +467,7 @@ impl StreamAccumulator {
                 .collect(),
             usage: self.usage,
             finish_reason: self.finish_reason,
+            model: self.model,
         }
     }
 }

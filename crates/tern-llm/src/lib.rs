@@ -22,7 +22,9 @@ pub use types::*;
 pub enum LlmError {
     #[error("the model endpoint answered HTTP {status}: {body}")]
     Http { status: u16, body: String },
-    #[error("could not reach the model endpoint {url}: {source}")]
+    /// The text names every cause: reqwest's own says only "error sending request for url
+    /// (…)" — the URL again — and leaves "connection refused" or a DNS failure to its sources.
+    #[error("could not reach the model endpoint {url}: {}", causes(source))]
     Connect {
         url: String,
         #[source]
@@ -34,6 +36,30 @@ pub enum LlmError {
     Decode(String),
     #[error("invalid model client configuration: {0}")]
     Config(String),
+}
+
+/// `e` and its sources, `: `-separated, skipping a source whose text is already in the
+/// message (many errors repeat their source in their own text).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// What went wrong under a reqwest error: its sources, or its own text when it has none.
+fn causes(e: &reqwest::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(s) => error_chain(s),
+        None => e.to_string(),
+    }
 }
 
 impl LlmError {

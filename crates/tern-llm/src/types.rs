@@ -137,12 +137,17 @@ pub struct ChatResponse {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub finish_reason: Option<String>,
+    /// The model the server says answered (e.g. a dated version of the one asked for, or the
+    /// one a router picked); `None` when it does not say.
+    pub model: Option<String>,
 }
 
 // ---- wire shapes of answers (lenient: every field optional) ----
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireCompletion {
+    #[serde(default)]
+    pub model: Option<String>,
     #[serde(default)]
     pub choices: Vec<WireChoice>,
     #[serde(default)]

@@ -11,8 +11,9 @@
 //! must compile) → the command goes through [`terminal::authorize`] like a foreground one
 //! (working directory, hard-line list, approval of dangerous commands) →
 //! [`ProcessManager::spawn`] starts it under a supervisor, tagged with the calling
-//! session → the answer is at once `{"session_id": "proc_…", "pid": …}`. Without
-//! `background` the call is the foreground `terminal`.
+//! session → the answer is at once `{"process_id": "proc_…", "session_id": (the same id,
+//! under Hermes' name), "pid": …}`. Without `background` the call is the foreground
+//! `terminal`.
 //!
 //! With the ssh backend ([`crate::ssh`]) background commands run on the remote host: their
 //! `workdir` is a path there, so it is not checked on this machine (the manager's preflight
@@ -324,15 +325,18 @@ impl Terminal {
             // The process runs; its exit arms the notification again (idempotent per id).
             tracing::warn!(id = %info.id, error = %e, "cannot arm the completion notification now; its exit will");
         }
-        let mut note =
-            String::from("running in the background; use the `process` tool with this session_id");
+        let mut note = String::from(
+            "running in the background; use the `process` tool with this id as its session_id",
+        );
         if args.timeout.is_some() {
             note.push_str(
                 ". `timeout` was ignored: a background process runs until it exits or is \
                  killed (`process` `wait` takes a timeout)",
             );
         }
+        // `process_id` names it plainly; `session_id` is the same id under Hermes' name.
         Ok(json!({
+            "process_id": info.id,
             "session_id": info.id,
             "pid": info.pid,
             "state": "running",

@@ -145,6 +145,10 @@ pub struct Message {
     pub prompt_tokens: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<i64>,
+    /// The model that wrote an assistant message (as its server named it); `None` for other
+    /// roles and for messages stored before tern recorded it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub created_at: i64,
 }
 
@@ -172,6 +176,8 @@ pub struct NewMessage {
     pub turn_id: Option<String>,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
+    /// See [`Message::model`].
+    pub model: Option<String>,
 }
 
 impl NewMessage {
@@ -235,6 +241,17 @@ pub struct ActiveKey {
     pub kind: KeyKind,
     /// Hex SHA-256 of the key.
     pub hash: String,
+}
+
+/// What [`Store::counts`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Every session, ended ones included.
+    pub sessions: i64,
+    pub running_sessions: i64,
+    pub waiting_sessions: i64,
+    /// Inbox requests no one has decided yet.
+    pub pending_requests: i64,
 }
 
 /// A full-text search hit.
@@ -361,6 +378,51 @@ impl Store {
         make_private(path);
         MIGRATOR.run(&pool).await?;
         Ok(Self { pool })
+    }
+
+    /// Opens an existing store for reading only (`tern status`): no file is created, the
+    /// schema is not migrated, nothing is written — safe beside a running gateway.
+    pub async fn open_read_only(path: &Path) -> Result<Self> {
+        let display = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            path: display.clone(),
+            source,
+        };
+        let opts = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(open_err)?
+            .filename(path)
+            .read_only(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .connect_with(opts)
+            .await
+            .map_err(open_err)?;
+        Ok(Self { pool })
+    }
+
+    /// How many sessions are in each status, and inbox requests pending: what `tern status`
+    /// shows.
+    pub async fn counts(&self) -> Result<Counts> {
+        let mut c = Counts::default();
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status, COUNT(*) FROM sessions GROUP BY status")
+                .fetch_all(&self.pool)
+                .await?;
+        for (status, n) in rows {
+            match SessionStatus::parse(&status)? {
+                SessionStatus::Running => c.running_sessions = n,
+                SessionStatus::Waiting => c.waiting_sessions = n,
+                SessionStatus::Idle | SessionStatus::Ended => {}
+            }
+            c.sessions += n;
+        }
+        c.pending_requests =
+            sqlx::query_scalar("SELECT COUNT(*) FROM inbox_requests WHERE status = 'pending'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(c)
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -678,7 +740,8 @@ impl Store {
                'content', content, 'tool_calls', json(tool_calls), \
                'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
                'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
-               'completion_tokens', completion_tokens, 'created_at', created_at) ORDER BY seq) \
+               'completion_tokens', completion_tokens, 'model', model, \
+               'created_at', created_at) ORDER BY seq) \
              FROM messages WHERE session_id = ?",
         )
         .bind(session_id)
@@ -876,6 +939,7 @@ struct MessageRow {
     turn_id: Option<String>,
     prompt_tokens: Option<i64>,
     completion_tokens: Option<i64>,
+    model: Option<String>,
     created_at: i64,
 }
 
@@ -894,6 +958,7 @@ impl MessageRow {
             turn_id: self.turn_id,
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
+            model: self.model,
             created_at: self.created_at,
         }
     }
@@ -923,9 +988,10 @@ pub(crate) async fn insert_messages(
         };
         let row = sqlx::query(
             "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, \
-                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, created_at) \
+                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, model, \
+                 created_at) \
                  VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), \
-                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
+                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
         )
         .bind(session_id)
         .bind(session_id)
@@ -938,6 +1004,7 @@ pub(crate) async fn insert_messages(
         .bind(&m.turn_id)
         .bind(m.prompt_tokens)
         .bind(m.completion_tokens)
+        .bind(&m.model)
         .bind(now)
         .fetch_one(&mut *tx)
         .await
@@ -962,6 +1029,7 @@ pub(crate) async fn insert_messages(
             turn_id: m.turn_id.clone(),
             prompt_tokens: m.prompt_tokens,
             completion_tokens: m.completion_tokens,
+            model: m.model.clone(),
             created_at: now,
         });
     }

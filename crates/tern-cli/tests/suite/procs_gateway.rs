@@ -82,6 +82,8 @@ async fn a_background_process_survives_a_killed_gateway() {
     let started = turn(&api, &session, "start").await;
     let id = started["session_id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("proc_"), "{started}");
+    // Named plainly, with `session_id` kept as its alias for Hermes' clients.
+    assert_eq!(started["process_id"], id.as_str(), "{started}");
     let pid = started["pid"].as_i64().unwrap();
     let first = process(&api, &session, json!({"action": "poll", "session_id": id})).await;
     assert_eq!(first["state"], "running", "{first}");

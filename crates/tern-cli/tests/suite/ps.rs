@@ -46,7 +46,7 @@ fn req(e: &Env, command: &str, pty: bool) -> SpawnRequest {
 
 /// On drop (a failed test included), SIGKILLs every child group and supervisor still running
 /// under `procs/`.
-struct Reap(PathBuf);
+pub(crate) struct Reap(pub(crate) PathBuf);
 
 impl Drop for Reap {
     fn drop(&mut self) {
@@ -769,4 +769,44 @@ async fn send_types_a_line_into_a_pty_program() {
         .await
         .unwrap();
     assert!(!done.info.status.is_running());
+}
+
+#[tokio::test]
+async fn the_list_shows_running_ones_first_then_the_newest_first() {
+    let e = Env::new();
+    let _reap = Reap(e.home());
+    let mgr = manager(&e).await;
+    let first = mgr.spawn(req(&e, "true", false)).await.unwrap();
+    let old_runner = mgr.spawn(req(&e, "sleep 300", false)).await.unwrap();
+    let failed = mgr.spawn(req(&e, "exit 3", false)).await.unwrap();
+    for id in [&first.id, &failed.id] {
+        eventually("the exit", async || {
+            (!mgr.get(id).await.unwrap().status.is_running()).then_some(())
+        })
+        .await;
+    }
+    let new_runner = mgr.spawn(req(&e, "sleep 300", false)).await.unwrap();
+    let want = [&new_runner.id, &old_runner.id, &failed.id, &first.id];
+
+    let listed = ps_json(&e, &[]);
+    let ids: Vec<&str> = listed.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, want, "{listed:?}");
+    let out = e.run(&["ps"]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    let rows: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(rows, want, "{table}");
+
+    // Into a pipe its reader closed (`tern ps | head -1`): a quiet success.
+    for args in [&["ps"][..], &["ps", "--json"], &["ps", "log", &first.id]] {
+        let o = crate::suite::output::into_closed_pipe(&e, args);
+        crate::suite::output::ended_quietly(&o, &format!("{args:?}"));
+    }
+    for id in [&old_runner.id, &new_runner.id] {
+        mgr.kill(id).await.unwrap();
+    }
 }
