@@ -32,6 +32,7 @@ mod procs;
 mod reviewer_api;
 mod reviewer_auth;
 mod reviewer_router;
+mod reviewer_routes;
 pub mod turns;
 mod uploads_api;
 mod waits;
@@ -58,7 +59,7 @@ use tern_tools::Approver;
 pub use auth::{Authenticator, CallerKey};
 pub use error::ApiError;
 pub use inbox_settings::InboxSettings;
-pub use reviewer_router::reviewer_routes;
+pub use reviewer_routes::reviewer_routes;
 pub use turns::TurnManager;
 pub use waits::{GatewayRunner, WaitsSetup};
 

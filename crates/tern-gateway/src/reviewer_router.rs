@@ -1,12 +1,10 @@
 //! The reviewers' routes as one list. Every route that takes the [`Reviewer`] extractor is
 //! declared through [`get`] or [`post`] here, which keep its method and path beside its
-//! handler: the router is built from the list, and [`reviewer_routes`] gives the same list to
+//! handler: the router is built from the list, and [`crate::reviewer_routes`] gives the same list to
 //! the tests (an agent key gets 403 on every reviewer route), so a new route cannot be left
 //! out of them.
 //!
 //! [`Reviewer`]: crate::reviewer_auth::Reviewer
-
-use std::sync::LazyLock;
 
 use axum::Router;
 use axum::handler::Handler;
@@ -17,8 +15,8 @@ use crate::AppState;
 
 /// One reviewer route: its method, its path pattern and its handler.
 pub(crate) struct Route {
-    method: Method,
-    path: &'static str,
+    pub(crate) method: Method,
+    pub(crate) path: &'static str,
     handler: MethodRouter<AppState>,
 }
 
@@ -53,22 +51,4 @@ pub(crate) fn router(routes: Vec<Route>) -> Router<AppState> {
     routes
         .into_iter()
         .fold(Router::new(), |r, route| r.route(route.path, route.handler))
-}
-
-/// Every reviewer route of the gateway, each module's in the order it declares them.
-fn all() -> Vec<Route> {
-    let mut all = crate::reviewer_api::reviewer_routes();
-    all.extend(crate::reviewer_auth::reviewer_routes());
-    all.extend(crate::uploads_api::reviewer_routes());
-    all.extend(crate::web::reviewer_routes());
-    all
-}
-
-/// Every route that only a reviewer (a reviewer token or a reviewer's session cookie) may use,
-/// as `(method, path pattern)`: the JSON reviewer API, the logout, reviewers' downloads and
-/// the web inbox. The login routes, which hand out the credentials, are not among them.
-pub fn reviewer_routes() -> &'static [(Method, &'static str)] {
-    static LIST: LazyLock<Vec<(Method, &'static str)>> =
-        LazyLock::new(|| all().into_iter().map(|r| (r.method, r.path)).collect());
-    &LIST
 }
