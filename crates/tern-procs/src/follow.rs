@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
 use crate::blocking;
-use crate::layout::{ProcDir, now_ms, read_json, write_json_atomic};
+use crate::layout::{ProcDir, read_json, write_json_atomic};
+use tern_util::now_ms;
 use crate::log::{LogSlice, read_range};
 use crate::output::for_model;
 

@@ -43,11 +43,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: Mode) -> io::Result<()> {
     };
     let (tmp, mut file) = create_temp(dir, &file_name.to_string_lossy(), mode)?;
     let written = (|| {
+        file.write_all(bytes)?;
         if let Mode::Exact(bits) = mode {
-            // Creating with `bits` cannot widen past the umask; this sets them exactly.
+            // Creating with `bits` could only narrow them (the umask); this sets them
+            // exactly. After the write, which would clear set-user-id and set-group-id.
             file.set_permissions(Permissions::from_mode(bits))?;
         }
-        file.write_all(bytes)?;
         file.sync_all()?;
         drop(file);
         fs::rename(&tmp, path)
