@@ -11,8 +11,8 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use tern_util::fs::Mode;
 
