@@ -29,6 +29,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 use tern_config::Home;
 use tern_inbox::Field;
+use tern_util::Backoff;
 use tokio::time::Instant;
 
 use crate::context;
@@ -478,10 +479,11 @@ async fn post_create(
     key: &str,
     deadline: Option<Instant>,
 ) -> Result<Value, Failure> {
-    let mut delay = Duration::from_millis(250);
+    let backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(4));
     let mut attempts = 0;
     loop {
         attempts += 1;
+        let delay = backoff.delay(attempts);
         match http.post_json(path, body, Some(key)).await {
             Ok(a) => return Ok(a.body.unwrap_or(Value::Null)),
             // A 429 on a create is a policy's rate limit, whose window is minutes or hours:
@@ -495,7 +497,6 @@ async fn post_create(
                 tracing::debug!(error = %f.message(), "retrying {path}");
                 eprintln!("tern ask: {}; retrying", f.message());
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(4));
             }
             Err(f) => return Err(f),
         }
@@ -601,9 +602,12 @@ async fn wait(
 ) -> Result<End, Failure> {
     let started = Instant::now();
     let max_interval = max_interval.max(Duration::from_millis(50));
-    let mut delay = Duration::from_millis(200).min(max_interval);
+    let backoff = Backoff::new(Duration::from_millis(200).min(max_interval), max_interval);
+    let mut polls = 0;
     let mut failing_since: Option<Instant> = None;
     loop {
+        polls += 1;
+        let delay = backoff.delay(polls);
         match http.get(path, &[]).await {
             Ok(a) if a.status == 200 => {
                 if failing_since.is_some() {
@@ -643,7 +647,6 @@ async fn wait(
         } else {
             tokio::time::sleep(delay).await;
         }
-        delay = (delay * 2).min(max_interval);
     }
 }
 
@@ -664,45 +667,13 @@ fn parse_context(specs: &[String]) -> Result<BTreeMap<String, String>, String> {
     Ok(map)
 }
 
-/// `90s`, `15m`, `2h`, `1h30m`, `500ms`, `1d`; a bare number is seconds.
+/// A bare number of seconds, or a duration as the configuration writes them
+/// ([`tern_config::parse_duration`]: `90s`, `15m`, `2h`, `1h30m`, `500ms`, `1d`).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+    match s.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => tern_config::parse_duration(s),
     }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{s:?} is not a duration like 90s, 15m, 2h or 1h30m"
-            ));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{s:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "d" => Duration::from_secs(n.saturating_mul(86_400)),
-            u => return Err(format!("{s:?}: unknown unit {u:?} (use ms, s, m, h or d)")),
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
 }
 
 fn format_duration(d: Duration) -> String {
@@ -988,7 +959,9 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        for bad in ["", "h", "2x", "1.5h", "-3s"] {
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "h", "2x", "-3s", "0s", "2 x"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

@@ -201,10 +201,6 @@ async fn resolve(obs: &Observer, id: &str) -> anyhow::Result<String> {
     }
 }
 
-fn now_ms() -> i64 {
-    tern_procs::layout::now_ms()
-}
-
 /// A duration in milliseconds, short: `42s`, `3m12s`, `2h05m`, `3d4h`.
 fn span(ms: i64) -> String {
     let s = ms.max(0) / 1000;
@@ -265,7 +261,7 @@ fn time_cell(p: &ProcInfo, now: i64) -> String {
 }
 
 async fn list(obs: &Observer, args: ListArgs) -> anyhow::Result<ExitCode> {
-    let now = now_ms();
+    let now = tern_util::now_ms();
     let recent_ms = i64::try_from(RECENT.as_millis()).unwrap_or(i64::MAX);
     let all = obs.list().await?;
     let in_session: Vec<ProcInfo> = all

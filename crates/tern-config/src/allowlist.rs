@@ -2,11 +2,11 @@
 //! formatting and comments.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use crate::error::{ConfigError, line_column};
-use crate::home::{CONFIG_FILE, Home};
+use crate::home::Home;
 
 /// Appends an exact command to `[approvals] allowlist` in `config.toml`,
 /// keeping the file's existing formatting and comments and creating the
@@ -89,8 +89,8 @@ pub fn add_to_allowlist(home: &Home, command: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Writes `contents` to `path` via a temporary file in the same directory and
-/// a rename, so a crash never leaves a truncated config behind.
+/// Replaces `path` with `contents` atomically, mode 0600 ([`tern_util::fs::write_private`]),
+/// so a crash never leaves a truncated config behind.
 fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
     // Write through a symlinked config (e.g. one kept in a dotfiles repo)
     // instead of replacing the link with a regular file.
@@ -100,54 +100,11 @@ fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
         }
         _ => path.to_owned(),
     };
-    let dir = target
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| CONFIG_FILE.to_owned());
-
-    let io_err = |action: &'static str, path: &Path| {
-        let path = path.to_owned();
-        move |source| ConfigError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-
-    let mut attempt = 0u32;
-    let (tmp_path, mut file) = loop {
-        let tmp_path = dir.join(format!(".{file_name}.tmp-{}-{attempt}", std::process::id()));
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        match options.open(&tmp_path) {
-            Ok(file) => break (tmp_path, file),
-            // A stale temp file from a crashed run; pick another name.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => attempt += 1,
-            Err(source) => return Err(io_err("create", &tmp_path)(source)),
-        }
-    };
-
-    let result = (|| {
-        file.write_all(contents)
-            .map_err(io_err("write", &tmp_path))?;
-        file.sync_all().map_err(io_err("write", &tmp_path))?;
-        drop(file);
-        fs::rename(&tmp_path, &target).map_err(io_err("replace", &target))
-    })();
-    if result.is_err() {
-        // Best effort: the original error is what matters to the user.
-        let _ = fs::remove_file(&tmp_path);
-    }
-    result
+    tern_util::fs::write_private(&target, contents).map_err(|source| ConfigError::Io {
+        action: "write",
+        path: target,
+        source,
+    })
 }
 
 #[cfg(test)]

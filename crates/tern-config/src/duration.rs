@@ -1,45 +1,23 @@
-//! [`parse_duration`]: the durations of the configuration, `"30s"`, `"2h"`, `"1h30m"`.
+//! [`parse_duration`]: the durations of the configuration and of `tern ask`, `"30s"`, `"2h"`,
+//! `"1h30m"`, read by `humantime`.
 
 use std::time::Duration;
 
-/// Parses a duration: one or more `<number><unit>` parts, unit `s`, `m`, `h` or `d`
-/// (`"30m"`, `"2h"`, `"1d"`, `"1h30m"`). Zero and overflowing durations are refused.
+/// Parses a duration: one or more `<number><unit>` parts (`"30s"`, `"5m"`, `"2h"`, `"1d"`,
+/// `"1h30m"`, `"500ms"`; humantime's longer unit names and spaces between parts work too).
+/// Zero and overflowing durations are refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let bad = || {
-        format!(
-            "{text:?} is not a duration: write a number and a unit, s, m, h or d (e.g. \"30m\", \"2h\", \"1h30m\")"
-        )
-    };
-    if text.is_empty() {
-        return Err(bad());
-    }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit = rest[digits..].chars().next().ok_or_else(bad)?;
-        let seconds = match unit {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(bad()),
-        };
-        total = number
-            .checked_mul(seconds)
-            .and_then(|s| total.checked_add(s))
-            .ok_or_else(|| format!("{text:?} is too long a duration"))?;
-        rest = &rest[digits + unit.len_utf8()..];
-    }
-    if total == 0 {
+    let duration = humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => format!("{text:?} is too long a duration"),
+        e => format!(
+            "{text:?} is not a duration ({e}): write a number and a unit, s, m, h or d (e.g. \"30m\", \"2h\", \"1h30m\")"
+        ),
+    })?;
+    if duration.is_zero() {
         return Err(format!("{text:?} must be longer than zero"));
     }
-    Ok(Duration::from_secs(total))
+    Ok(duration)
 }
 
 #[cfg(test)]
@@ -47,12 +25,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
+    fn the_documented_forms_parse() {
         for (text, secs) in [
             ("30s", 30),
+            ("5m", 300),
             ("30m", 1800),
+            ("1h", 3600),
             ("2h", 7200),
+            ("24h", 86_400),
             ("1d", 86_400),
+            ("2d", 172_800),
             ("1h30m", 5400),
             (" 5m ", 300),
         ] {
@@ -62,23 +44,30 @@ mod tests {
                 "{text}"
             );
         }
-        for text in ["", "5", "m", "5x", "1.5h", "-1h", "h5", "1h 30m"] {
-            assert!(parse_duration(text).is_err(), "{text:?} parsed");
+    }
+
+    #[test]
+    fn humantime_s_wider_forms_parse_too() {
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2 days"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+    }
+
+    #[test]
+    fn malformed_zero_and_overflowing_durations_are_refused() {
+        for text in ["", "5", "m", "5x", "-1h", "h5", "1h-30m", "off"] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("not a duration"), "{text:?}: {err}");
         }
         assert!(
             parse_duration("0m")
                 .unwrap_err()
                 .contains("longer than zero")
         );
-        assert!(
-            parse_duration("99999999999999999999d")
-                .unwrap_err()
-                .contains("not a duration")
-        );
-        assert!(
-            parse_duration("999999999999999999d")
-                .unwrap_err()
-                .contains("too long")
-        );
+        for text in ["99999999999999999999d", "999999999999999999d"] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("too long"), "{text:?}: {err}");
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! same machine works with no flags.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::json;
 use tern_config::Home;
@@ -79,43 +79,16 @@ pub async fn prepare_admin(
     .to_string();
     let path = home.root.join(ADMIN_FILE);
     let p = path.clone();
-    let written = tokio::task::spawn_blocking(move || write_private(&p, text.as_bytes()))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    let written =
+        tokio::task::spawn_blocking(move || tern_util::fs::write_private(&p, text.as_bytes()))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
     written.map_err(|source| AdminFileError::Write {
         path: path.clone(),
         source,
     })?;
     tracing::info!(path = %path.display(), "wrote the local inbox admin credential (mode 0600)");
     Ok(login)
-}
-
-/// Writes `bytes` to `path` atomically with mode 0600: a temporary file beside it, created
-/// with that mode (so the secret is never readable by others, not even briefly), synced,
-/// then renamed over the old file.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("json.tmp");
-    // A leftover from a crash may have another mode; start afresh.
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        // The rename is durable once the directory is synced.
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -133,20 +106,6 @@ mod tests {
             local_url("10.0.0.5:8642".parse().unwrap()),
             "http://10.0.0.5:8642"
         );
-    }
-
-    #[test]
-    fn private_files_are_0600_and_replaced_whole() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(ADMIN_FILE);
-        std::fs::write(&path, "old").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        write_private(&path, b"new").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert!(!path.with_extension("json.tmp").exists());
     }
 
     #[test]

@@ -185,22 +185,10 @@ pub async fn ensure_first_key(
     }
     let key = create_key_of_kind(store, "default", KeyKind::Admin).await?;
     let path = home.join("gateway.key");
-    let write = move |p: &Path| -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(p)?;
-        // `mode` applies only when the file is created; an existing file keeps its own.
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        f.write_all(format!("{key}\n").as_bytes())?;
-        f.sync_all()
-    };
+    // Atomic and 0600 from the start: the key is never readable by others, nor half there.
+    let contents = format!("{key}\n");
     let p = path.clone();
-    tokio::task::spawn_blocking(move || write(&p))
+    tokio::task::spawn_blocking(move || tern_util::fs::write_private(&p, contents.as_bytes()))
         .await
         .map_err(|e| KeyError::Write {
             path: path.clone(),

@@ -47,7 +47,7 @@ impl Gateway {
     /// Resets every session idle for `after` that is not exempt; returns how many. Goes
     /// through all candidates page by page, so exempt sessions never hold others back.
     pub(crate) async fn idle_sweep(&self, after: Duration) -> Result<usize, ApiError> {
-        let cutoff = tern_procs::layout::now_ms()
+        let cutoff = tern_util::now_ms()
             .saturating_sub(i64::try_from(after.as_millis()).unwrap_or(i64::MAX));
         let with_procs = self.sessions_with_running_processes().await?;
         let mut reset = 0;

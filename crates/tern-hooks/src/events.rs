@@ -312,11 +312,10 @@ pub struct Envelope {
 
 impl Envelope {
     pub fn now(event: HookEvent) -> Self {
-        let timestamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        Self { event, timestamp }
+        Self {
+            event,
+            timestamp: tern_util::now_ms(),
+        }
     }
 
     pub fn to_json(&self) -> String {

@@ -5,7 +5,8 @@
 //! `"<timestamp>.<body>"` with HMAC-SHA256 under the webhook's secret
 //! (`X-Tern-Signature: sha256=<hex>`) → a 2xx ends the delivery; a connection error, a
 //! timeout, a 5xx or a 429 is retried after `retry_base_ms`, doubling each time, at most
-//! 30 s (a longer `Retry-After` is honoured up to that cap), until `max_attempts`; any other
+//! 30 s, each wait cut by up to a quarter of jitter (`tern_util::Backoff`; a longer
+//! `Retry-After` is honoured up to the cap), until `max_attempts`; any other
 //! status (3xx, 4xx) gives up at once, since sending the same request again cannot help.
 //! `X-Tern-Delivery` stays the same across the attempts of one delivery, so a receiver
 //! can drop duplicates (a retry after a timeout may deliver twice).
@@ -17,6 +18,7 @@ use hmac::{KeyInit, Mac};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use tern_config::WebhookConfig;
+use tern_util::{Backoff, now_ms};
 
 use crate::{EventFilter, HookError};
 
@@ -191,7 +193,8 @@ impl Webhook {
                 );
                 return;
             }
-            let delay = backoff(self.retry_base, attempt)
+            let delay = Backoff::new(self.retry_base, MAX_BACKOFF)
+                .delay(attempt)
                 .max(retry_after.unwrap_or_default())
                 .min(MAX_BACKOFF);
             tracing::debug!(
@@ -209,12 +212,6 @@ impl Webhook {
 /// 5xx and 429 are the receiver's transient trouble; everything else is an answer.
 fn is_retryable(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
-}
-
-/// The wait after failed attempt `attempt` (1-based): `base`, doubling, at most 30 s.
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let factor = 1u32 << attempt.saturating_sub(1).min(16);
-    base.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare from webhook receivers; ignored).
@@ -239,13 +236,6 @@ pub fn error_chain(e: &reqwest::Error) -> String {
 fn display_url(url: &str) -> String {
     let end = url.find(['?', '#']).unwrap_or(url.len());
     tern_config::mask_url(url[..end].trim())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// A delivery id unique within this process and across restarts in practice: the time in
@@ -287,16 +277,6 @@ mod tests {
             webhook_signature("0123456789abcdef", 1, b"x"),
             webhook_signature("0123456789abcdef", 2, b"x")
         );
-    }
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let base = Duration::from_millis(500);
-        assert_eq!(backoff(base, 1), Duration::from_millis(500));
-        assert_eq!(backoff(base, 2), Duration::from_millis(1000));
-        assert_eq!(backoff(base, 3), Duration::from_millis(2000));
-        assert_eq!(backoff(base, 7), Duration::from_secs(30));
-        assert_eq!(backoff(base, 1000), Duration::from_secs(30));
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tern_config::InboxNotifyConfig;
+use tern_util::Backoff;
 
 use crate::error::Result;
 use crate::outcome::Timestamp;
@@ -111,11 +112,10 @@ impl Notifications {
     }
 }
 
-/// The wait before attempt `attempts + 1`, after `attempts` failed ones (1-based):
-/// `base`, doubling, at most [`MAX_BACKOFF`].
+/// The wait before attempt `attempts + 1`, after `attempts` failed ones (1-based): the
+/// shared [`Backoff`] from `base`, doubling, at most [`MAX_BACKOFF`], jittered.
 pub fn retry_delay(base: Duration, attempts: u32) -> Duration {
-    let factor = 1u32 << attempts.saturating_sub(1).min(20);
-    base.saturating_mul(factor).min(MAX_BACKOFF)
+    Backoff::new(base, MAX_BACKOFF).delay(attempts)
 }
 
 /// The notification body.
@@ -182,13 +182,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let base = Duration::from_secs(1);
-        assert_eq!(retry_delay(base, 1), Duration::from_secs(1));
-        assert_eq!(retry_delay(base, 2), Duration::from_secs(2));
-        assert_eq!(retry_delay(base, 4), Duration::from_secs(8));
-        assert_eq!(retry_delay(base, 30), MAX_BACKOFF);
-        assert_eq!(retry_delay(base, u32::MAX), MAX_BACKOFF);
+    fn backoff_doubles_up_to_the_cap_with_jitter_below() {
+        let s = Duration::from_secs;
+        let within = |d: Duration, ceiling: Duration| d <= ceiling && d >= ceiling * 3 / 4;
+        for (attempts, ceiling) in [(1, s(1)), (2, s(2)), (4, s(8)), (30, MAX_BACKOFF)] {
+            let d = retry_delay(s(1), attempts);
+            assert!(within(d, ceiling), "attempt {attempts}: {d:?}");
+        }
+        assert!(retry_delay(s(1), u32::MAX) <= MAX_BACKOFF);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -144,21 +143,13 @@ impl Timestamp {
         let clamped = unix_millis.clamp(datetime::MIN_UNIX_MILLIS, datetime::MAX_UNIX_MILLIS);
         Timestamp {
             text,
-            instant: Instant {
-                secs: clamped.div_euclid(1000),
-                // rem_euclid(1000) is in 0..1000, so the cast cannot truncate.
-                nanos: clamped.rem_euclid(1000) as u32 * 1_000_000,
-            },
+            instant: Instant::from_unix_millis(clamped),
         }
     }
 
     /// The current time, to the millisecond, in UTC.
     pub fn now() -> Self {
-        // A clock set before 1970 is broken; the epoch is as good an answer as any.
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        Self::from_unix_millis(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+        Self::from_unix_millis(tern_util::now_ms())
     }
 
     /// The string as it was written.
@@ -168,7 +159,7 @@ impl Timestamp {
 
     /// Milliseconds since the Unix epoch (sub-millisecond digits are dropped).
     pub fn unix_millis(&self) -> i64 {
-        self.instant.secs * 1000 + i64::from(self.instant.nanos / 1_000_000)
+        self.instant.unix_millis()
     }
 }
 

@@ -192,6 +192,13 @@ impl HashedFile {
             // Two uploads of the same new content may race to here; both renames put the
             // same bytes in place, so whichever lands last changes nothing.
             tokio::fs::rename(&tmp_path, &target).await?;
+            // The rename is durable once the directory is: a row may point at the file as
+            // soon as this returns.
+            if let Some(dir) = target.parent().map(Path::to_path_buf) {
+                tokio::task::spawn_blocking(move || tern_util::fs::sync_dir(&dir))
+                    .await
+                    .map_err(std::io::Error::other)??;
+            }
         }
         Ok(self.stored.clone())
     }

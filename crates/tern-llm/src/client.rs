@@ -5,6 +5,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::json;
+use tern_util::Backoff;
 
 use crate::sse::SseParser;
 use crate::types::{
@@ -23,7 +24,7 @@ pub struct ClientConfig {
     /// streaming.
     pub timeout: Duration,
     pub max_retries: u32,
-    /// First backoff delay; doubles on each retry.
+    /// First backoff delay; doubles on each retry, less up to a quarter of jitter.
     pub backoff_base: Duration,
     /// Longest backoff delay, also the cap on a server's `Retry-After`.
     pub backoff_max: Duration,
@@ -168,17 +169,7 @@ impl Client {
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .cfg
-            .backoff_base
-            .saturating_mul(1u32 << (attempt - 1).min(16));
-        // Up to 25% jitter so that many clients retrying the same outage spread out.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let jitter = exp.mul_f64(f64::from(nanos % 1000) / 4000.0);
-        exp + jitter
+        Backoff::new(self.cfg.backoff_base, self.cfg.backoff_max).delay(attempt)
     }
 
     async fn attempt(

@@ -34,9 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ProcError;
 use crate::blocking;
-use crate::layout::{ProcDir, now_ms, read_json, write_json_atomic};
+use crate::layout::{ProcDir, read_json, write_json_atomic};
 use crate::log::{LogSlice, read_range};
 use crate::output::for_model;
+use tern_util::now_ms;
 
 /// The session a process belongs to, shared with its follower.
 pub(crate) type Owner = Arc<Mutex<Option<String>>>;

@@ -21,7 +21,6 @@
 //! tern's user only.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -265,23 +264,9 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Pro
     write_atomic(path, &bytes)
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename.
+/// Replaces `path` with `bytes` atomically, mode 0600 ([`tern_util::fs::write_private`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ProcError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = private_file(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        ProcError::io(path, e)
-    })
+    tern_util::fs::write_private(path, bytes).map_err(|e| ProcError::io(path, e))
 }
 
 /// Reads a JSON file; `None` when it does not exist.
@@ -293,14 +278,6 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, ProcErro
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ProcError::io(path, e)),
     }
-}
-
-/// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -474,8 +474,8 @@ impl ProcessManager {
     /// Removes processes that exited more than `keep` ago (their directories and logs);
     /// returns their ids. Running and lost processes are kept.
     pub async fn prune(&self, keep: Duration) -> Result<Vec<String>, ProcError> {
-        let cutoff = crate::layout::now_ms()
-            .saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
+        let cutoff =
+            tern_util::now_ms().saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
         let mut removed = Vec::new();
         for e in self.entries() {
             let pd = e.pd.clone();
@@ -491,9 +491,7 @@ impl ProcessManager {
                     })
                     .await?
                     {
-                        Some(t) => t
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                        Some(t) => tern_util::clock::unix_ms(t),
                         None => continue,
                     }
                 }

@@ -49,11 +49,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::ProcError;
 use crate::attach::{CLIENT_BACKLOG, Fanout, Subscription};
-use crate::layout::{
-    Backend, ExitRecord, Meta, ProcDir, Spec, now_ms, read_json, write_json_atomic,
-};
+use crate::layout::{Backend, ExitRecord, Meta, ProcDir, Spec, read_json, write_json_atomic};
 use crate::log::LogWriter;
 use crate::protocol::{MAX_LINE, Request, Response};
+use tern_util::now_ms;
 
 /// How long the output may go on after the child exited before the status is recorded
 /// anyway (a background descendant can hold the pipe open for ever).

@@ -267,13 +267,9 @@ pub struct SearchHit {
     pub created_at: i64,
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch: the clock every stored time is taken from (re-exported
+/// from `tern_util`, where it is defined once for all crates).
+pub use tern_util::now_ms;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 

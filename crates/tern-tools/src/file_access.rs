@@ -10,10 +10,11 @@
 //! is then renamed over the target, so a reader never sees a half-written file.
 
 use std::fs;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use tern_util::fs::Mode;
 
 use crate::{ToolContext, ToolError};
 
@@ -85,59 +86,22 @@ pub(crate) fn atomic_write(path: &Path, data: &[u8]) -> io::Result<bool> {
             ));
         }
     }
-    let file_name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    if target.file_name().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path has no file name",
+        ));
+    }
+    if let Some(dir) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
+    }
+    // An existing file keeps its permissions; a new one gets the usual default.
+    let mode = match &existing {
+        Some(meta) => Mode::Exact(meta.permissions().mode() & 0o7777),
+        None => Mode::Default,
     };
-    fs::create_dir_all(&dir)?;
-
-    let (tmp_path, mut file) = create_temp_file(&dir, &file_name)?;
-    let written = (|| {
-        file.write_all(data)?;
-        if let Some(meta) = &existing {
-            file.set_permissions(meta.permissions())?;
-        }
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp_path, &target)
-    })();
-    if let Err(e) = written {
-        // Best effort: the temporary file is ours and useless now.
-        let _ = fs::remove_file(&tmp_path);
-        return Err(e);
-    }
+    tern_util::fs::write_atomic(&target, data, mode)?;
     Ok(existing.is_none())
-}
-
-/// Creates a new, uniquely named hidden file in `dir` for an atomic write of `file_name`.
-pub(crate) fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathBuf, fs::File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // Keep the name well under the usual 255-byte limit.
-    let stem = &file_name[..floor_char_boundary(file_name, 100)];
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut last_err = None;
-    for _ in 0..64 {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let name = format!(".{stem}.tern-{}-{nanos:x}-{n}.tmp", std::process::id());
-        let tmp = dir.join(name);
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-        {
-            Ok(f) => return Ok((tmp, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_err.unwrap_or_else(|| io::Error::other("cannot create a temporary file")))
 }
 
 pub(crate) fn check_cancel(ctx: &ToolContext) -> Result<(), ToolError> {

@@ -48,6 +48,7 @@ use tern_hooks::{HookBus, WaitResolvedStatus};
 use tern_inbox::review::RequestStatus;
 use tern_inbox::service::decisions::{Decision, Decisions};
 use tern_store::{Store, StoreError, Wait, WaitStatus, now_ms};
+use tern_util::Backoff;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -70,8 +71,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Uploads may be large and the link slow.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
-/// Feed errors back off from 1 s, doubling, up to this.
-const MAX_FEED_BACKOFF: Duration = Duration::from_secs(60);
+/// Feed errors back off from 1 s, doubling, up to a minute.
+const FEED_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// Polling errors back off from `poll_interval`, doubling, up to this.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(3600);
 /// In polling mode, how often the feed is tried again (the server may have been upgraded).
@@ -452,12 +453,7 @@ impl RemoteFollower {
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read the remote inbox's cursor");
                     failures += 1;
-                    if !pause(
-                        stop,
-                        backoff(Duration::from_secs(1), failures, MAX_FEED_BACKOFF),
-                    )
-                    .await
-                    {
+                    if !pause(stop, FEED_BACKOFF.delay(failures)).await {
                         return Ended::Stopped;
                     }
                 }
@@ -524,7 +520,7 @@ impl RemoteFollower {
                 }
                 Err(e) => {
                     failures += 1;
-                    let delay = backoff(Duration::from_secs(1), failures, MAX_FEED_BACKOFF);
+                    let delay = FEED_BACKOFF.delay(failures);
                     if e.is_transient() {
                         tracing::warn!(error = %e, retry_in = ?delay, "the remote inbox's decisions feed failed");
                     } else {
@@ -699,7 +695,8 @@ impl RemoteFollower {
                             }
                             Err(e) => {
                                 entry.1 += 1;
-                                let delay = backoff(self.poll_interval, entry.1, MAX_POLL_BACKOFF);
+                                let delay = Backoff::new(self.poll_interval, MAX_POLL_BACKOFF)
+                                    .delay(entry.1);
                                 entry.0 = Instant::now() + delay;
                                 tracing::warn!(wait = %w.id, error = %e, retry_in = ?delay, "cannot read a request's result from the remote inbox");
                                 if let Err(e) =
@@ -738,12 +735,6 @@ enum ApplyError {
     Unread(ClientError),
 }
 
-/// `base` doubled per failure after the first, at most `max`.
-fn backoff(base: Duration, failures: u32, max: Duration) -> Duration {
-    base.saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(max.max(base))
-}
-
 /// Sleeps `delay`; `false` when `stop` came first.
 async fn pause(stop: &CancellationToken, delay: Duration) -> bool {
     tokio::select! {
@@ -755,18 +746,6 @@ async fn pause(stop: &CancellationToken, delay: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let s = Duration::from_secs;
-        assert_eq!(backoff(s(1), 1, s(60)), s(1));
-        assert_eq!(backoff(s(1), 2, s(60)), s(2));
-        assert_eq!(backoff(s(1), 7, s(60)), s(60));
-        assert_eq!(backoff(s(30), 3, s(3600)), s(120));
-        assert_eq!(backoff(s(30), 40, s(3600)), s(3600));
-        // A poll interval longer than the cap is never shortened.
-        assert_eq!(backoff(s(7200), 2, s(3600)), s(7200));
-    }
 
     #[test]
     fn file_names_cannot_break_out_of_the_header() {

@@ -46,6 +46,7 @@ use tern_hooks::{HookBus, HookEvent, WaitResolved, WaitResolvedStatus};
 use tern_llm::Role;
 use tern_store::waits::INTERRUPTED_MARKER;
 use tern_store::{NewMessage, Store, Wait, WaitKind, WaitStatus};
+use tern_util::Backoff;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -277,7 +278,8 @@ impl Resumer {
         let mut delivered = wait.status == WaitStatus::Delivered;
         // Where the turn runs: the wait's session, which a reset may change (see Moved).
         let mut session = wait.session_id.clone();
-        let mut delay = self.first_retry;
+        let backoff = Backoff::new(self.first_retry, LAST_RETRY);
+        let mut failures = 0;
         loop {
             let appended_to: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
             let deliver: Option<Deliver> = (!delivered).then(|| {
@@ -302,7 +304,7 @@ impl Resumer {
                 delivered = true;
                 session = to;
             }
-            match result {
+            let delay = match result {
                 Ok(Resumed::Answered) => {
                     if let Err(e) = self.store.wait_answered(&wait.id).await {
                         // The next start runs the turn again (at least once).
@@ -339,15 +341,17 @@ impl Resumer {
                     return;
                 }
                 Err(ResumeError::Failed(why)) => {
+                    failures += 1;
+                    let delay = backoff.delay(failures);
                     tracing::warn!(wait = %wait.id, session = %session, error = %why, retry_in = ?delay, "the resume failed; retrying");
                     let _ = self.store.wait_attempt_failed(&wait.id, &why).await;
+                    delay
                 }
-            }
+            };
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,
             }
-            delay = (delay * 2).min(LAST_RETRY);
             // A reset that keeps the waits may have moved this one meanwhile.
             if let Ok(Some(w)) = self.store.wait(&wait.id).await {
                 session = w.session_id;

@@ -160,7 +160,7 @@ async fn list_shows_running_and_recent_processes_and_json_parses() {
     // `old` ended two hours ago, as far as its record says.
     let exit_path = e.home().join("procs").join(&old.id).join("exit.json");
     let mut rec: Value = serde_json::from_slice(&std::fs::read(&exit_path).unwrap()).unwrap();
-    rec["ended_at_ms"] = (tern_procs::layout::now_ms() - 2 * 3600 * 1000).into();
+    rec["ended_at_ms"] = (tern_util::now_ms() - 2 * 3600 * 1000).into();
     std::fs::write(&exit_path, rec.to_string()).unwrap();
     // A directory whose supervisor is still starting (no meta.json yet).
     let starting = e.home().join("procs").join("proc_0123456789ab");
