@@ -13,7 +13,7 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -87,7 +87,7 @@ pub fn record(home: &Home, addr: SocketAddr, inbox_only: bool) -> Option<Recorde
     let path = home.root.join(STATE_FILE);
     let written = serde_json::to_vec_pretty(&rec)
         .map_err(std::io::Error::other)
-        .and_then(|bytes| write_atomically(&path, &bytes));
+        .and_then(|bytes| tern_util::fs::write_private(&path, &bytes));
     match written {
         Ok(()) => Some(Recorded { path }),
         Err(e) => {
@@ -95,30 +95,6 @@ pub fn record(home: &Home, addr: SocketAddr, inbox_only: bool) -> Option<Recorde
             None
         }
     }
-}
-
-/// Writes `bytes` to a temporary file beside `path` (mode 0600), syncs it and renames it over
-/// `path`: a reader sees the old file or the new one, never a part.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// The start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`);
