@@ -211,7 +211,7 @@ pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCod
             // the runtime's shutdown.
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
-            std::process::exit(i32::from(crate::EXIT_INTERRUPTED));
+            std::process::exit(i32::from(crate::exit::EXIT_INTERRUPTED));
         }
     };
     Ok(match outcome {

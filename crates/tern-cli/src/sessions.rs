@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow, bail};
+use clap::Subcommand;
 use serde_json::json;
 use tern_config::Home;
 use tern_store::{Message, Store};
@@ -21,37 +22,47 @@ use tern_waits::client::{EmbeddedInbox, InboxClient};
 use tern_waits::follow::request_kind;
 use tern_waits::remote::RemoteInbox;
 
-use crate::args::SessionsCommand;
 use crate::context;
 use crate::inbox::{AdminFile, Failure, Http};
 use crate::render::one_line;
+use crate::timefmt::when;
 
-/// A timestamp in milliseconds as `YYYY-MM-DD HH:MM` UTC.
-pub fn when(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
-}
-
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm); written by hand to
-/// avoid a date-time dependency for one display format.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// List sessions, most recently used first
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session and its messages
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-text search over message content
+    Search {
+        /// Words that must all appear
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a session and its messages (through the gateway running on this TERN_HOME,
+    /// if any, so that its waits end properly)
+    Delete { id: String },
+    /// Export a session as JSON lines (the session, then one message per line)
+    Export {
+        id: String,
+        /// Write to this file instead of stdout
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 async fn resolve(store: &Store, id: &str) -> anyhow::Result<tern_store::Session> {
@@ -348,14 +359,4 @@ fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
         )?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formats_utc_times() {
-        assert_eq!(super::when(0), "1970-01-01 00:00");
-        assert_eq!(super::when(951_782_400_000), "2000-02-29 00:00");
-        assert_eq!(super::when(1_795_000_000_000), "2026-11-18 11:06");
-    }
 }
