@@ -1,5 +1,7 @@
-//! The HTTP client of a gateway (a bearer token, JSON answers, [`Failure`]s that map to
-//! the exit codes) and `$TERN_HOME/inbox-admin.json`, where the gateway says where it is.
+//! The HTTP client of a gateway's reviewer API (a bearer token, JSON answers, [`Failure`]s
+//! that map to the exit codes) and `$TERN_HOME/inbox-admin.json`, where the gateway says
+//! where it is. `tern ask` speaks the agent API through `tern_waits::pumpup` instead, and
+//! shares [`Failure`] and [`AdminFile`] from here.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,9 +79,8 @@ pub(crate) struct Http {
     token: String,
 }
 
-/// A successful answer: its status and its JSON body (`None` when empty, e.g. a 204).
+/// A successful answer: its JSON body (`None` when empty, e.g. a 204).
 pub(crate) struct Answer {
-    pub status: u16,
     pub body: Option<Value>,
 }
 
@@ -266,11 +267,10 @@ impl Http {
 
     /// Sends a request; any 2xx is an [`Answer`], any other status a [`Failure::Http`].
     pub(crate) async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, Failure> {
-        let (status, bytes) = self
+        let (_, bytes) = self
             .send_raw(req.header("Accept", "application/json"))
             .await?;
         Ok(Answer {
-            status,
             body: parse_body(&bytes),
         })
     }

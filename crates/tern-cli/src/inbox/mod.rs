@@ -12,8 +12,8 @@
 //! `$TERN_HOME` directly, with or without a running gateway.
 //!
 //! Its parts: the command line and its dispatch here; [`client`], the HTTP client of the
-//! gateway (also serving `tern ask` and `tern sessions delete`: [`Http`], [`Failure`],
-//! [`AdminFile`]); [`show`], what is printed; [`decide`], decisions and answers to forms;
+//! gateway ([`Http`], also serving `tern sessions delete`; [`Failure`] and [`AdminFile`]
+//! serve `tern ask` too); [`show`], what is printed; [`decide`], decisions and answers to forms;
 //! [`projects`] and [`steps`], the projects on the database and their `--step` arguments.
 
 mod client;
