@@ -341,4 +341,34 @@ mod tests {
         assert_eq!(api.base_url(), "http://inbox.example");
         assert!(!format!("{api:?}").contains("secret-key"));
     }
+
+    /// No answer is `Unreachable` and says why (reqwest's own text does not), without the
+    /// URL; an error status is `Refused` with the body the server sent.
+    #[tokio::test]
+    async fn failures_say_why() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let api = PumpUp::new(&url, "k").unwrap();
+        match api.get_json("/api/projects", &[]).await {
+            Err(ClientError::Unreachable(m)) => {
+                assert!(m.contains("error sending request: "), "{m}");
+                assert!(!m.contains("/api/projects"), "{m}");
+            }
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "no such route\n") });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let api = PumpUp::new(&url, "k").unwrap();
+        match api.result(RequestKind::Approval, "r1").await {
+            Err(ClientError::Refused { status: 404, body }) => {
+                assert_eq!(body, json!({"error": "no such route"}));
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
 }
