@@ -30,10 +30,12 @@ use serde_json::{Map, Value, json};
 use tern_config::Home;
 use tern_inbox::Field;
 use tern_util::Backoff;
+use tern_waits::client::{ClientError, RequestKind};
+use tern_waits::pumpup::PumpUp;
 use tokio::time::Instant;
 
 use crate::context;
-use crate::inbox::{AdminFile, Failure, Http, print_json};
+use crate::inbox::{AdminFile, Failure, print_json};
 
 const EXIT_OTHER_OUTCOME: u8 = 1;
 const EXIT_ERROR: u8 = 2;
@@ -171,8 +173,8 @@ enum End {
 
 /// The request a run created, for Ctrl-C to withdraw.
 struct Created {
-    http: Arc<Http>,
-    kind: &'static str,
+    agent: Arc<Agent>,
+    kind: RequestKind,
     id: String,
 }
 
@@ -189,7 +191,7 @@ pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCod
                 Some(c) if !keep => {
                     let done = tokio::time::timeout(
                         WITHDRAW_ON_EXIT,
-                        withdraw(&c.http, c.kind, &c.id, "tern ask was interrupted"),
+                        c.agent.withdraw(c.kind, &c.id, "tern ask was interrupted"),
                     )
                     .await;
                     match done {
@@ -212,7 +214,7 @@ pub async fn run(home: Option<PathBuf>, args: AskArgs) -> anyhow::Result<ExitCod
             // the runtime's shutdown.
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
-            std::process::exit(i32::from(crate::EXIT_INTERRUPTED));
+            std::process::exit(i32::from(crate::exit::EXIT_INTERRUPTED));
         }
     };
     Ok(match outcome {
@@ -251,15 +253,75 @@ fn as_agent(f: Failure) -> Failure {
     }
 }
 
-/// Withdraws the request (`POST …/withdraw`), with `reason` on its timeline.
-async fn withdraw(http: &Http, kind: &str, id: &str, reason: &str) -> Result<(), Failure> {
-    http.post_json(
-        &format!("/api/{kind}-requests/{id}/withdraw"),
-        &json!({"reason": reason}),
-        None,
-    )
-    .await
-    .map(|_| ())
+/// The gateway as `tern ask` speaks to it: the Pump Up agent API ([`PumpUp`], the client
+/// the waits' remote inbox uses too), its failures as this command's [`Failure`]s.
+struct Agent {
+    api: PumpUp,
+}
+
+impl Agent {
+    /// A client of the gateway at `url` with the agent key `key`.
+    fn new(url: &str, key: &str) -> Result<Self, Failure> {
+        let url = url.trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Failure::Usage(format!(
+                "the gateway URL {url:?} must start with http:// or https://"
+            )));
+        }
+        let api = PumpUp::new(url, key).map_err(|e| Failure::Other(e.to_string()))?;
+        Ok(Agent { api })
+    }
+
+    fn failure(&self, e: ClientError) -> Failure {
+        match e {
+            ClientError::Refused { status, body } => Failure::Http { status, body },
+            ClientError::Unreachable(cause) => Failure::Unreachable(format!(
+                "cannot reach the gateway at {} ({cause}); is `tern gateway` running?",
+                self.api.base_url()
+            )),
+        }
+    }
+
+    async fn get_json(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Failure> {
+        let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.api
+            .get_json(path, &query)
+            .await
+            .map_err(|e| self.failure(e))
+    }
+
+    async fn post_json(
+        &self,
+        path: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, Failure> {
+        self.api
+            .post(path, body, idempotency_key)
+            .await
+            .map_err(|e| self.failure(e))
+    }
+
+    /// The request's result; `None` while it is pending.
+    async fn result(&self, kind: RequestKind, id: &str) -> Result<Option<Value>, Failure> {
+        self.api.result(kind, id).await.map_err(|e| self.failure(e))
+    }
+
+    /// Withdraws the request (`POST …/withdraw`), with `reason` on its timeline.
+    async fn withdraw(&self, kind: RequestKind, id: &str, reason: &str) -> Result<(), Failure> {
+        self.api
+            .withdraw(kind, id, reason)
+            .await
+            .map_err(|e| self.failure(e))
+    }
+}
+
+/// `approval` or `elicitation`, as the messages name a request.
+fn kind_name(kind: RequestKind) -> &'static str {
+    match kind {
+        RequestKind::Approval => "approval",
+        RequestKind::Elicitation => "elicitation",
+    }
 }
 
 async fn ask(
@@ -281,7 +343,7 @@ async fn ask(
             if summary.trim().is_empty() {
                 return Err(Failure::Usage("the summary is empty".into()));
             }
-            (summary, "approval", None, "a decision on")
+            (summary, RequestKind::Approval, None, "a decision on")
         }
         AskCommand::Form {
             fields,
@@ -291,11 +353,16 @@ async fn ask(
             let fields = form_fields(&fields, fields_json.as_deref())
                 .await
                 .map_err(Failure::Usage)?;
-            (summary, "elicitation", Some(fields), "answers to")
+            (
+                summary,
+                RequestKind::Elicitation,
+                Some(fields),
+                "answers to",
+            )
         }
     };
-    let http = Arc::new(agent_http(home, c).await?);
-    let task_id = task_for(&http, c, &summary, &base_key, deadline).await?;
+    let agent = Arc::new(agent(home, c).await?);
+    let task_id = task_for(&agent, c, &summary, &base_key, deadline).await?;
     let mut body = json!({
         "projectName": c.project,
         "taskId": task_id,
@@ -307,41 +374,43 @@ async fn ask(
     if !context.is_empty() {
         body["keyValueContext"] = json!(context);
     }
+    let name = kind_name(kind);
     let id = create(
-        &http,
-        &format!("/api/{kind}-requests"),
+        &agent,
+        &format!("/api/{}", kind.path()),
         &body,
-        &format!("{base_key}:{kind}"),
+        &format!("{base_key}:{name}"),
         deadline,
     )
     .await?;
     // Set once, by this line only: Ctrl-C from now on withdraws this request.
     let _ = created.set(Created {
-        http: http.clone(),
+        agent: agent.clone(),
         kind,
         id: id.clone(),
     });
-    eprintln!("tern ask: waiting for {waiting_for} {kind} request {id}");
-    let path = format!("/api/{kind}-requests/{id}/result");
-    let mut end = wait(&http, &path, c.poll_interval, deadline, c.gateway_timeout).await?;
+    eprintln!("tern ask: waiting for {waiting_for} {name} request {id}");
+    let mut end = wait(
+        &agent,
+        kind,
+        &id,
+        c.poll_interval,
+        deadline,
+        c.gateway_timeout,
+    )
+    .await?;
     if let End::TimedOut(after) = &end
         && !c.keep
     {
-        match withdraw(
-            &http,
-            kind,
-            &id,
-            &format!("tern ask timed out after {after}"),
-        )
-        .await
+        match agent
+            .withdraw(kind, &id, &format!("tern ask timed out after {after}"))
+            .await
         {
             Ok(()) => {}
             // Decided in the meantime: that decision stands, and is the answer.
             Err(Failure::Http { status: 409, .. }) => {
-                if let Ok(a) = http.get(&path, &[]).await
-                    && a.status == 200
-                {
-                    end = End::Decided(a.body.unwrap_or(Value::Null));
+                if let Ok(Some(result)) = agent.result(kind, &id).await {
+                    end = End::Decided(result);
                 }
             }
             Err(f) => eprintln!(
@@ -414,7 +483,7 @@ fn print_decision(result: &Value, json: bool) -> ExitCode {
 
 // ---- connecting as an agent ---------------------------------------------------------------
 
-async fn agent_http(home: Option<PathBuf>, c: &Common) -> Result<Http, Failure> {
+async fn agent(home: Option<PathBuf>, c: &Common) -> Result<Agent, Failure> {
     let home_dir = Home::resolve(home.clone(), &context::env_var)
         .map_err(|e| Failure::Other(e.to_string()))?;
     let url = match &c.gateway {
@@ -442,7 +511,7 @@ async fn agent_http(home: Option<PathBuf>, c: &Common) -> Result<Http, Failure> 
             }
         }
     };
-    Http::new(&url, key)
+    Agent::new(&url, &key)
 }
 
 /// `http://` + the configured listen address, a wildcard address replaced by loopback.
@@ -473,7 +542,7 @@ fn transient(f: &Failure) -> bool {
 /// A POST that creates something, retried on transient failures with the same idempotency
 /// key (so a retry after a lost response creates nothing new); returns the body.
 async fn post_create(
-    http: &Http,
+    agent: &Agent,
     path: &str,
     body: &Value,
     key: &str,
@@ -484,8 +553,8 @@ async fn post_create(
     loop {
         attempts += 1;
         let delay = backoff.delay(attempts);
-        match http.post_json(path, body, Some(key)).await {
-            Ok(a) => return Ok(a.body.unwrap_or(Value::Null)),
+        match agent.post_json(path, body, Some(key)).await {
+            Ok(created) => return Ok(created),
             // A 429 on a create is a policy's rate limit, whose window is minutes or hours:
             // reported, not retried.
             Err(f)
@@ -508,13 +577,13 @@ fn past(deadline: Option<Instant>, after: Duration) -> bool {
 }
 
 async fn create(
-    http: &Http,
+    agent: &Agent,
     path: &str,
     body: &Value,
     key: &str,
     deadline: Option<Instant>,
 ) -> Result<String, Failure> {
-    let created = post_create(http, path, body, key, deadline).await?;
+    let created = post_create(agent, path, body, key, deadline).await?;
     created["eventId"]
         .as_str()
         .map(str::to_owned)
@@ -524,7 +593,7 @@ async fn create(
 /// The task to file the request under: with `--task`, the key's task of that name in the
 /// project (created when there is none); else a new task named after the summary.
 async fn task_for(
-    http: &Http,
+    agent: &Agent,
     c: &Common,
     summary: &str,
     base_key: &str,
@@ -532,7 +601,7 @@ async fn task_for(
 ) -> Result<String, Failure> {
     let name = match &c.task {
         Some(name) => {
-            let projects = http
+            let projects = agent
                 .get_json("/api/projects", &[("name", c.project.clone())])
                 .await?;
             let project_id = projects["items"]
@@ -548,7 +617,7 @@ async fn task_for(
                     ))
                 })?
                 .to_owned();
-            let tasks = http
+            let tasks = agent
                 .get_json(
                     "/api/tasks",
                     &[("projectId", project_id), ("name", name.clone())],
@@ -576,7 +645,7 @@ async fn task_for(
     };
     let body = json!({"name": name, "projectName": c.project});
     let task = post_create(
-        http,
+        agent,
         "/api/tasks",
         &body,
         &format!("{base_key}:task"),
@@ -589,13 +658,14 @@ async fn task_for(
         .ok_or_else(|| Failure::Other("the gateway created a task without an id".into()))
 }
 
-/// Polls a result path until it answers 200, or the deadline passes. 204 (pending) and
+/// Polls the request's result until it has one, or the deadline passes. 204 (pending) and
 /// transient failures wait with a backoff that grows to `max_interval`; a transient failure
 /// is reported once, not on every poll, and waited out for `give_up_after` at most. A 409
 /// is the inbox saying the request was withdrawn.
 async fn wait(
-    http: &Http,
-    path: &str,
+    agent: &Agent,
+    kind: RequestKind,
+    id: &str,
     max_interval: Duration,
     deadline: Option<Instant>,
     give_up_after: Duration,
@@ -608,14 +678,14 @@ async fn wait(
     loop {
         polls += 1;
         let delay = backoff.delay(polls);
-        match http.get(path, &[]).await {
-            Ok(a) if a.status == 200 => {
+        match agent.result(kind, id).await {
+            Ok(Some(result)) => {
                 if failing_since.is_some() {
                     eprintln!("tern ask: the gateway answers again");
                 }
-                return Ok(End::Decided(a.body.unwrap_or(Value::Null)));
+                return Ok(End::Decided(result));
             }
-            Ok(_) => {
+            Ok(None) => {
                 if failing_since.take().is_some() {
                     eprintln!("tern ask: the gateway answers again");
                 }

@@ -3,10 +3,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, ValueEnum};
+use clap::{Args, ValueEnum};
 use clap_complete::Shell;
-
-use crate::args::Cli;
 
 #[derive(Args, Debug)]
 #[command(after_long_help = "\
@@ -27,14 +25,15 @@ pub enum CompletionShell {
     Fish,
 }
 
-pub fn run(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
+/// `cli` is the whole command line's clap definition (`Cli::command()`).
+pub fn run(args: &CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<ExitCode> {
     let shell = match args.shell {
         CompletionShell::Bash => Shell::Bash,
         CompletionShell::Zsh => Shell::Zsh,
         CompletionShell::Fish => Shell::Fish,
     };
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "tern", &mut script);
+    clap_complete::generate(shell, &mut cli, "tern", &mut script);
     // Written with `?`: a closed pipe ends quietly in `main` instead of a panic.
     std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
     Ok(ExitCode::SUCCESS)

@@ -12,12 +12,53 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
+use clap::{Args, Subcommand};
 use tern_gateway::boot::GatewayBuilder;
 use tern_gateway::{Serve, auth};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{GatewayArgs, KeysCommand, LogFormat};
 use crate::context;
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// Address to listen on (default from config: 127.0.0.1:8642)
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Log format on stderr
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Serve only the human inbox (its agent API, reviewers and web inbox): a remote inbox
+    /// for agents on other machines. No model is needed; session and OpenAI routes answer 404.
+    #[arg(long)]
+    pub inbox_only: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key and print it (the only time it is shown)
+    Create {
+        name: String,
+        /// An admin key: it sees and uses every session through the gateway, not only
+        /// those it created (for operators; give agents ordinary keys)
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List keys (names and prefixes, never the keys)
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke the active key with this name
+    Revoke { name: String },
+}
 
 fn init_stderr_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
@@ -157,7 +198,7 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                 );
                 for k in keys {
                     let status = match k.revoked_at {
-                        Some(t) => format!("revoked {}", crate::sessions::when(t)),
+                        Some(t) => format!("revoked {}", crate::timefmt::when(t)),
                         None => "active".into(),
                     };
                     println!(
@@ -165,7 +206,7 @@ pub async fn keys(home: Option<PathBuf>, cmd: KeysCommand) -> anyhow::Result<Exi
                         k.name,
                         k.kind.as_str(),
                         format!("{}…", k.prefix),
-                        crate::sessions::when(k.created_at)
+                        crate::timefmt::when(k.created_at)
                     );
                 }
             }

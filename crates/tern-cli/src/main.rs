@@ -7,13 +7,13 @@
 //! `error: …` on stderr with a non-zero exit code. Output to a closed pipe (`tern sessions
 //! list | head -1`) ends the command quietly with exit status 0, as `head` wanted no more.
 
-mod approve;
 mod args;
 mod ask;
 mod chat;
 mod completions;
 mod context;
 mod doctor;
+mod exit;
 mod gateway;
 mod inbox;
 mod ps;
@@ -21,15 +21,16 @@ mod render;
 mod reviewers;
 mod sessions;
 mod status;
+mod timefmt;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, ConfigCommand};
+use clap::CommandFactory as _;
 
-/// Exit code of a run stopped by Ctrl-C or SIGTERM, as shells report for SIGINT.
-pub const EXIT_INTERRUPTED: u8 = 130;
+use crate::args::{Cli, Command, ConfigCommand};
+use crate::exit::{error_chain, is_broken_pipe};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -57,46 +58,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Whether `e` comes from writing to a pipe whose reader has gone. (Rust ignores SIGPIPE,
-/// so the write fails with EPIPE instead of killing tern; tern keeps it that way because the
-/// gateway and `tern ps` write to sockets and children whose end may close.)
-/// Only stdout's reader counts: a broken pipe to a process or a socket stays an error.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    }) && stdout_reader_gone()
-}
-
-/// Whether stdout is a pipe whose read end is closed: poll(2) reports POLLERR on it then.
-fn stdout_reader_gone() -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
-    let stdout = std::io::stdout();
-    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
-        && fds[0]
-            .revents()
-            .is_some_and(|r| r.contains(PollFlags::POLLERR))
-}
-
-/// The error and its causes, skipping a cause whose text the message already contains
-/// (several library errors repeat their source in their own message).
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }
 
 /// `tern supervise DIR` (hidden): the supervisor of one background process, started detached
@@ -143,7 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sessions { command } => sessions::run(home, command).await,
         Command::Ps(args) => ps::run(home, args).await,
         Command::Status(args) => status::run(home, args).await,
-        Command::Completions(args) => completions::run(&args),
+        Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,
     }
 }

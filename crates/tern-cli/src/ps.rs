@@ -34,7 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::context;
 use crate::render::one_line;
-use crate::sessions::when;
+use crate::timefmt::when;
 
 /// The byte that detaches `attach`: Ctrl-].
 pub const DETACH_BYTE: u8 = 0x1d;

@@ -85,7 +85,7 @@ pub async fn run(home: Option<PathBuf>, cmd: ReviewersCommand) -> anyhow::Result
                         "{:<24}  {:<6}  {}",
                         r.name,
                         if r.admin { "yes" } else { "no" },
-                        crate::sessions::when(r.created_at)
+                        crate::timefmt::when(r.created_at)
                     );
                 }
             }

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow, bail};
+use clap::Subcommand;
 use serde_json::json;
 use tern_config::Home;
 use tern_store::{Message, Store};
@@ -21,17 +22,47 @@ use tern_waits::client::{EmbeddedInbox, InboxClient};
 use tern_waits::follow::request_kind;
 use tern_waits::remote::RemoteInbox;
 
-use crate::args::SessionsCommand;
 use crate::context;
 use crate::inbox::{AdminFile, Failure, Http};
 use crate::render::one_line;
+use crate::timefmt::when;
 
-/// A timestamp in milliseconds as `YYYY-MM-DD HH:MM` UTC (`?` outside jiff's years
-/// -9999–9999, which no stored time reaches).
-pub fn when(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms)
-        .map(|t| t.strftime("%Y-%m-%d %H:%M").to_string())
-        .unwrap_or_else(|_| "?".to_owned())
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// List sessions, most recently used first
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session and its messages
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-text search over message content
+    Search {
+        /// Words that must all appear
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a session and its messages (through the gateway running on this TERN_HOME,
+    /// if any, so that its waits end properly)
+    Delete { id: String },
+    /// Export a session as JSON lines (the session, then one message per line)
+    Export {
+        id: String,
+        /// Write to this file instead of stdout
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 async fn resolve(store: &Store, id: &str) -> anyhow::Result<tern_store::Session> {
@@ -328,16 +359,4 @@ fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
         )?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formats_utc_times() {
-        assert_eq!(super::when(0), "1970-01-01 00:00");
-        assert_eq!(super::when(951_782_400_000), "2000-02-29 00:00");
-        assert_eq!(super::when(1_795_000_000_000), "2026-11-18 11:06");
-        assert_eq!(super::when(-60_000), "1969-12-31 23:59");
-        assert_eq!(super::when(i64::MAX), "?");
-    }
 }

@@ -201,7 +201,7 @@ pub async fn run(home: Option<PathBuf>, args: StatusArgs) -> anyhow::Result<Exit
             "gateway    running at {} (pid {}, since {} UTC{})",
             g.url,
             g.pid,
-            crate::sessions::when(g.started_at_ms),
+            crate::timefmt::when(g.started_at_ms),
             if g.inbox_only { ", inbox only" } else { "" }
         )?,
         None => writeln!(out, "gateway    not running")?,

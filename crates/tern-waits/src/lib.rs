@@ -3,7 +3,8 @@
 //! restarts, with the inbox in this gateway or on another server.
 //!
 //! - [`client`]: [`client::InboxClient`], the inbox as the waits see it — embedded (called in
-//!   process) or remote ([`remote`], the Pump Up agent API over HTTP);
+//!   process) or remote ([`remote`], another server's inbox through [`pumpup`], the Pump Up
+//!   agent API client that `tern ask` uses too);
 //! - [`tools`]: the `inbox` toolset the model calls (`request_approval`, …), which records a
 //!   wait and creates the request, and returns at once;
 //! - [`follow`]: noticing decisions — the embedded inbox's change feed, or a remote inbox's
@@ -21,6 +22,7 @@ pub mod decision;
 pub mod follow;
 pub mod guide;
 pub mod process;
+pub mod pumpup;
 pub mod remote;
 pub mod resume;
 pub mod tools;

@@ -27,50 +27,35 @@
 //!
 //! # The client
 //!
-//! Every call sends `Authorization: Bearer <key>` and `X-API-Version`; creates send the
-//! caller's `Idempotency-Key`, so a retry after a lost answer gets the original. A result
-//! read answers `None` on 204. Failures become [`ClientError`]: no answer or garbage is
-//! [`ClientError::Unreachable`], an error status [`ClientError::Refused`] with its body
-//! (transient or not by [`ClientError::is_transient`]). Withdrawing is tern's extension; a
-//! server without it (404/405) is tolerated — the request then simply stays open there.
+//! [`RemoteInbox`] is the waits' [`InboxClient`] over [`PumpUp`], the Pump Up agent API
+//! client `tern ask` uses too. Withdrawing is tern's extension; a server without it
+//! (404/405) is tolerated — the request then simply stays open there.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::{Method, RequestBuilder, StatusCode};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tern_hooks::{HookBus, WaitResolvedStatus};
 use tern_inbox::review::RequestStatus;
 use tern_inbox::service::decisions::{Decision, Decisions};
 use tern_store::{Store, StoreError, Wait, WaitStatus, now_ms};
 use tern_util::Backoff;
-use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
     BoxFuture, ClientError, ClientResult, InboxClient, LogKind, RequestKind, TaskRef,
-    content_type_for,
 };
 use crate::follow::{Settled, settle};
+use crate::pumpup::PumpUp;
 use crate::resume::{Resumer, emit_resolved};
 
-/// What `X-API-Version` says (the Pump Up SDK's default).
-pub const API_VERSION: &str = "0";
 /// `[inbox] poll_interval` unless set.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// The longest long-poll asked of the feed.
 const MAX_LONG_POLL: Duration = Duration::from_secs(30);
-/// Every call but the long-poll (which gets its wait on top).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Uploads may be large and the link slow.
-const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// Feed errors back off from 1 s, doubling, up to a minute.
 const FEED_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// Polling errors back off from `poll_interval`, doubling, up to this.
@@ -87,81 +72,24 @@ const REMATCH_RECENT_MS: i64 = 120_000;
 /// …and kept this long (an agent that shares the key may own it: it never matches).
 const UNMATCHED_KEPT_MS: i64 = 7 * 24 * 3_600_000;
 
-/// Another server's Pump Up agent API.
-#[derive(Clone)]
+/// Another server's inbox, through its Pump Up agent API ([`PumpUp`]).
+#[derive(Clone, Debug)]
 pub struct RemoteInbox {
-    http: reqwest::Client,
-    /// Without a trailing slash.
-    base: String,
-    key: String,
-}
-
-// Hand-written so the key never ends up in logs.
-impl fmt::Debug for RemoteInbox {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RemoteInbox")
-            .field("base", &self.base)
-            .field("key", &"…")
-            .finish()
-    }
+    api: PumpUp,
 }
 
 impl RemoteInbox {
     /// A client of the inbox at `url` (e.g. `https://inbox.example`) with the agent key
     /// `key`.
     pub fn new(url: &str, key: &str) -> ClientResult<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("tern/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ClientError::Unreachable(format!("cannot build an HTTP client: {e}")))?;
         Ok(RemoteInbox {
-            http,
-            base: url.trim().trim_end_matches('/').to_owned(),
-            key: key.to_owned(),
+            api: PumpUp::new(url, key)?,
         })
     }
 
     /// The inbox's base URL, without a trailing slash.
     pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.key)
-            .header("X-API-Version", API_VERSION)
-    }
-
-    /// Sends; an error status becomes [`ClientError::Refused`] with its body.
-    async fn send(&self, req: RequestBuilder) -> ClientResult<reqwest::Response> {
-        let resp = req.send().await.map_err(unreachable)?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp);
-        }
-        let text = resp.text().await.unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or_else(|_| json!({"error": text}));
-        Err(ClientError::Refused {
-            status: status.as_u16(),
-            body,
-        })
-    }
-
-    async fn send_json<T: DeserializeOwned>(&self, req: RequestBuilder) -> ClientResult<T> {
-        let resp = self.send(req).await?;
-        parse_body(resp).await
-    }
-
-    async fn post_created(&self, path: &str, body: &Value, idem: &str) -> ClientResult<String> {
-        let req = self
-            .request(Method::POST, path)
-            .header("Idempotency-Key", idem)
-            .json(body);
-        let created: Value = self.send_json(req).await?;
-        string_field(&created, "eventId")
+        self.api.base_url()
     }
 
     /// One page of the decisions feed, waiting up to `wait` for one; `None` when the server
@@ -171,76 +99,8 @@ impl RemoteInbox {
         after: Option<&str>,
         wait: Duration,
     ) -> ClientResult<Option<Decisions>> {
-        let mut path = format!("/api/decisions?wait={}", wait.as_secs());
-        if let Some(after) = after {
-            path.push_str("&after=");
-            path.push_str(&percent_encode(after));
-        }
-        let req = self
-            .request(Method::GET, &path)
-            .timeout(wait + REQUEST_TIMEOUT);
-        match self.send_json(req).await {
-            Ok(page) => Ok(Some(page)),
-            Err(ClientError::Refused { status: 404, .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.api.decisions(after, wait).await
     }
-}
-
-/// Percent-encodes a query value (cursors are opaque: they may hold anything).
-fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn unreachable(e: reqwest::Error) -> ClientError {
-    // Without the URL: it is in the logs' context already, and the message stays short.
-    ClientError::Unreachable(e.without_url().to_string())
-}
-
-async fn parse_body<T: DeserializeOwned>(resp: reqwest::Response) -> ClientResult<T> {
-    let bytes = resp.bytes().await.map_err(unreachable)?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ClientError::Unreachable(format!("the inbox answered garbage: {e}")))
-}
-
-fn string_field(body: &Value, field: &str) -> ClientResult<String> {
-    body.get(field)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            ClientError::Unreachable(format!("the inbox's answer has no {field:?}: {body}"))
-        })
-}
-
-/// A `multipart/form-data` boundary that will not occur in the file: 128 random bits.
-fn boundary() -> String {
-    // RandomState is seeded from the OS once per process and stepped per instance.
-    let a = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let b = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    format!("tern-{a:016x}{b:016x}")
-}
-
-/// A file name safe inside a quoted `Content-Disposition` parameter.
-fn quoted_file_name(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            '"' | '\\' => '_',
-            c if c.is_control() => '_',
-            c => c,
-        })
-        .collect()
 }
 
 impl InboxClient for RemoteInbox {
@@ -255,13 +115,12 @@ impl InboxClient for RemoteInbox {
                 "projectName": project,
                 "externalId": session_id,
             });
-            let req = self
-                .request(Method::POST, "/api/tasks")
-                .header("Idempotency-Key", format!("tern-task:{session_id}"))
-                .json(&body);
-            let task: Value = self.send_json(req).await?;
+            let task_id = self
+                .api
+                .create_task(&body, &format!("tern-task:{session_id}"))
+                .await?;
             Ok(TaskRef {
-                task_id: string_field(&task, "id")?,
+                task_id,
                 project_name: project.to_owned(),
             })
         })
@@ -273,10 +132,7 @@ impl InboxClient for RemoteInbox {
         body: Value,
         idem: &'a str,
     ) -> BoxFuture<'a, ClientResult<String>> {
-        Box::pin(async move {
-            self.post_created(&format!("/api/{}", kind.path()), &body, idem)
-                .await
-        })
+        Box::pin(async move { self.api.create_request(kind, &body, idem).await })
     }
 
     fn log<'a>(
@@ -285,10 +141,7 @@ impl InboxClient for RemoteInbox {
         body: Value,
         idem: &'a str,
     ) -> BoxFuture<'a, ClientResult<String>> {
-        Box::pin(async move {
-            self.post_created(&format!("/api/{}", kind.path()), &body, idem)
-                .await
-        })
+        Box::pin(async move { self.api.log(kind, &body, idem).await })
     }
 
     fn result<'a>(
@@ -296,14 +149,7 @@ impl InboxClient for RemoteInbox {
         kind: RequestKind,
         request_id: &'a str,
     ) -> BoxFuture<'a, ClientResult<Option<Value>>> {
-        Box::pin(async move {
-            let path = format!("/api/{}/{request_id}/result", kind.path());
-            let resp = self.send(self.request(Method::GET, &path)).await?;
-            if resp.status() == StatusCode::NO_CONTENT {
-                return Ok(None);
-            }
-            parse_body(resp).await.map(Some)
-        })
+        Box::pin(async move { self.api.result(kind, request_id).await })
     }
 
     fn withdraw<'a>(
@@ -313,12 +159,8 @@ impl InboxClient for RemoteInbox {
         reason: &'a str,
     ) -> BoxFuture<'a, ClientResult<()>> {
         Box::pin(async move {
-            let path = format!("/api/{}/{request_id}/withdraw", kind.path());
-            let req = self
-                .request(Method::POST, &path)
-                .json(&json!({"reason": reason}));
-            match self.send(req).await {
-                Ok(_) => Ok(()),
+            match self.api.withdraw(kind, request_id, reason).await {
+                Ok(()) => Ok(()),
                 // A server without tern's extension: the request stays open there.
                 Err(ClientError::Refused {
                     status: 404 | 405, ..
@@ -339,44 +181,7 @@ impl InboxClient for RemoteInbox {
         path: &'a Path,
         file_name: &'a str,
     ) -> BoxFuture<'a, ClientResult<String>> {
-        Box::pin(async move {
-            let io = |e: std::io::Error| ClientError::Refused {
-                status: 400,
-                body: json!({
-                    "code": "invalid_request",
-                    "message": format!("cannot read {file_name}: {e}"),
-                }),
-            };
-            let file = tokio::fs::File::open(path).await.map_err(io)?;
-            let size = file.metadata().await.map_err(io)?.len();
-            // The multipart body streams the file between its framing, never whole in
-            // memory: field `file`, as the Pump Up SDK sends it.
-            let boundary = boundary();
-            let head = format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
-                 filename=\"{}\"\r\nContent-Type: {}\r\n\r\n",
-                quoted_file_name(file_name),
-                content_type_for(file_name),
-            )
-            .into_bytes();
-            let tail = format!("\r\n--{boundary}--\r\n").into_bytes();
-            let length = head.len() as u64 + size + tail.len() as u64;
-            let reader = std::io::Cursor::new(head)
-                .chain(file)
-                .chain(std::io::Cursor::new(tail));
-            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(reader));
-            let req = self
-                .request(Method::POST, "/api/uploads")
-                .timeout(UPLOAD_TIMEOUT)
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    format!("multipart/form-data; boundary={boundary}"),
-                )
-                .header(reqwest::header::CONTENT_LENGTH, length)
-                .body(body);
-            let created: Value = self.send_json(req).await?;
-            string_field(&created, "id")
-        })
+        Box::pin(async move { self.api.upload(path, file_name).await })
     }
 }
 
@@ -746,13 +551,6 @@ async fn pause(stop: &CancellationToken, delay: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_names_cannot_break_out_of_the_header() {
-        assert_eq!(quoted_file_name("a\"b\r\nc\\d.txt"), "a_b__c_d.txt");
-        assert_ne!(boundary(), boundary());
-        assert_eq!(percent_encode("e1f.a b&c=/"), "e1f.a%20b%26c%3D%2F");
-    }
 
     #[test]
     fn the_key_is_not_in_debug_output() {

@@ -17,12 +17,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, anyhow, bail};
-use rustyline::completion::Completer;
-use rustyline::error::ReadlineError;
-use rustyline::highlight::Highlighter;
-use rustyline::hint::Hinter;
-use rustyline::history::DefaultHistory;
-use rustyline::validate::Validator;
+use clap::Args;
 use tern_agent::{Agent, AgentError, Interrupt, StopReason, TurnOutcome, TurnRequest, TurnStatus};
 use tern_config::{Effective, Home};
 use tern_hooks::HookBus;
@@ -31,16 +26,51 @@ use tern_store::{NewSession, Session, Store};
 use tern_tools::approval::Grants;
 use tern_tools::{AllowAll, Approver, DenyAll};
 
-use crate::approve::TerminalApprover;
-use crate::args::ChatArgs;
+mod approve;
+mod input;
+
 use crate::context;
 use crate::render::{self, Style};
+use approve::TerminalApprover;
+use input::{Input, LineReader};
 
-/// What reading a line gave.
-pub enum Input {
-    Line(String),
-    Interrupted,
-    Eof,
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// Run one turn with MESSAGE, print the final answer and exit (quiet: no REPL)
+    #[arg(short = 'q', long = "quiet", alias = "query", requires = "message")]
+    pub quiet: bool,
+
+    /// The message of a one-turn run ("-" reads it from stdin); given alone it implies -q
+    #[arg(value_name = "MESSAGE")]
+    pub message: Option<String>,
+
+    /// Show each tool's whole output, not only its first lines
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    /// Continue this session (an id or a unique prefix of one)
+    #[arg(long, value_name = "ID", conflicts_with = "continue_latest")]
+    pub session: Option<String>,
+
+    /// Continue the most recently used session
+    #[arg(long = "continue", short = 'c')]
+    pub continue_latest: bool,
+
+    /// Model name (overrides TERN_MODEL and config.toml)
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+
+    /// Comma-separated toolsets to enable (default from config: terminal,file)
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub toolsets: Option<Vec<String>>,
+
+    /// Allow dangerous commands without asking (hard-line commands stay blocked)
+    #[arg(long)]
+    pub yolo: bool,
+
+    /// Working directory for tools (default: the current directory)
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
 }
 
 /// What a REPL command does.
@@ -194,83 +224,6 @@ pub fn complete_command(prefix: &str) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// Tab completion of slash commands at the start of the line.
-struct ReplHelper;
-
-impl Completer for ReplHelper {
-    type Candidate = String;
-
-    fn complete(
-        &self,
-        line: &str,
-        pos: usize,
-        _ctx: &rustyline::Context<'_>,
-    ) -> rustyline::Result<(usize, Vec<String>)> {
-        let head = &line[..pos];
-        if !head.starts_with('/') || head.contains(char::is_whitespace) {
-            return Ok((0, Vec::new()));
-        }
-        Ok((0, complete_command(head)))
-    }
-}
-
-impl Hinter for ReplHelper {
-    type Hint = String;
-}
-impl Highlighter for ReplHelper {}
-impl Validator for ReplHelper {}
-impl rustyline::Helper for ReplHelper {}
-
-/// Line editing with a history file; plain line reads when stdin is not a terminal.
-pub struct LineReader {
-    editor: Option<rustyline::Editor<ReplHelper, DefaultHistory>>,
-    history: PathBuf,
-}
-
-impl LineReader {
-    pub fn new(history: PathBuf) -> Self {
-        let editor = rustyline::Editor::<ReplHelper, DefaultHistory>::new()
-            .ok()
-            .map(|mut e| {
-                e.set_helper(Some(ReplHelper));
-                let _ = e.load_history(&history);
-                e
-            });
-        Self { editor, history }
-    }
-
-    pub fn read(&mut self, prompt: &str) -> Input {
-        match &mut self.editor {
-            Some(e) => match e.readline(prompt) {
-                Ok(line) => {
-                    if !line.trim().is_empty() {
-                        let _ = e.add_history_entry(line.as_str());
-                        let _ = e.append_history(&self.history);
-                    }
-                    Input::Line(line)
-                }
-                Err(ReadlineError::Interrupted) => Input::Interrupted,
-                Err(_) => Input::Eof,
-            },
-            None => {
-                let mut line = String::new();
-                match std::io::stdin().read_line(&mut line) {
-                    Ok(0) | Err(_) => Input::Eof,
-                    Ok(_) => Input::Line(line.trim_end_matches(['\n', '\r']).to_owned()),
-                }
-            }
-        }
-    }
-
-    /// A line, or `None` on Ctrl-C / end of input.
-    pub fn read_line(&mut self, prompt: &str) -> Option<String> {
-        match self.read(prompt) {
-            Input::Line(l) => Some(l),
-            Input::Interrupted | Input::Eof => None,
-        }
-    }
 }
 
 struct Chat {
@@ -557,7 +510,7 @@ async fn one_shot(
                 "interrupted; the session is kept and can be continued with --session {}",
                 session.id
             );
-            ExitCode::from(crate::EXIT_INTERRUPTED)
+            ExitCode::from(crate::exit::EXIT_INTERRUPTED)
         }
     })
 }
@@ -611,7 +564,7 @@ impl Repl {
             }
             Err(e) => {
                 let e = chat.explain(e);
-                eprintln!("{} {}", style.red("error:"), crate::error_chain(&e));
+                eprintln!("{} {}", style.red("error:"), crate::exit::error_chain(&e));
                 if created && chat.drop_if_unanswered(&session.id).await {
                     // The next message starts the session again, with the title given.
                     self.session = None;
@@ -670,7 +623,7 @@ impl Repl {
                     eprintln!(
                         "{mark} {}  {}  {}",
                         s.id,
-                        crate::sessions::when(s.updated_at),
+                        crate::timefmt::when(s.updated_at),
                         s.title.as_deref().unwrap_or("(untitled)")
                     );
                 }

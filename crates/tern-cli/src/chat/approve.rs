@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use tern_tools::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 
-use crate::chat::LineReader;
+use super::input::LineReader;
 
 /// Prompts on the terminal: once / session / always / deny.
 pub struct TerminalApprover {
