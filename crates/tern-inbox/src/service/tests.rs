@@ -1258,9 +1258,17 @@ async fn sweeper_woken(inbox: &Inbox) -> bool {
 }
 
 /// Waits (asserting nothing about time) until every pending request is overdue.
-async fn until_overdue(inbox: &Inbox) {
-    while let Some(at) = inbox.next_expiry().await.unwrap() {
-        if at <= now_ms() {
+/// Waits until every request created up to `created_by` (ms) is overdue: the earliest expiry
+/// has passed, and so has the latest one could have (`expiring_inbox`'s second after
+/// `created_by`) — on a loaded machine the creates can be far apart.
+async fn until_overdue(inbox: &Inbox, created_by: i64) {
+    loop {
+        let now = now_ms();
+        let earliest_passed = match inbox.next_expiry().await.unwrap() {
+            Some(at) => at <= now,
+            None => true,
+        };
+        if earliest_passed && now > created_by + 1_000 {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -1312,7 +1320,7 @@ async fn an_overdue_request_expires_before_a_late_decision_or_read() {
         .await
         .unwrap()
         .event_id;
-    until_overdue(&inbox).await;
+    until_overdue(&inbox, now_ms()).await;
     let mut feed = inbox.changes();
 
     // No sweep ran; the decision still finds the request expired, and says so.
