@@ -168,6 +168,11 @@ impl GatewayBuilder {
             supervisor,
         } = self;
         let inbox_only = serve == Serve::InboxOnly;
+        // Before anything runs a command (a resumed turn, also in an inbox-only gateway on a
+        // home with waiting sessions): this process's /proc files unreadable to them.
+        if let Err(e) = tern_sandbox::harden_current_process() {
+            tracing::warn!(error = %e, "cannot make this process undumpable; the agent's commands may read its environment through /proc");
+        }
         home.ensure()?;
         let store = open_store(&home).await?;
         let inbox = tern_inbox::Inbox::new(store.clone());

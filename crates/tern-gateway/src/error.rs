@@ -137,7 +137,7 @@ impl From<tern_agent::AgentError> for ApiError {
             AgentError::Model(m) => Self::new(
                 StatusCode::BAD_GATEWAY,
                 "model_error",
-                tern_llm::error_chain(&m),
+                redact_urls(&tern_llm::error_chain(&m)),
             ),
             AgentError::Store(s) => s.into(),
             AgentError::InvalidInput(m) => Self::bad_request("invalid_input", m),
@@ -147,5 +147,57 @@ impl From<tern_agent::AgentError> for ApiError {
                 format!("Session {id} has ended (it was reset); continue in its successor"),
             ),
         }
+    }
+}
+
+/// `text` with every URL's credentials and query left out: the model endpoint's address
+/// may carry a key (`https://user:key@…`, `?key=…`), which API clients must not see.
+fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let next = |s: &str| {
+        [s.find("http://"), s.find("https://")]
+            .into_iter()
+            .flatten()
+            .min()
+    };
+    while let Some(at) = next(rest) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '>' | ','))
+            .unwrap_or(tail.len());
+        let (url, after) = tail.split_at(end);
+        match reqwest::Url::parse(url) {
+            Ok(mut u) => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                u.set_query(None);
+                u.set_fragment(None);
+                out.push_str(u.as_str());
+            }
+            Err(_) => out.push_str("<url>"),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_urls;
+
+    #[test]
+    fn credentials_and_queries_are_left_out_of_urls() {
+        assert_eq!(
+            redact_urls(
+                "could not reach https://bob:s3cret@model.example/v1/chat/completions?key=k1 \
+                 (error sending request for url (http://127.0.0.1:9/v1?api_key=k2)): refused"
+            ),
+            "could not reach https://model.example/v1/chat/completions \
+             (error sending request for url (http://127.0.0.1:9/v1)): refused"
+        );
+        assert_eq!(redact_urls("no address here"), "no address here");
     }
 }

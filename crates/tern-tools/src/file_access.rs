@@ -97,7 +97,9 @@ pub(crate) fn atomic_write(path: &Path, data: &[u8]) -> io::Result<bool> {
     }
     // An existing file keeps its permissions; a new one gets the usual default.
     let mode = match &existing {
-        Some(meta) => Mode::Exact(meta.permissions().mode() & 0o7777),
+        // Not setuid, setgid or sticky: the kernel clears those when the agent writes the
+        // file in place, and a rewrite must not give them back.
+        Some(meta) => Mode::Exact(meta.permissions().mode() & 0o777),
         None => Mode::Default,
     };
     tern_util::fs::write_atomic(&target, data, mode)?;

@@ -83,7 +83,13 @@ fn create_temp(dir: &Path, file_name: &str, mode: Mode) -> io::Result<(PathBuf, 
     let mut last_err = None;
     for _ in 0..64 {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{stem}.tmp-{}-{n}", std::process::id()));
+        // A random part too: in a directory others can write, nobody can take every name
+        // this process would try ahead of it.
+        let tmp = dir.join(format!(
+            ".{stem}.tmp-{}-{n}-{:016x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
         match OpenOptions::new()
             .write(true)
             .create_new(true)

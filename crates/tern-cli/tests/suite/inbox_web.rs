@@ -93,6 +93,15 @@ async fn a_sessions_request_shows_its_title_its_reasons_and_its_conversation() {
     assert_eq!(status, 404, "a session that asked nothing is not shown");
     assert_eq!(page(&conversation, None).await.0, 401);
     assert_eq!(page(&conversation, Some(&e.key())).await.0, 403);
+    // Conversations hold what the agent's tools read: a reviewer who is not an admin does
+    // not see them.
+    assert_ok(&e.inbox(&["reviewers", "add", "bob"]));
+    let bob = e.inbox(&["reviewers", "token", "bob"]);
+    assert_ok(&bob);
+    let bob = String::from_utf8_lossy(&bob.stdout).trim().to_owned();
+    let (status, _) = page(&format!("{}/inbox", gw.url), Some(&bob)).await;
+    assert_eq!(status, 200, "bob is a reviewer");
+    assert_eq!(page(&conversation, Some(&bob)).await.0, 404);
 
     // Dismissed from the CLI: the session's wait ends as after a withdrawal.
     assert_ok(&e.inbox(&["dismiss", &request, "--reason", "not today"]));
@@ -109,4 +118,18 @@ async fn a_sessions_request_shows_its_title_its_reasons_and_its_conversation() {
         },
     )
     .await;
+
+    // A session made later under the deleted one's id (clients choose ids) is not the one
+    // that asked: its conversation is not shown.
+    assert_eq!(page(&conversation, Some(&admin)).await.0, 200);
+    api.delete(&asking).await;
+    let (status, again) = api
+        .send(
+            api.http
+                .post(format!("{}/api/sessions", gw.url))
+                .json(&json!({"id": asking})),
+        )
+        .await;
+    assert_eq!(status, 201, "{again}");
+    assert_eq!(page(&conversation, Some(&admin)).await.0, 404);
 }

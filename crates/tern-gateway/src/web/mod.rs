@@ -469,16 +469,39 @@ async fn session_page(
             "There is no conversation here for you to read: only sessions that asked the inbox something are shown.",
         )
     };
-    match gw.inbox.owner_has_task_for(EMBEDDED_OWNER, &id).await {
-        Ok(true) => {}
-        Ok(false) => return not_found(),
-        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    // Conversations hold whatever the agent's tools read: admins only.
+    match tern_inbox::reviewers::Reviewers::new(gw.store.clone())
+        .get(&reviewer.name)
+        .await
+    {
+        Ok(Some(r)) if r.admin => {}
+        Ok(_) => return not_found(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the reviewer");
+            return message_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Some(&reviewer.name),
+                "Something went wrong",
+                "The inbox could not check who you are; try again.",
+            );
+        }
     }
     let session = match gw.store.get_session(&id).await {
         Ok(Some(s)) => s,
         Ok(None) => return not_found(),
         Err(e) => return inbox_error_page(&InboxError::Store(e), &reviewer.name),
     };
+    // A task the session itself asked: made after the session was (clients choose session
+    // ids, so a deleted session's id may now name an unrelated one).
+    match gw
+        .inbox
+        .owner_has_task_for(EMBEDDED_OWNER, &id, session.created_at)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return not_found(),
+        Err(e) => return inbox_error_page(&e, &reviewer.name),
+    }
     let messages = match gw.store.messages(&id).await {
         Ok(m) => m,
         Err(e) => return inbox_error_page(&InboxError::Store(e), &reviewer.name),

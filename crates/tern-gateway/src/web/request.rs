@@ -81,12 +81,16 @@ pub(super) fn outcomes_for(view: &RequestView) -> &'static [OutcomeType] {
     }
 }
 
-/// A dangerous command's approval request: its context says `action = command`.
+/// A dangerous command's approval request: the gateway's own agent asked it (any agent key
+/// could write `action = command` into its own request's context) and its context says
+/// `action = command`.
 fn is_command(view: &RequestView) -> bool {
-    view.key_value_context
-        .as_ref()
-        .and_then(|c| c.get("action"))
-        .is_some_and(|a| a == "command")
+    view.summary.task_owner == tern_waits::client::EMBEDDED_OWNER
+        && view
+            .key_value_context
+            .as_ref()
+            .and_then(|c| c.get("action"))
+            .is_some_and(|a| a == "command")
 }
 
 #[expect(

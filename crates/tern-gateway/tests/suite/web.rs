@@ -115,6 +115,34 @@ impl Gw {
         r["eventId"].as_str().unwrap().to_owned()
     }
 
+    /// A dangerous command's approval request as the gateway's own agent asks it (through
+    /// the inbox itself: no agent key owns it).
+    async fn embedded_command(&self) -> String {
+        let owner = tern_waits::client::EMBEDDED_OWNER;
+        let task = self
+            .gw
+            .inbox
+            .create_task(
+                owner,
+                serde_json::from_value(json!({"name": "cmd", "projectName": "default"})).unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        let body = json!({
+            "taskId": task.id,
+            "projectName": "default",
+            "summary": "Run rm -r build?",
+            "keyValueContext": {"action": "command", "command": "rm -r build"},
+        });
+        self.gw
+            .inbox
+            .create_approval(owner, serde_json::from_value(body).unwrap(), None)
+            .await
+            .unwrap()
+            .event_id
+    }
+
     /// The plain approval request "Ship it?" in the default project.
     async fn ship_it(&self, task: &str) -> String {
         self.approval(task, "default", json!({"summary": "Ship it?"}))
@@ -765,18 +793,22 @@ async fn nothing_but_health_answers_without_a_reviewer_and_pages_carry_their_sty
 async fn a_command_request_offers_approve_or_reject_and_the_scope_as_its_reason_code() {
     let gw = start().await;
     let task = gw.task("t", "default").await;
-    let command = gw
+    let command = gw.embedded_command().await;
+    let plain = gw.ship_it(&task).await;
+    // An agent key that dresses its own request up as a command gets no command page.
+    let dressed = gw
         .approval(
             &task,
             "default",
             json!({"summary": "Run rm -r build?", "keyValueContext": {"action": "command", "command": "rm -r build"}}),
         )
         .await;
-    let plain = gw.ship_it(&task).await;
 
-    let (_, page) = gw.page(&format!("/inbox/requests/{plain}")).await;
-    assert!(!page.contains("id=\"reason_code\""), "{page}");
-    assert!(page.contains("value=\"EDIT_AND_APPROVE\""), "{page}");
+    for id in [&plain, &dressed] {
+        let (_, page) = gw.page(&format!("/inbox/requests/{id}")).await;
+        assert!(!page.contains("id=\"reason_code\""), "{page}");
+        assert!(page.contains("value=\"EDIT_AND_APPROVE\""), "{page}");
+    }
 
     let (_, page) = gw.page(&format!("/inbox/requests/{command}")).await;
     // A command runs or it does not: no "Edit and approve", escalation or questions.

@@ -252,9 +252,14 @@ impl Inbox {
     /// Whether `owner` has a task whose `externalId` is `external_id`: for the gateway's own
     /// agent, whether that session asked the inbox something (and so whether reviewers may
     /// read its conversation).
-    pub async fn owner_has_task_for(&self, owner: &str, external_id: &str) -> Result<bool> {
+    pub async fn owner_has_task_for(
+        &self,
+        owner: &str,
+        external_id: &str,
+        since_ms: i64,
+    ) -> Result<bool> {
         let mut conn = store::read(self.store()).await?;
-        store::tasks::owner_has_external_id(&mut conn, owner, external_id).await
+        store::tasks::owner_has_external_id(&mut conn, owner, external_id, since_ms).await
     }
 
     /// How many requests wait for a human.

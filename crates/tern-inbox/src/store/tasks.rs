@@ -109,12 +109,15 @@ pub(crate) async fn owner_has_external_id(
     conn: &mut Conn,
     owner: &str,
     external_id: &str,
+    since_ms: i64,
 ) -> Result<bool> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM inbox_tasks WHERE owner_key = ? AND external_id = ?",
+        "SELECT COUNT(*) FROM inbox_tasks \
+         WHERE owner_key = ? AND external_id = ? AND created_at >= ?",
     )
     .bind(owner)
     .bind(external_id)
+    .bind(since_ms)
     .fetch_one(conn)
     .await?;
     Ok(n > 0)
