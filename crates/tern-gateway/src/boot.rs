@@ -272,6 +272,7 @@ impl GatewayBuilder {
                     .command_approver
                     .clone()
                     .map(tern_waits::command::resume_hook),
+                wakeup: waits.wakeup.clone(),
             }),
             procs,
             idle_reset: eff.config.gateway.idle_reset(),
@@ -342,6 +343,8 @@ struct Waits {
     remote: Option<(tern_config::RemoteInboxConfig, Arc<RemoteInbox>)>,
     client: Arc<dyn InboxClient>,
     tools: Arc<InboxTools>,
+    /// Wakes the gateway's resumer (see `WaitsSetup::wakeup`).
+    wakeup: tern_waits::resume::Wakeup,
     /// Asks the inbox about dangerous commands (none in an inbox-only gateway).
     command_approver: Option<Arc<InboxApprover>>,
     approver: Arc<dyn Approver>,
@@ -375,17 +378,19 @@ async fn wire_waits(
             inbox_config.max_upload_bytes,
         )),
     };
-    let tools = Arc::new(InboxTools::new(
-        store.clone(),
-        client.clone(),
-        hooks.clone(),
-    ));
+    // What a request decided inside its create (an auto-approve policy) wakes: the resumer
+    // the gateway is made with.
+    let wakeup = tern_waits::resume::Wakeup::default();
+    let tools = Arc::new(
+        InboxTools::new(store.clone(), client.clone(), hooks.clone()).with_wakeup(wakeup.clone()),
+    );
     let allowlist = eff.config.approvals.allowlist.clone();
     let command_approver = (!inbox_only).then(|| {
         Arc::new(
             InboxApprover::new(store.clone(), client.clone(), allowlist.clone())
                 .with_hooks(hooks.clone())
-                .with_home(home.clone()),
+                .with_home(home.clone())
+                .with_wakeup(wakeup.clone()),
         )
     });
     let approver: Arc<dyn Approver> = match &command_approver {
@@ -409,31 +414,30 @@ async fn wire_waits(
         remote,
         client,
         tools,
+        wakeup,
         command_approver,
         approver,
     })
 }
 
 impl Waits {
-    /// Once the gateway and its upkeep exist: a command request decided inside its create
-    /// (an auto-approve policy) wakes the resumer; a remote inbox is followed. An inbox-only
-    /// gateway has neither: no agent asks there.
+    /// Once the gateway and its upkeep exist: a remote inbox is followed (not by an
+    /// inbox-only gateway: no agent asks there).
     fn start(self, gw: &Arc<Gateway>, store: &Store, hooks: &Arc<HookBus>, upkeep: &Upkeep) {
-        if let Some(a) = &self.command_approver {
-            a.wake_on_ready(gw.resumer());
-            if let Some((r, client)) = self.remote {
-                upkeep.track(
-                    RemoteFollower::new(
-                        store.clone(),
-                        client,
-                        hooks.clone(),
-                        gw.resumer(),
-                        r.poll_interval,
-                    )
-                    .spawn(upkeep.stop_token().clone()),
-                );
-                tracing::info!(inbox = %r.url, "durable waits use a remote inbox (outbound connections only)");
-            }
+        if self.command_approver.is_some()
+            && let Some((r, client)) = self.remote
+        {
+            upkeep.track(
+                RemoteFollower::new(
+                    store.clone(),
+                    client,
+                    hooks.clone(),
+                    gw.resumer(),
+                    r.poll_interval,
+                )
+                .spawn(upkeep.stop_token().clone()),
+            );
+            tracing::info!(inbox = %r.url, "durable waits use a remote inbox (outbound connections only)");
         }
     }
 }

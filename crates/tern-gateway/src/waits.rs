@@ -26,7 +26,7 @@ use tern_store::{StoreError, Wait};
 use tern_waits::client::{BoxFuture, EmbeddedInbox, InboxClient};
 use tern_waits::follow::{Follower, request_kind};
 use tern_waits::resume::{
-    CommandHook, Deliver, ResumeError, Resumed, Resumer, TurnRunner, emit_resolved,
+    CommandHook, Deliver, ResumeError, Resumed, Resumer, TurnRunner, Wakeup, emit_resolved,
 };
 use tern_waits::tools::InboxTools;
 
@@ -49,6 +49,9 @@ pub struct WaitsSetup {
     pub keep_on_reset: bool,
     /// Runs before a dangerous command's decision is delivered.
     pub command_hook: Option<CommandHook>,
+    /// Wakes the gateway's resumer; the `tools` and the command approver hold it too (a
+    /// request decided inside its create is ready at once).
+    pub wakeup: Wakeup,
 }
 
 impl WaitsSetup {
@@ -60,6 +63,7 @@ impl WaitsSetup {
             follow_embedded: true,
             keep_on_reset: false,
             command_hook: None,
+            wakeup: Wakeup::default(),
         }
     }
 }
@@ -74,7 +78,8 @@ impl GatewayWaits {
     /// The waits of the gateway `gw` (being made) and its resumer, which runs its turns.
     pub(crate) fn new(setup: WaitsSetup, gw: Weak<Gateway>, agent: &tern_agent::Agent) -> Self {
         let runner = Arc::new(GatewayRunner { gw });
-        let mut resumer = Resumer::new(agent.store().clone(), agent.hooks().clone(), runner);
+        let mut resumer = Resumer::new(agent.store().clone(), agent.hooks().clone(), runner)
+            .with_wakeup(setup.wakeup.clone());
         if let Some(hook) = setup.command_hook.clone() {
             resumer = resumer.with_command_hook(hook);
         }
@@ -115,8 +120,6 @@ impl Gateway {
             );
         }
         if let Some(tools) = setup.tools {
-            // A request decided inside its create (an auto-approve policy) wakes it.
-            tools.wake_on_ready(resumer.clone());
             let stop = stop.clone();
             upkeep.spawn(async move {
                 loop {

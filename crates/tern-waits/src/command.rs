@@ -93,8 +93,8 @@ pub struct InboxApprover {
     hooks: Option<Arc<HookBus>>,
     home: Option<Home>,
     allowlist: Mutex<HashSet<String>>,
-    /// Woken when a request is decided by the time its id is stored ([`InboxApprover::wake_on_ready`]).
-    resumer: std::sync::OnceLock<Arc<crate::resume::Resumer>>,
+    /// Woken when a request is decided by the time its id is stored ([`InboxApprover::with_wakeup`]).
+    wakeup: Option<crate::resume::Wakeup>,
 }
 
 impl InboxApprover {
@@ -112,14 +112,15 @@ impl InboxApprover {
             hooks: None,
             home: None,
             allowlist: Mutex::new(allowlist.into_iter().map(|c| c.trim().to_owned()).collect()),
-            resumer: std::sync::OnceLock::new(),
+            wakeup: None,
         }
     }
 
-    /// The resumer to wake when a request is decided by the time its id is stored (an
-    /// auto-approve policy decides inside the create); the gateway sets it once started.
-    pub fn wake_on_ready(&self, resumer: Arc<crate::resume::Resumer>) {
-        let _ = self.resumer.set(resumer);
+    /// Wakes the resumer when a request is decided by the time its id is stored (an
+    /// auto-approve policy decides inside the create).
+    pub fn with_wakeup(mut self, wakeup: crate::resume::Wakeup) -> Self {
+        self.wakeup = Some(wakeup);
+        self
     }
 
     /// The project of the sessions' tasks.
@@ -381,7 +382,7 @@ impl InboxApprover {
             &self.store,
             &*self.client,
             &hooks,
-            self.resumer.get().map(|r| &**r),
+            self.wakeup.as_ref(),
             &wait.id,
         )
         .await;

@@ -35,7 +35,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientError, InboxClient, RequestKind};
-use crate::resume::{Resumer, emit_resolved};
+use crate::resume::{Resumer, Wakeup, emit_resolved};
 
 /// What [`settle`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,19 +69,19 @@ pub async fn settle(
     resumer: &Resumer,
     wait: &Wait,
 ) -> Result<Settled, ClientError> {
-    settle_waking(store, client, hooks, Some(resumer), wait).await
+    settle_waking(store, client, hooks, Some(resumer.wakeup()), wait).await
 }
 
 /// Reads the result of a wait whose request id was just stored ([`Store::set_wait_request`])
 /// and settles it: a decision taken before then reached no follower (see the module docs).
-/// `resumer` is woken when the wait becomes ready; without one (not started yet) the
+/// `wakeup` wakes the resumer when the wait becomes ready; without one (no resumer) a
 /// resumer's first scan finds the ready wait. Failures are logged, not returned: the
 /// request exists, and a later decision reaches the followers as usual.
 pub async fn settle_new_request(
     store: &Store,
     client: &dyn InboxClient,
     hooks: &HookBus,
-    resumer: Option<&Resumer>,
+    wakeup: Option<&Wakeup>,
     wait_id: &str,
 ) -> Option<Settled> {
     // Read again: the stored id, and a status that may have changed meanwhile.
@@ -93,7 +93,7 @@ pub async fn settle_new_request(
             return None;
         }
     };
-    match settle_waking(store, client, hooks, resumer, &wait).await {
+    match settle_waking(store, client, hooks, wakeup, &wait).await {
         Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!(wait = wait_id, error = %e, "cannot check the decision of a new request");
@@ -106,7 +106,7 @@ async fn settle_waking(
     store: &Store,
     client: &dyn InboxClient,
     hooks: &HookBus,
-    resumer: Option<&Resumer>,
+    wakeup: Option<&Wakeup>,
     wait: &Wait,
 ) -> Result<Settled, ClientError> {
     let (Some(request_id), WaitStatus::Pending) = (wait.request_id.as_deref(), wait.status) else {
@@ -123,8 +123,8 @@ async fn settle_waking(
                 .map_err(|e| ClientError::Unreachable(format!("the store: {e}")))?;
             if ready.is_some() {
                 tracing::debug!(wait = %wait.id, request = request_id, "decision landed");
-                if let Some(r) = resumer {
-                    r.notify_ready();
+                if let Some(w) = wakeup {
+                    w.notify();
                 }
                 Ok(Settled::Ready)
             } else {

@@ -124,13 +124,27 @@ pub type CommandHook =
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(300);
 
+/// Wakes the [`Resumer`] made with it ([`Resumer::with_wakeup`]). Made before the resumer, so
+/// that what readies a wait (the `inbox` tools, the command approver) holds it from the start
+/// instead of being handed the resumer later.
+#[derive(Clone, Debug, Default)]
+pub struct Wakeup(Arc<Notify>);
+
+impl Wakeup {
+    /// Some wait became ready. Cheap; a wake-up while the resumer is busy is kept and makes
+    /// it scan again.
+    pub fn notify(&self) {
+        self.0.notify_one();
+    }
+}
+
 /// Delivers ready waits and runs their turns; see the module docs.
 pub struct Resumer {
     store: Store,
     hooks: Arc<HookBus>,
     runner: Arc<dyn TurnRunner>,
     command_hook: Option<CommandHook>,
-    wake: Notify,
+    wake: Wakeup,
     /// Waits a task is handling now, so that a scan does not start a second one.
     active: Mutex<HashSet<String>>,
     first_retry: Duration,
@@ -143,7 +157,7 @@ impl Resumer {
             hooks,
             runner,
             command_hook: None,
-            wake: Notify::new(),
+            wake: Wakeup::default(),
             active: Mutex::new(HashSet::new()),
             first_retry: FIRST_RETRY,
         }
@@ -155,6 +169,17 @@ impl Resumer {
         self
     }
 
+    /// Woken by `wakeup` (made beforehand and given to what readies waits).
+    pub fn with_wakeup(mut self, wakeup: Wakeup) -> Self {
+        self.wake = wakeup;
+        self
+    }
+
+    /// What wakes this resumer.
+    pub fn wakeup(&self) -> &Wakeup {
+        &self.wake
+    }
+
     /// The first retry delay after a failed turn (doubling up to 5 min); tests shorten it.
     pub fn with_first_retry(mut self, delay: Duration) -> Self {
         self.first_retry = delay;
@@ -164,7 +189,7 @@ impl Resumer {
     /// Wakes the resumer: some wait became ready. Cheap; a wake-up while it is busy is kept
     /// and makes it scan again.
     pub fn notify_ready(&self) {
-        self.wake.notify_one();
+        self.wake.notify();
     }
 
     fn active(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -198,7 +223,7 @@ impl Resumer {
                 }
             }
             tokio::select! {
-                () = self.wake.notified() => {}
+                () = self.wake.0.notified() => {}
                 () = stop.cancelled() => return,
             }
         }

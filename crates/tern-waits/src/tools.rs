@@ -87,8 +87,8 @@ pub struct InboxTools {
     /// emitted once.
     sending: Mutex<HashSet<String>>,
     /// Woken when a request turns out decided as soon as it is created
-    /// ([`InboxTools::wake_on_ready`]).
-    resumer: std::sync::OnceLock<Arc<crate::resume::Resumer>>,
+    /// ([`InboxTools::with_wakeup`]).
+    wakeup: Option<crate::resume::Wakeup>,
 }
 
 /// Why a wait's request could not be sent.
@@ -115,14 +115,15 @@ impl InboxTools {
             project: DEFAULT_PROJECT.to_owned(),
             hooks,
             sending: Mutex::new(HashSet::new()),
-            resumer: std::sync::OnceLock::new(),
+            wakeup: None,
         }
     }
 
-    /// The resumer to wake when a request is decided by the time its id is stored (an
-    /// auto-approve policy decides inside the create); the gateway sets it once started.
-    pub fn wake_on_ready(&self, resumer: Arc<crate::resume::Resumer>) {
-        let _ = self.resumer.set(resumer);
+    /// Wakes the resumer when a request is decided by the time its id is stored (an
+    /// auto-approve policy decides inside the create).
+    pub fn with_wakeup(mut self, wakeup: crate::resume::Wakeup) -> Self {
+        self.wakeup = Some(wakeup);
+        self
     }
 
     /// Creates the sessions' tasks in `project` instead of [`DEFAULT_PROJECT`].
@@ -204,7 +205,7 @@ impl InboxTools {
             &self.store,
             &*self.client,
             &self.hooks,
-            self.resumer.get().map(|r| &**r),
+            self.wakeup.as_ref(),
             &wait.id,
         )
         .await;

@@ -394,13 +394,10 @@ fn start(f: &Fixture, res: &Arc<Resumer>, stop: &CancellationToken) {
 }
 
 fn tools(f: &Fixture, res: &Arc<Resumer>) -> Arc<crate::tools::InboxTools> {
-    let tools = Arc::new(crate::tools::InboxTools::new(
-        f.store.clone(),
-        f.client.clone(),
-        Arc::new(HookBus::new()),
-    ));
-    tools.wake_on_ready(res.clone());
-    tools
+    Arc::new(
+        crate::tools::InboxTools::new(f.store.clone(), f.client.clone(), Arc::new(HookBus::new()))
+            .with_wakeup(res.wakeup().clone()),
+    )
 }
 
 #[tokio::test]
