@@ -657,7 +657,14 @@ impl Agent {
             })
             .collect();
         let mut answered = 0;
-        while let Some((call, r, took)) = pending.next().await {
+        // Results that finished while an earlier one was being stored, in call order.
+        let mut finished = std::collections::VecDeque::new();
+        loop {
+            let next = match finished.pop_front() {
+                Some(done) => Some(done),
+                None => pending.next().await,
+            };
+            let Some((call, r, took)) = next else { break };
             let Some(r) = r else { break };
             let content = result_to_content(&r);
             self.hooks.emit(HookEvent::PostToolCall(PostToolCall {
@@ -677,13 +684,19 @@ impl Agent {
                 duration_ms: took.as_millis() as u64,
                 content: content.clone(),
             });
-            let m = self
-                .store
-                .append_message(
-                    &req.session_id,
-                    &NewMessage::tool_result(&call.id, &call.function.name, content).turn(turn_id),
-                )
-                .await?;
+            let result =
+                NewMessage::tool_result(&call.id, &call.function.name, content).turn(turn_id);
+            let append = self.store.append_message(&req.session_id, &result);
+            tokio::pin!(append);
+            // The other calls keep running while this result is stored: one that is in the
+            // middle of a query holds a store connection until it is polled again, and with
+            // several such calls the append would wait for a connection that never comes back.
+            let m = loop {
+                tokio::select! {
+                    m = &mut append => break m?,
+                    Some(done) = pending.next(), if !pending.is_empty() => finished.push_back(done),
+                }
+            };
             transcript.push(m);
             answered += 1;
         }

@@ -781,3 +781,98 @@ async fn turns_run_in_the_order_their_queue_tickets_were_taken() {
         ["first", "answer to first", "second", "answer to second"]
     );
 }
+
+/// A tool that holds a store connection across an await: a write transaction kept open while
+/// it waits, as a tool in the middle of its queries does.
+struct HoldsConnection(Store);
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+impl tern_tools::Tool for HoldsConnection {
+    const NAME: &'static str = "hold_connection";
+    const TOOLSET: &'static str = "terminal";
+    const DESCRIPTION: &'static str = "Holds a store connection for a moment.";
+    type Args = NoArgs;
+
+    async fn run(&self, _args: NoArgs, _ctx: tern_tools::ToolContext) -> tern_tools::ToolResult {
+        let tx = self
+            .0
+            .begin_write()
+            .await
+            .map_err(|e| tern_tools::ToolError::new(e.to_string()))?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit()
+            .await
+            .map_err(|e| tern_tools::ToolError::new(e.to_string()))?;
+        Ok(serde_json::json!("held"))
+    }
+}
+
+/// Storing a finished call's result while a later call of the same message holds a store
+/// connection: the later call goes on being polled, gives its connection back, and the turn
+/// ends. (Left unpolled, it kept the connection while the store waited for one: with the
+/// gateway's small pool, a turn of a dozen inbox requests answered 500 after 30 s.)
+#[tokio::test]
+async fn a_result_is_stored_while_a_later_call_holds_a_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    // One connection: the later call holds it when the first result is stored.
+    let store = Store::open_with(&dir.path().join("tern.db"), 1)
+        .await
+        .unwrap();
+    let fake = FakeModel::start().await.unwrap();
+    let mut registry = Registry::builtin();
+    registry.add(HoldsConnection(store.clone()));
+    let agent = Agent::new(
+        store.clone(),
+        Ok(Client::new(ClientConfig::new(fake.base_url())).unwrap()),
+        Arc::new(registry),
+        AgentSettings {
+            model: "fake-model".into(),
+            max_iterations: 5,
+            stream: false,
+            system_prompt: None,
+            limits: ToolLimits::default(),
+        },
+    );
+    let session = store
+        .create_session(NewSession {
+            source: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    fake.push(Reply::tool_calls([
+        ("c1", "list_dir", "{}".to_owned()),
+        ("c2", "hold_connection", "{}".to_owned()),
+    ]));
+    fake.push(Reply::text("both done"));
+    let env = Env {
+        _dir: dir,
+        work,
+        fake,
+        agent: Arc::new(agent),
+        session,
+    };
+    let out = env.turn("go").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    assert_eq!(out.text.as_deref(), Some("both done"));
+    let msgs = store.messages(&env.session).await.unwrap();
+    let results: Vec<(&str, &str)> = msgs
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| {
+            (
+                m.tool_call_id.as_deref().unwrap_or(""),
+                m.content.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{msgs:?}");
+    assert_eq!(results[0].0, "c1");
+    assert_eq!(results[1], ("c2", "\"held\""));
+}
