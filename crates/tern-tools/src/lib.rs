@@ -16,9 +16,11 @@ pub mod danger;
 pub mod escalation;
 pub mod file_access;
 pub mod lifeline;
+pub mod session_context;
 pub mod tool;
 pub mod tools;
 
+pub use session_context::SessionContext;
 pub use tool::{ArgsError, DynTool, Tool, ToolSpec, Typed};
 pub use tools::terminal;
 
@@ -206,6 +208,8 @@ pub struct Registry {
     /// Lines a toolset adds to the system prompt of the turns that enable it (e.g. how to
     /// use it well), by toolset.
     prompt_lines: BTreeMap<&'static str, String>,
+    /// What a toolset adds from durable state to the turns that enable it, by toolset.
+    contexts: Vec<(&'static str, Arc<dyn SessionContext>)>,
 }
 
 /// Toolsets enabled when the user names none.
@@ -244,6 +248,23 @@ impl Registry {
     /// (replacing an earlier one).
     pub fn set_prompt_line(&mut self, toolset: &'static str, line: impl Into<String>) {
         self.prompt_lines.insert(toolset, line.into());
+    }
+
+    /// Registers what `toolset` adds from durable state to the turns that enable it (see
+    /// [`SessionContext`]).
+    pub fn add_context(&mut self, toolset: &'static str, context: Arc<dyn SessionContext>) {
+        self.contexts.push((toolset, context));
+    }
+
+    /// The session contexts of the enabled toolsets, in registration order.
+    pub fn contexts<'a>(
+        &'a self,
+        toolsets: &'a [String],
+    ) -> impl Iterator<Item = &'a Arc<dyn SessionContext>> + 'a {
+        self.contexts
+            .iter()
+            .filter(move |(t, _)| toolsets.iter().any(|e| e == *t))
+            .map(|(_, c)| c)
     }
 
     /// The system prompt lines of the enabled toolsets, in toolset name order.
