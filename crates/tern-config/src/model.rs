@@ -19,6 +19,9 @@ pub struct ModelConfig {
     pub timeout_secs: u64,
     pub max_retries: u32,
     pub stream: bool,
+    /// The model's context window in tokens. Unset: what the server reports (`/v1/models`
+    /// metadata, llama.cpp's `/props`), else 128,000.
+    pub context_length: Option<u64>,
 }
 
 impl Default for ModelConfig {
@@ -30,6 +33,7 @@ impl Default for ModelConfig {
             timeout_secs: 120,
             max_retries: 3,
             stream: true,
+            context_length: None,
         }
     }
 }
@@ -44,6 +48,7 @@ impl fmt::Debug for ModelConfig {
             .field("timeout_secs", &self.timeout_secs)
             .field("max_retries", &self.max_retries)
             .field("stream", &self.stream)
+            .field("context_length", &self.context_length)
             .finish()
     }
 }
@@ -58,6 +63,8 @@ pub struct ResolvedModel {
     pub timeout_secs: u64,
     pub max_retries: u32,
     pub stream: bool,
+    /// `[model] context_length`: the window as configured, when it is.
+    pub context_length: Option<u64>,
 }
 
 // Hand-written so the API key never ends up in logs or panic messages.
@@ -70,6 +77,7 @@ impl fmt::Debug for ResolvedModel {
             .field("timeout_secs", &self.timeout_secs)
             .field("max_retries", &self.max_retries)
             .field("stream", &self.stream)
+            .field("context_length", &self.context_length)
             .finish()
     }
 }
@@ -88,6 +96,7 @@ impl ModelConfig {
                 timeout_secs: m.timeout_secs,
                 max_retries: m.max_retries,
                 stream: m.stream,
+                context_length: m.context_length,
             }),
             (base_url, name) => Err(ConfigError::ModelNotConfigured {
                 missing_base_url: base_url.is_none(),

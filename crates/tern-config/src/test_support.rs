@@ -68,6 +68,7 @@ name = "llama3"
 timeout_secs = 30
 max_retries = 1
 stream = false
+context_length = 32768
 
 [agent]
 max_iterations = 5

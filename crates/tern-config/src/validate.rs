@@ -29,6 +29,14 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
             url
         )));
     }
+    if let Some(n) = c.model.context_length
+        && n < 1024
+    {
+        return Err(ConfigError::Invalid(format!(
+            "{} must be at least 1024 tokens (got {n}); leave it unset to use what the server reports",
+            origin(eff, "model.context_length")
+        )));
+    }
     let at_least_one: [(&str, u64); 7] = [
         ("model.timeout_secs", c.model.timeout_secs),
         ("agent.max_iterations", u64::from(c.agent.max_iterations)),
@@ -137,6 +145,7 @@ mod tests {
                 "must not exceed",
             ),
             ("[model]\nbase_url = \"localhost:11434\"\n", "is not a URL"),
+            ("[model]\ncontext_length = 100\n", "model.context_length"),
         ] {
             write_config(&home, text);
             let err = load(&home, &no_env).unwrap_err();
