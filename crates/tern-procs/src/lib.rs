@@ -17,6 +17,7 @@
 //! the gateway's manager, and [`attach`] to a PTY process's live terminal.
 
 pub mod attach;
+pub mod context;
 pub mod follow;
 pub mod layout;
 pub mod log;

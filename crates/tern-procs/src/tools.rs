@@ -79,6 +79,12 @@ pub fn register_with(
         mgr: Arc::clone(&mgr),
         notifier,
     });
+    registry.add_context(
+        "terminal",
+        Arc::new(crate::context::ProcessContext {
+            mgr: Arc::clone(&mgr),
+        }),
+    );
     registry.add(Process { mgr });
 }
 

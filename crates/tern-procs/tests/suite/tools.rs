@@ -525,3 +525,27 @@ async fn bad_arguments_name_the_tool_and_the_field() {
     assert!(m.contains("/offset"), "{m}");
     assert!(e.mgr.list().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_compaction_is_told_of_the_sessions_running_processes() {
+    let e = env().await;
+    let terminal = ["terminal".to_owned()];
+    let context = || e.registry.contexts(&terminal).next().unwrap().clone();
+    assert!(context().critical("sess-a").await.is_empty());
+
+    let id = e
+        .start(json!({"command": "sleep 600", "background": true}))
+        .await;
+    let facts = context().critical("sess-a").await;
+    assert_eq!(facts.len(), 1, "{facts:?}");
+    assert!(facts[0].contains(&id), "{facts:?}");
+    assert!(facts[0].contains("`sleep 600`"), "{facts:?}");
+    // Another session's compaction is not told of it; a toolset without it has no context.
+    assert!(context().critical("sess-b").await.is_empty());
+    assert!(e.registry.contexts(&["file".to_owned()]).next().is_none());
+
+    e.process("kill", &id, json!({})).await;
+    e.process("wait", &id, json!({"timeout": 60})).await;
+    assert!(context().critical("sess-a").await.is_empty());
+    kill_all(&e.mgr).await;
+}
