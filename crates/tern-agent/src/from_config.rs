@@ -43,9 +43,9 @@ pub fn tool_limits(home: &Home, eff: &Effective) -> ToolLimits {
 pub fn delegation(eff: &Effective) -> DelegateSettings {
     let d = &eff.config.delegate;
     DelegateSettings {
-        max_iterations: d.max_iterations.get(),
-        max_concurrent: d.max_concurrent.get(),
-        max_depth: d.max_depth.get(),
+        max_iterations: d.max_iterations,
+        max_concurrent: d.max_concurrent,
+        max_depth: d.max_depth,
     }
 }
 
