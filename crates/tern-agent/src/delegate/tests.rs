@@ -441,3 +441,42 @@ async fn a_failed_child_is_a_tool_error_the_model_reads() {
     assert!(error.contains("the child's request was refused"), "{error}");
     assert_eq!(child.status, SessionStatus::Idle);
 }
+
+/// The child works in the parent's directory, asks the parent's approver, and stops at its
+/// own iteration budget (1 here, while the parent may make 10 calls).
+#[tokio::test]
+async fn a_child_uses_the_parents_workdir_and_approver_within_its_own_budget() {
+    let e = env(DelegateSettings {
+        max_iterations: 1,
+        ..DelegateSettings::default()
+    })
+    .await;
+    e.fake
+        .push(Reply::tool_call(
+            "d1",
+            "delegate_task",
+            r#"{"goal":"look around"}"#,
+        ))
+        .push(Reply::tool_calls([
+            ("t1", "terminal", r#"{"command":"pwd"}"#.to_owned()),
+            ("t2", "terminal", r#"{"command":"rm -rf ./old"}"#.to_owned()),
+        ]))
+        .push(Reply::text("the subagent ran out of steps"));
+    let out = e.turn("delegate a look around").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+
+    let parent = e.transcript(&e.session).await;
+    let error = json_of(&parent[2])["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("limit of 1 model calls"), "{error}");
+    let child = &e.children(&e.session).await[0];
+    let t = e.transcript(&child.id).await;
+    let pwd = json_of(&t[2]);
+    assert_eq!(
+        pwd["output"].as_str().unwrap().trim(),
+        e.work.canonicalize().unwrap().to_str().unwrap()
+    );
+    let rm = content(&t[3]);
+    assert!(rm.contains("nobody to ask in tests"), "{rm}");
+    assert!(content(t.last().unwrap()).contains("max_iterations"));
+    assert_eq!(e.fake.requests().len(), 3);
+}
