@@ -197,13 +197,13 @@ pub struct TurnOutcome {
 /// sessions ([`delegate`]).
 #[derive(Clone)]
 pub struct Agent {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
 }
 
 /// What an [`Agent`] shares between its clones. Its fields are read through `Deref`, so the
 /// methods of [`Agent`] read `self.store` as before it was shared.
 #[derive(Clone)]
-pub struct Inner {
+pub struct Shared {
     store: Store,
     llm: Result<Client, String>,
     registry: Arc<Registry>,
@@ -218,9 +218,9 @@ pub struct Inner {
 }
 
 impl std::ops::Deref for Agent {
-    type Target = Inner;
+    type Target = Shared;
 
-    fn deref(&self) -> &Inner {
+    fn deref(&self) -> &Shared {
         &self.inner
     }
 }
@@ -234,7 +234,7 @@ impl Agent {
         settings: AgentSettings,
     ) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Shared {
                 store,
                 llm,
                 registry,
@@ -249,7 +249,7 @@ impl Agent {
 
     /// This agent with `change` made to its shared part: in place while nothing else holds
     /// it (the builders below, before the agent is shared), on a copy otherwise.
-    fn changed(self, change: impl FnOnce(&mut Inner)) -> Self {
+    fn changed(self, change: impl FnOnce(&mut Shared)) -> Self {
         let mut inner = Arc::unwrap_or_clone(self.inner);
         change(&mut inner);
         Self {
