@@ -104,6 +104,29 @@ impl Env {
     }
 }
 
+/// Every hook event, in order.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<HookEvent>>);
+
+impl tern_hooks::Subscriber for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+    fn on_event(&self, event: &tern_hooks::Envelope) {
+        self.0.lock().unwrap().push(event.event.clone());
+    }
+}
+
+impl Env {
+    fn record_hooks(&mut self) -> Arc<Recorder> {
+        let rec = Arc::new(Recorder::default());
+        let bus = Arc::new(tern_hooks::HookBus::new());
+        bus.subscribe(rec.clone());
+        self.agent = self.agent.clone().with_hooks(bus);
+        rec
+    }
+}
+
 fn settings(max_concurrent: usize, max_depth: u32) -> DelegateSettings {
     DelegateSettings {
         max_iterations: 5,
@@ -139,7 +162,8 @@ fn first_user(body: &Value) -> String {
 
 #[tokio::test]
 async fn one_child_answers_and_its_transcript_is_stored_with_the_parent_set() {
-    let e = env(DelegateSettings::default()).await;
+    let mut e = env(DelegateSettings::default()).await;
+    let hooks = e.record_hooks();
     e.fake
         .push(Reply::tool_call(
             "d1",
@@ -207,6 +231,18 @@ async fn one_child_answers_and_its_transcript_is_stored_with_the_parent_set() {
         ]
     );
     assert!(reqs[0].tool_names().contains(&"delegate_task".to_owned()));
+
+    // The child's session and turn are announced as their own, linked to the parent.
+    let events = hooks.0.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|ev| matches!(ev, HookEvent::SessionStart(s)
+        if s.session_id == child.id && s.source == CHILD_SOURCE
+            && s.parent_id.as_deref() == Some(e.session.as_str())))
+    );
+    assert!(events.iter().any(|ev| matches!(ev, HookEvent::TurnEnd(t)
+        if t.session_id == child.id && t.source == CHILD_SOURCE)));
 }
 
 /// Two calls in one answer, one of them a batch of two tasks: three children, at most two
@@ -300,7 +336,8 @@ async fn parallel_children_run_together_up_to_the_cap_and_the_rest_wait() {
 
 #[tokio::test]
 async fn an_interrupt_of_the_parent_interrupts_its_children() {
-    let e = env(settings(2, 1)).await;
+    let mut e = env(settings(2, 1)).await;
+    let hooks = e.record_hooks();
     e.fake.set_responder(|body| {
         if is_child(body) {
             Reply::hang()
@@ -339,6 +376,15 @@ async fn an_interrupt_of_the_parent_interrupts_its_children() {
         .await;
         let t = e.transcript(&c.id).await;
         assert_eq!(content(t.last().unwrap()), INTERRUPTED_MARKER, "{t:?}");
+        // Stopped for the parent's reason.
+        let events = hooks.0.lock().unwrap().clone();
+        assert!(
+            events
+                .iter()
+                .any(|ev| matches!(ev, HookEvent::AgentLoopStopped(s)
+                if s.session_id == c.id && s.reason == StopReason::UserInterrupt)),
+            "{events:?}"
+        );
     }
     assert_eq!(e.fake.requests().len(), 3);
 }
@@ -479,4 +525,30 @@ async fn a_child_uses_the_parents_workdir_and_approver_within_its_own_budget() {
     assert!(rm.contains("nobody to ask in tests"), "{rm}");
     assert!(content(t.last().unwrap()).contains("max_iterations"));
     assert_eq!(e.fake.requests().len(), 3);
+}
+
+#[test]
+fn the_schema_is_fit_for_function_calling_and_takes_hermes_arguments() {
+    let spec = tern_tools::tool::spec_of::<DelegateTask>();
+    assert_eq!(
+        tern_tools::tool::schema_problems(&spec.parameters),
+        Vec::<String>::new()
+    );
+    let props = spec.parameters["properties"].as_object().unwrap();
+    let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["context", "goal", "tasks", "toolsets"]);
+    assert_eq!(
+        spec.parameters["properties"]["tasks"]["items"]["required"],
+        serde_json::json!(["goal"])
+    );
+    let batch: DelegateArgs = tern_tools::tool::parse_args(
+        "delegate_task",
+        serde_json::json!({"tasks": [{"goal": "a", "toolsets": ["file"]}]}),
+    )
+    .unwrap();
+    assert_eq!(
+        batch.tasks.unwrap()[0].toolsets.as_deref(),
+        Some(&["file".to_owned()][..])
+    );
 }
