@@ -291,13 +291,15 @@ impl Children {
         }
         let toolsets = self.child_toolsets(task.toolsets.as_deref(), depth)?;
         // A child waits for its place before its session exists: what is stored is what ran.
+        // Biased: a place freed by a child the interrupt ended must not start another.
         let _place = tokio::select! {
-            p = self.places.clone().acquire_owned() => p.map_err(|_| {
-                ToolError::new("delegation is shutting down")
-            })?,
+            biased;
             () = ctx.cancel.cancelled() => {
                 return Err(ToolError::new("interrupted before the subagent started"));
             }
+            p = self.places.clone().acquire_owned() => p.map_err(|_| {
+                ToolError::new("delegation is shutting down")
+            })?,
         };
         let child = self.create_session(&parent, &ctx.workdir).await?;
         let interrupt = Interrupt::new();
