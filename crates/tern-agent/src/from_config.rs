@@ -1,7 +1,7 @@
 //! An [`Agent`] from tern's configuration: the model client from `[model]` (or the error a
 //! turn reports when none is configured), the tool limits from `[tools]`, the sandbox from
-//! `[sandbox]` with tern's home protected. `tern chat`, `tern ask` and the gateway's builder
-//! all make their agent here.
+//! `[sandbox]` with tern's home protected, `delegate_task` with its limits from `[delegate]`.
+//! `tern chat`, `tern ask` and the gateway's builder all make their agent here.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use tern_config::{Effective, Home};
 use tern_store::Store;
 use tern_tools::{Registry, ToolLimits};
 
-use crate::{Agent, AgentSettings};
+use crate::{Agent, AgentSettings, DelegateSettings, delegate};
 
 /// Why no agent could be made.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +39,26 @@ pub fn tool_limits(home: &Home, eff: &Effective) -> ToolLimits {
     }
 }
 
-/// The agent with the tools of `registry`. A missing model configuration is kept as the
-/// error message a turn reports, so that what needs no model (the inbox) still runs.
+/// The limits of `delegate_task`'s child sessions, from `[delegate]`.
+pub fn delegation(eff: &Effective) -> DelegateSettings {
+    let d = &eff.config.delegate;
+    DelegateSettings {
+        max_iterations: d.max_iterations,
+        max_concurrent: d.max_concurrent,
+        max_depth: d.max_depth,
+    }
+}
+
+/// The agent with the tools of `registry` and `delegate_task` (toolset `delegate`, enabled
+/// where a turn's toolsets name it). A missing model configuration is kept as the error
+/// message a turn reports, so that what needs no model (the inbox) still runs.
 pub fn agent(
     home: &Home,
     eff: &Effective,
     store: Store,
-    registry: Registry,
+    mut registry: Registry,
 ) -> Result<Agent, FromConfigError> {
+    delegate::register(&mut registry);
     let (llm, model, stream) = match eff.resolved_model() {
         Ok(m) => {
             let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
@@ -68,5 +80,6 @@ pub fn agent(
             system_prompt: eff.config.agent.system_prompt.clone(),
             limits: tool_limits(home, eff),
         },
-    ))
+    )
+    .with_delegation(delegation(eff)))
 }

@@ -17,6 +17,7 @@
 //! Every message is committed before the next model call, so a `kill -9` loses at most the
 //! model answer in flight.
 
+pub mod delegate;
 pub mod from_config;
 mod interrupt;
 mod prompt;
@@ -39,6 +40,7 @@ use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role, StreamEvent,
 use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
 
+pub use delegate::DelegateSettings;
 pub use interrupt::Interrupt;
 pub use prompt::{
     INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files,
@@ -190,8 +192,18 @@ pub struct TurnOutcome {
     pub iterations: u32,
 }
 
-/// The agent: store, model client, tools. Cheap to share behind an `Arc`.
+/// The agent: store, model client, tools. Cheap to clone: clones share everything, the
+/// turn queues included, so the agent can hand a clone to a tool call that runs child
+/// sessions ([`delegate`]).
+#[derive(Clone)]
 pub struct Agent {
+    inner: Arc<Shared>,
+}
+
+/// What an [`Agent`] shares between its clones. Its fields are read through `Deref`, so the
+/// methods of [`Agent`] read `self.store` as before it was shared.
+#[derive(Clone)]
+pub struct Shared {
     store: Store,
     llm: Result<Client, String>,
     registry: Arc<Registry>,
@@ -200,7 +212,17 @@ pub struct Agent {
     /// Read `AGENTS.md`/`TERN.md` above the working directory into the system prompt; the
     /// home directory ends the walk outside a repository.
     project_instructions: Option<Option<PathBuf>>,
-    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Shared by every clone: one turn at a time per session, whichever clone runs it.
+    locks: Arc<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>>,
+    delegation: DelegateSettings,
+}
+
+impl std::ops::Deref for Agent {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.inner
+    }
 }
 
 impl Agent {
@@ -212,29 +234,55 @@ impl Agent {
         settings: AgentSettings,
     ) -> Self {
         Self {
-            store,
-            llm,
-            registry,
-            settings,
-            hooks: Arc::new(HookBus::new()),
-            project_instructions: None,
-            locks: Mutex::new(HashMap::new()),
+            inner: Arc::new(Shared {
+                store,
+                llm,
+                registry,
+                settings,
+                hooks: Arc::new(HookBus::new()),
+                project_instructions: None,
+                locks: Arc::new(Mutex::new(HashMap::new())),
+                delegation: DelegateSettings::default(),
+            }),
+        }
+    }
+
+    /// This agent with `change` made to its shared part: in place while nothing else holds
+    /// it (the builders below, before the agent is shared), on a copy otherwise.
+    fn changed(self, change: impl FnOnce(&mut Shared)) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        change(&mut inner);
+        Self {
+            inner: Arc::new(inner),
         }
     }
 
     /// Publishes the turn's lifecycle events on `hooks`.
-    pub fn with_hooks(mut self, hooks: Arc<HookBus>) -> Self {
-        self.hooks = hooks;
-        self
+    pub fn with_hooks(self, hooks: Arc<HookBus>) -> Self {
+        self.changed(|i| i.hooks = hooks)
     }
 
     /// Adds the project instructions (`AGENTS.md`, `TERN.md`) that apply to each turn's
     /// working directory to its system prompt, read afresh every turn (see
     /// [`project_instructions`]); `home` ends the search outside a repository. `tern chat`
     /// turns this on; the gateway, whose sessions are not tied to its own directory, does not.
-    pub fn with_project_instructions(mut self, home: Option<PathBuf>) -> Self {
-        self.project_instructions = Some(home);
-        self
+    pub fn with_project_instructions(self, home: Option<PathBuf>) -> Self {
+        self.changed(|i| i.project_instructions = Some(home))
+    }
+
+    /// The limits of `delegate_task`'s child sessions (`[delegate]`).
+    pub fn with_delegation(self, delegation: DelegateSettings) -> Self {
+        self.changed(|i| i.delegation = delegation)
+    }
+
+    /// This agent with another model-call budget per turn: a child session's.
+    pub(crate) fn with_max_iterations(&self, max_iterations: u32) -> Self {
+        self.clone()
+            .changed(|i| i.settings.max_iterations = max_iterations)
+    }
+
+    pub fn delegation(&self) -> &DelegateSettings {
+        &self.delegation
     }
 
     pub fn hooks(&self) -> &Arc<HookBus> {
@@ -607,6 +655,7 @@ impl Agent {
         // Where the calls' message sits: with the call id it tells this occurrence of a call
         // from a later one that reuses the id (see `ToolContext::call_seq`).
         let call_seq = transcript.last().map_or(0, |m| m.seq);
+        let subagents = delegate::subagents(self, req);
         let mut pending: FuturesOrdered<_> = calls
             .iter()
             .map(|call| {
@@ -616,6 +665,7 @@ impl Agent {
                     arguments: call.function.arguments.clone(),
                 });
                 let cancel = req.interrupt.token().clone();
+                let subagents = subagents.clone();
                 async move {
                     let t0 = Instant::now();
                     let gate = self.hooks.pre_tool_call(PreToolCall {
@@ -641,6 +691,7 @@ impl Agent {
                         approver: req.approver.clone(),
                         limits: self.settings.limits.clone(),
                         preapproved: matches!(gate, ToolGate::Allow { .. }),
+                        subagents,
                     };
                     let r = match gate {
                         ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(

@@ -37,6 +37,7 @@ fn ctx(workspace: &Path, sandbox: Sandbox) -> ToolContext {
         }),
         limits,
         preapproved: false,
+        subagents: None,
     }
 }
 

@@ -107,13 +107,18 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
             let msgs = store.messages(&s.id).await?;
             // The open waits: what the session is `waiting` for.
             let waits = store.session_waits(&s.id, true).await?;
+            // The sessions it handed tasks to (`delegate_task`), or its reset's successor.
+            let children = store.children(&s.id).await?;
             if json {
                 writeln!(
                     out,
                     "{}",
-                    serde_json::to_string_pretty(
-                        &json!({"session": s, "waits": waits, "messages": msgs})
-                    )?
+                    serde_json::to_string_pretty(&json!({
+                        "session": s,
+                        "waits": waits,
+                        "children": children.iter().map(child_json).collect::<Vec<_>>(),
+                        "messages": msgs,
+                    }))?
                 )?;
             } else {
                 writeln!(out, "session {}", s.id)?;
@@ -142,6 +147,7 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     s.completion_tokens,
                     msgs.len()
                 )?;
+                write_links(&mut out, &store, &s, &children).await?;
                 if !waits.is_empty() {
                     writeln!(out, "waiting for {} decision(s):", waits.len())?;
                     for w in &waits {
@@ -295,6 +301,43 @@ async fn delete_locally(
     }
     store.delete_session(&s.id).await?;
     Ok(())
+}
+
+/// The session's parent (the session that delegated to it, or the one a reset replaced)
+/// and its children, each with its status and title.
+async fn write_links(
+    out: &mut impl Write,
+    store: &Store,
+    s: &tern_store::Session,
+    children: &[tern_store::Session],
+) -> anyhow::Result<()> {
+    if let Some(parent) = &s.parent_id {
+        // A parent deleted since is unlinked by the store; one missing here is shown bare.
+        let title = match store.get_session(parent).await? {
+            Some(p) => p.title.unwrap_or_else(|| "(untitled)".into()),
+            None => "(gone)".into(),
+        };
+        writeln!(out, "parent   {parent}  {title}")?;
+    }
+    if !children.is_empty() {
+        writeln!(out, "children {}:", children.len())?;
+        for c in children {
+            writeln!(
+                out,
+                "  {}  {:<7}  {:<8}  {}",
+                c.id,
+                c.status.as_str(),
+                c.source,
+                c.title.as_deref().unwrap_or("(untitled)")
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn child_json(c: &tern_store::Session) -> serde_json::Value {
+    json!({"id": c.id, "title": c.title, "status": c.status, "source": c.source,
+           "created_at": c.created_at})
 }
 
 fn write_wait(out: &mut impl Write, w: &tern_store::Wait) -> std::io::Result<()> {

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
+use crate::delegate::DelegateConfig;
 use crate::error::ConfigError;
 use crate::gateway::GatewayConfig;
 use crate::home::Home;
@@ -33,6 +34,8 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[sandbox]`: what the agent's commands and file tools may do.
     pub sandbox: SandboxConfig,
+    /// `[delegate]`: the child sessions of `delegate_task`.
+    pub delegate: DelegateConfig,
 }
 
 impl Config {

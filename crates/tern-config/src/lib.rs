@@ -30,7 +30,7 @@
 //! environment. Callers pass `&|k| std::env::var(k).ok()`.
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
-//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`), [`Config`] which holds them,
+//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
@@ -38,6 +38,7 @@ mod address;
 mod agent;
 mod allowlist;
 mod config;
+mod delegate;
 mod duration;
 mod effective;
 mod env;
@@ -61,6 +62,7 @@ mod validate;
 pub use agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
 pub use allowlist::add_to_allowlist;
 pub use config::Config;
+pub use delegate::DelegateConfig;
 pub use duration::parse_duration;
 pub use effective::{Effective, Source};
 pub use env::{

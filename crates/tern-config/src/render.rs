@@ -505,6 +505,7 @@ mod tests {
         for (file, text) in [
             ("agent.rs", include_str!("agent.rs")),
             ("config.rs", include_str!("config.rs")),
+            ("delegate.rs", include_str!("delegate.rs")),
             ("gateway.rs", include_str!("gateway.rs")),
             ("hooks.rs", include_str!("hooks.rs")),
             ("inbox.rs", include_str!("inbox.rs")),

@@ -175,4 +175,9 @@ protected_paths = ["/srv/keys"]
 [sandbox.env]
 keep = ["GITHUB_TOKEN"]
 remove = ["AWS_*"]
+
+[delegate]
+max_iterations = 12
+max_concurrent = 4
+max_depth = 2
 "#;

@@ -1046,6 +1046,7 @@ pub mod grants;
 pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
 pub mod waits;
 pub use waits::{NewWait, Wait, WaitKind, WaitStatus};
+mod children;
 mod remote_inbox;
 
 #[cfg(test)]

@@ -17,10 +17,12 @@ pub mod escalation;
 pub mod file_access;
 pub mod lifeline;
 pub mod session_context;
+pub mod subagents;
 pub mod tool;
 pub mod tools;
 
 pub use session_context::SessionContext;
+pub use subagents::{ChildOutcome, ChildStatus, ChildTask, SubAgents};
 pub use tool::{ArgsError, DynTool, Tool, ToolSpec, Typed};
 pub use tools::terminal;
 
@@ -181,6 +183,9 @@ pub struct ToolContext {
     /// A `pre_tool_call` hook allowed this call: a dangerous command runs without asking
     /// (hard-line commands stay blocked).
     pub preapproved: bool,
+    /// Runs child sessions (the `delegate` toolset); `None` where the turn does not enable
+    /// delegation, or outside a turn.
+    pub subagents: Option<Arc<dyn SubAgents>>,
 }
 
 impl ToolContext {

@@ -161,6 +161,7 @@ fn ctx(workspace: &Path, home: &Path, human: Arc<Human>, call: usize) -> ToolCon
             ..ToolLimits::default()
         },
         preapproved: false,
+        subagents: None,
     }
 }
 

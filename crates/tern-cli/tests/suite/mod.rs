@@ -1,6 +1,7 @@
 mod chat;
 mod cli;
 mod config_show;
+mod delegate;
 mod gateway;
 mod inbox;
 mod inbox_notify;

@@ -663,6 +663,7 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
             ..ToolLimits::default()
         },
         preapproved: false,
+        subagents: None,
     };
     let toolsets = ["terminal".to_owned()];
     let call = |tool: &'static str, args: serde_json::Value| {

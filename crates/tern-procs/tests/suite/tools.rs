@@ -52,6 +52,7 @@ fn ctx_for(workdir: &Path, session: &str, approver: Arc<dyn Approver>) -> ToolCo
         approver,
         limits: ToolLimits::default(),
         preapproved: false,
+        subagents: None,
     }
 }
 

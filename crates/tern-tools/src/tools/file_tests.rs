@@ -36,6 +36,7 @@ fn ctx_in(dir: &Path) -> ToolContext {
         }),
         limits,
         preapproved: false,
+        subagents: None,
     }
 }
 

@@ -53,6 +53,7 @@ mod tests {
             }),
             limits: ToolLimits::default(),
             preapproved: false,
+            subagents: None,
         }
     }
 

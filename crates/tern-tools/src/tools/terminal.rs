@@ -465,6 +465,7 @@ mod tests {
             approver,
             limits: ToolLimits::default(),
             preapproved: false,
+            subagents: None,
         }
     }
 

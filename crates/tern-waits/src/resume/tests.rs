@@ -377,6 +377,7 @@ fn tool_ctx(session: &str, call: &str) -> tern_tools::ToolContext {
         }),
         limits: tern_tools::ToolLimits::default(),
         preapproved: false,
+        subagents: None,
     }
 }
 

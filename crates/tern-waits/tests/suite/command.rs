@@ -188,6 +188,7 @@ impl Env {
             approver,
             limits: ToolLimits::default(),
             preapproved: false,
+            subagents: None,
         }
     }
 }

@@ -194,6 +194,7 @@ impl Env {
             }),
             limits: ToolLimits::default(),
             preapproved: false,
+            subagents: None,
         }
     }
 
