@@ -10,6 +10,7 @@ use crate::gateway::GatewayConfig;
 use crate::home::Home;
 use crate::hooks::{CommandHookConfig, WebhookConfig};
 use crate::inbox::InboxConfig;
+use crate::memory::MemoryConfig;
 use crate::model::{ModelConfig, ResolvedModel};
 use crate::processes::ProcessesConfig;
 use crate::sandbox::SandboxConfig;
@@ -33,6 +34,8 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[sandbox]`: what the agent's commands and file tools may do.
     pub sandbox: SandboxConfig,
+    /// `[memory]`: the limits of the `memory` tool's stores.
+    pub memory: MemoryConfig,
 }
 
 impl Config {

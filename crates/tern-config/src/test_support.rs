@@ -175,4 +175,8 @@ protected_paths = ["/srv/keys"]
 [sandbox.env]
 keep = ["GITHUB_TOKEN"]
 remove = ["AWS_*"]
+
+[memory]
+memory_char_limit = 3000
+user_char_limit = 1000
 "#;
