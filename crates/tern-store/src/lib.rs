@@ -1050,7 +1050,9 @@ mod remote_inbox;
 pub mod search;
 pub use search::SessionSearchHit;
 pub mod todos;
-pub use todos::{MAX_TODO_CHARS, MAX_TODO_ID_CHARS, MAX_TODOS, Todo, TodoError, TodoStatus, TodoWrite};
+pub use todos::{
+    MAX_TODO_CHARS, MAX_TODO_ID_CHARS, MAX_TODOS, Todo, TodoError, TodoStatus, TodoWrite,
+};
 
 #[cfg(test)]
 mod tests;

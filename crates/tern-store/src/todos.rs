@@ -201,10 +201,7 @@ impl Store {
             let updated = if *changed {
                 now
             } else {
-                before
-                    .iter()
-                    .find(|b| b.0 == *id)
-                    .map_or(now, |b| b.4)
+                before.iter().find(|b| b.0 == *id).map_or(now, |b| b.4)
             };
             sqlx::query(
                 "INSERT INTO todos (session_id, id, position, content, status, created_at, \
