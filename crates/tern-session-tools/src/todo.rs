@@ -151,31 +151,33 @@ impl TodoContext {
         Self { store }
     }
 
-    async fn list(&self, session_id: &str) -> Vec<Todo> {
-        match self.store.todos(session_id).await {
-            Ok(l) => l,
-            Err(e) => {
-                // The turn goes on without the list rather than failing on it.
-                tracing::warn!(session = session_id, error = %e, "cannot read the task list");
-                Vec::new()
-            }
-        }
+    async fn list(&self, session_id: &str) -> Result<Vec<Todo>, tern_store::StoreError> {
+        self.store.todos(session_id).await.inspect_err(|e| {
+            tracing::warn!(session = session_id, error = %e, "cannot read the task list");
+        })
     }
 }
 
 impl SessionContext for TodoContext {
     fn prompt<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Option<String>> {
-        Box::pin(async move { render_prompt(&self.list(session_id).await) })
+        // The turn goes on without the list rather than failing on it.
+        Box::pin(async move { render_prompt(&self.list(session_id).await.ok()?) })
     }
 
     fn critical<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Vec<String>> {
         Box::pin(async move {
-            self.list(session_id)
-                .await
-                .iter()
-                .filter(|t| t.status.is_open())
-                .map(|t| format!("todo {} ({}): {}", t.id, t.status.as_str(), t.content))
-                .collect()
+            match self.list(session_id).await {
+                Ok(list) => list
+                    .iter()
+                    .filter(|t| t.status.is_open())
+                    .map(|t| format!("todo {} ({}): {}", t.id, t.status.as_str(), t.content))
+                    .collect(),
+                // Better a summary that says so than one that silently drops the plan.
+                Err(e) => vec![format!(
+                    "The task list of this session could not be read ({e}); read it with the \
+                     `todo` tool."
+                )],
+            }
         })
     }
 }

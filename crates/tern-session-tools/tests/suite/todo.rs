@@ -272,4 +272,11 @@ async fn the_context_shows_the_list_and_hands_on_the_unfinished_items() {
         env.store.todos("s").await.unwrap()[1].status,
         TodoStatus::InProgress
     );
+
+    // A list that cannot be read is said so in a compaction, not silently dropped.
+    env.store.close().await;
+    let lines = ctx.critical("s").await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("could not be read"), "{lines:?}");
+    assert_eq!(ctx.prompt("s").await, None);
 }
