@@ -1,6 +1,6 @@
 //! `memory`: notes kept across sessions (Hermes's `memory` shape: `action` add, replace or
 //! remove; `target` user or memory; `content`; `old_text`, a unique part of the entry to
-//! change), in the files of [`crate::memory_files`], and [`MemoryContext`], which gives both
+//! change; or `operations`, several such changes applied all or nothing), in the files of [`crate::memory_files`], and [`MemoryContext`], which gives both
 //! stores to the model as part of the system prompt, framed as data rather than instructions.
 //!
 //! Whose memory: a session no API key created (`tern chat`) uses `$TERN_HOME/memory/`; a
@@ -18,7 +18,7 @@ use tern_store::Store;
 use tern_tools::{BoxFuture, SessionContext, Tool, ToolContext, ToolError, ToolResult};
 
 use crate::MEMORY_TOOLSET;
-use crate::memory_files::{MemoryError, MemoryFiles, Target, Written, chars};
+use crate::memory_files::{MemoryError, MemoryFiles, Op, Target, Written, chars};
 
 /// The memory directories of one home and the limits of their stores.
 pub struct Memory {
@@ -82,14 +82,18 @@ impl MemoryTool {
     }
 }
 
+/// Most operations in one batch.
+pub const MAX_OPERATIONS: usize = 20;
+
 /// The arguments of `memory`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryArgs {
-    /// What to do: add an entry, replace one, or remove one.
-    pub action: Action,
     /// Which store: "user" for who the user is, "memory" for your own notes.
     pub target: TargetArg,
+    /// One change: add an entry, replace one, or remove one. Omit when giving `operations`.
+    #[serde(default)]
+    pub action: Option<Action>,
     /// The entry's text: required for add and replace.
     #[serde(default)]
     pub content: Option<String>,
@@ -97,7 +101,50 @@ pub struct MemoryArgs {
     /// entry.
     #[serde(default)]
     pub old_text: Option<String>,
+    /// Several changes to the store at once, applied in order, all or nothing; the size
+    /// limit is checked on the result only, so one call can remove or shorten entries and
+    /// add new ones. Each is {action, content, old_text} as above.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = MAX_OPERATIONS))]
+    pub operations: Option<Vec<Operation>>,
 }
+
+/// One change of a batch.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Operation {
+    pub action: Action,
+    /// The entry's text, for add and replace.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// A short part of the entry to change, for replace and remove.
+    #[serde(default)]
+    pub old_text: Option<String>,
+}
+
+impl Operation {
+    /// The change, or what it lacks.
+    fn op(self) -> Result<Op, ToolError> {
+        let need = |v: Option<String>, what: &str| {
+            v.ok_or_else(|| ToolError::new(format!("{} needs {what}", self.action.as_str())))
+        };
+        Ok(match self.action {
+            Action::Add => Op::Add(need(self.content.clone(), "content")?),
+            Action::Replace => Op::Replace {
+                old_text: need(self.old_text.clone(), OLD_TEXT)?,
+                content: need(
+                    self.content.clone(),
+                    "content (use remove to delete an entry)",
+                )?,
+            },
+            Action::Remove => Op::Remove {
+                old_text: need(self.old_text.clone(), OLD_TEXT)?,
+            },
+        })
+    }
+}
+
+const OLD_TEXT: &str = "old_text (a short part of the entry, found in exactly one)";
 
 /// A `memory` action.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
@@ -106,6 +153,16 @@ pub enum Action {
     Add,
     Replace,
     Remove,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Add => "add",
+            Action::Replace => "replace",
+            Action::Remove => "remove",
+        }
+    }
 }
 
 /// A `memory` target.
@@ -135,42 +192,45 @@ impl Tool for MemoryTool {
         conventions or a tool's quirks. Targets: 'user' = who the user is (name, role, \
         preferences, style); 'memory' = your notes (environment, conventions, lessons). \
         Actions: add (content), replace (old_text: a short unique part of the entry, and the \
-        new content), remove (old_text). Each store has a size limit: when full, an add is \
-        refused with the current entries; remove or shorten some, then add. Do not save task \
-        progress or temporary state (use todo), or what is easy to find again.";
+        new content), remove (old_text). Make several changes in one call with `operations` \
+        (applied all or nothing, the size limit checked on the result). Each store has a size \
+        limit: when full, an add is refused with the current entries; then send one batch \
+        that removes or shortens entries and adds the new one. Do not save task progress or \
+        temporary state (use todo), or what is easy to find again.";
     type Args = MemoryArgs;
 
     async fn run(&self, args: MemoryArgs, ctx: ToolContext) -> ToolResult {
-        let files = self.memory.files_for(&ctx.session_id).await?;
         let target = Target::from(args.target);
-        let need = |v: Option<String>, what: &str| {
-            v.ok_or_else(|| {
-                ToolError::new(format!(
-                    "{} needs {what}",
-                    match args.action {
-                        Action::Add => "add",
-                        Action::Replace => "replace",
-                        Action::Remove => "remove",
-                    }
-                ))
-            })
+        let ops: Vec<Op> = match (args.action, args.operations) {
+            (Some(action), None) => vec![
+                Operation {
+                    action,
+                    content: args.content,
+                    old_text: args.old_text,
+                }
+                .op()?,
+            ],
+            (None, Some(ops)) if args.content.is_none() && args.old_text.is_none() => ops
+                .into_iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    o.op()
+                        .map_err(|e| ToolError::new(format!("operation {}: {e}", n + 1)))
+                })
+                .collect::<Result<_, _>>()?,
+            (None, None) => {
+                return Err(ToolError::new(
+                    "give an action (add, replace or remove), or operations",
+                ));
+            }
+            _ => {
+                return Err(ToolError::new(
+                    "give either action (with content and old_text) or operations, not both",
+                ));
+            }
         };
-        let action = args.action;
-        let written = match action {
-            Action::Add => {
-                let content = need(args.content, "content")?;
-                blocking(move || files.add(target, &content)).await
-            }
-            Action::Replace => {
-                let old = need(args.old_text, "old_text (a unique part of the entry)")?;
-                let content = need(args.content, "content (use remove to delete an entry)")?;
-                blocking(move || files.replace(target, &old, &content)).await
-            }
-            Action::Remove => {
-                let old = need(args.old_text, "old_text (a unique part of the entry)")?;
-                blocking(move || files.remove(target, &old)).await
-            }
-        }?;
+        let files = self.memory.files_for(&ctx.session_id).await?;
+        let written = blocking(move || files.apply(target, &ops)).await?;
         Ok(json!({
             "success": true,
             "target": target.as_str(),

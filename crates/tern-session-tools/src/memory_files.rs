@@ -87,6 +87,9 @@ pub enum MemoryError {
         limit: usize,
         entries: Vec<String>,
     },
+    /// An operation of a batch failed (`n` from 1); none was applied.
+    #[error("operation {n}: {source}")]
+    Operation { n: usize, source: Box<MemoryError> },
     #[error("cannot {what} {}: {source}", path.display())]
     Io {
         what: &'static str,
@@ -97,12 +100,22 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
+    /// The same error showing `stored` as the store's entries (an ambiguous match keeps its
+    /// matches; a limit error already shows the store).
+    fn with_entries(mut self, stored: Vec<String>) -> Self {
+        if let MemoryError::NoMatch { entries, .. } = &mut self {
+            *entries = stored;
+        }
+        self
+    }
+
     /// The store's entries when they help the caller choose what to change.
     pub fn entries(&self) -> Option<&[String]> {
         match self {
             MemoryError::NoMatch { entries, .. }
             | MemoryError::Ambiguous { entries, .. }
             | MemoryError::OverLimit { entries, .. } => Some(entries),
+            MemoryError::Operation { source, .. } => source.entries(),
             _ => None,
         }
     }
@@ -167,14 +180,7 @@ impl MemoryFiles {
 
     /// Appends `content` as a new entry (an entry already there is not added twice).
     pub fn add(&self, target: Target, content: &str) -> Result<Written, MemoryError> {
-        let content = non_empty(content, "content")?;
-        self.change(target, |entries| {
-            if entries.iter().any(|e| e == content) {
-                return Ok(Some("entry already present; nothing added"));
-            }
-            entries.push(content.to_owned());
-            Ok(Some("entry added"))
-        })
+        self.apply(target, &[Op::Add(content.to_owned())])
     }
 
     /// Replaces the one entry containing `old_text` with `content`.
@@ -184,22 +190,48 @@ impl MemoryFiles {
         old_text: &str,
         content: &str,
     ) -> Result<Written, MemoryError> {
-        let old_text = non_empty(old_text, "old_text")?;
-        let content = non_empty(content, "content")?;
-        self.change(target, |entries| {
-            let i = find_one(target, entries, old_text)?;
-            entries[i] = content.to_owned();
-            Ok(Some("entry replaced"))
-        })
+        self.apply(
+            target,
+            &[Op::Replace {
+                old_text: old_text.to_owned(),
+                content: content.to_owned(),
+            }],
+        )
     }
 
     /// Removes the one entry containing `old_text`.
     pub fn remove(&self, target: Target, old_text: &str) -> Result<Written, MemoryError> {
-        let old_text = non_empty(old_text, "old_text")?;
+        self.apply(
+            target,
+            &[Op::Remove {
+                old_text: old_text.to_owned(),
+            }],
+        )
+    }
+
+    /// Applies `ops` in order, all or nothing; the limit is checked on the result only, so
+    /// one batch can make room and add.
+    pub fn apply(&self, target: Target, ops: &[Op]) -> Result<Written, MemoryError> {
+        let batch = ops.len() > 1;
+        let in_op = |n: usize, e: MemoryError| {
+            if batch {
+                MemoryError::Operation {
+                    n: n + 1,
+                    source: Box::new(e),
+                }
+            } else {
+                e
+            }
+        };
         self.change(target, |entries| {
-            let i = find_one(target, entries, old_text)?;
-            entries.remove(i);
-            Ok(Some("entry removed"))
+            let stored = entries.clone();
+            let mut message = "nothing changed";
+            for (n, op) in ops.iter().enumerate() {
+                // The error shows the store as it is, not as the batch left it halfway.
+                message = apply_one(target, entries, op)
+                    .map_err(|e| in_op(n, e.with_entries(stored.clone())))?;
+            }
+            Ok(Some(if batch { "operations applied" } else { message }))
         })
     }
 
@@ -284,6 +316,47 @@ impl MemoryFiles {
             chars: after,
             limit,
         })
+    }
+}
+
+/// One change to a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Append an entry (not if the same entry is there already).
+    Add(String),
+    /// Replace the one entry containing `old_text`.
+    Replace { old_text: String, content: String },
+    /// Remove the one entry containing `old_text`.
+    Remove { old_text: String },
+}
+
+fn apply_one(
+    target: Target,
+    entries: &mut Vec<String>,
+    op: &Op,
+) -> Result<&'static str, MemoryError> {
+    match op {
+        Op::Add(content) => {
+            let content = non_empty(content, "content")?;
+            if entries.iter().any(|e| e == content) {
+                return Ok("entry already present; nothing added");
+            }
+            entries.push(content.to_owned());
+            Ok("entry added")
+        }
+        Op::Replace { old_text, content } => {
+            let old_text = non_empty(old_text, "old_text")?;
+            let content = non_empty(content, "content")?;
+            let i = find_one(target, entries, old_text)?;
+            entries[i] = content.to_owned();
+            Ok("entry replaced")
+        }
+        Op::Remove { old_text } => {
+            let old_text = non_empty(old_text, "old_text")?;
+            let i = find_one(target, entries, old_text)?;
+            entries.remove(i);
+            Ok("entry removed")
+        }
     }
 }
 

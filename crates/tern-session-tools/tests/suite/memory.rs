@@ -318,3 +318,84 @@ async fn the_prompt_gives_both_stores_as_data() {
     assert!(p.contains("tests run with cargo test"), "{p}");
     assert_eq!(p.matches("</memory>").count(), 2, "{p}");
 }
+
+#[tokio::test]
+async fn a_batch_makes_room_and_adds_in_one_call_or_changes_nothing() {
+    let env = Env::with_memory(&MemoryConfig {
+        memory_char_limit: 40,
+        user_char_limit: 1375,
+    })
+    .await;
+    env.session("s", None).await;
+    for c in ["old fact one", "old fact two"] {
+        env.call(
+            "s",
+            "memory",
+            json!({"action": "add", "target": "memory", "content": c}),
+        )
+        .await
+        .unwrap();
+    }
+    // 12 + 3 + 12 + 3 + 20 = 50 > 40: an add alone is refused.
+    let new = "a brand new fact 123";
+    let e = err(env
+        .call(
+            "s",
+            "memory",
+            json!({"action": "add", "target": "memory", "content": new}),
+        )
+        .await);
+    assert!(e.contains("over its limit of 40"), "{e}");
+
+    // A batch with a bad operation changes nothing, and names it.
+    let e = err(env
+        .call(
+            "s",
+            "memory",
+            json!({"target": "memory", "operations": [
+                {"action": "remove", "old_text": "fact one"},
+                {"action": "remove", "old_text": "no such fact"},
+            ]}),
+        )
+        .await);
+    assert!(e.contains("operation 2: no entry of MEMORY.md"), "{e}");
+    // The entries shown are the store's, not the batch's halfway state.
+    assert!(e.contains("old fact one"), "{e}");
+    assert_eq!(
+        read(&env, "memory/MEMORY.md"),
+        "old fact one\n§\nold fact two"
+    );
+
+    let v = env
+        .call(
+            "s",
+            "memory",
+            json!({"target": "memory", "operations": [
+                {"action": "remove", "old_text": "fact one"},
+                {"action": "add", "content": new},
+            ]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(v["entry_count"], 2, "{v}");
+    assert_eq!(
+        read(&env, "memory/MEMORY.md"),
+        format!("old fact two\n§\n{new}")
+    );
+
+    for (args, says) in [
+        (
+            json!({"target": "memory", "action": "add", "content": "x",
+                   "operations": [{"action": "add", "content": "y"}]}),
+            "not both",
+        ),
+        (json!({"target": "memory"}), "give an action"),
+        (
+            json!({"target": "memory", "operations": [{"action": "replace", "old_text": "two"}]}),
+            "operation 1: replace needs content",
+        ),
+    ] {
+        let e = err(env.call("s", "memory", args.clone()).await);
+        assert!(e.contains(says), "{args}: {e}");
+    }
+}
