@@ -109,7 +109,9 @@ pub const FULL_ACCESS_WARNING: &str = "[sandbox] mode = \"full-access\": the age
 
 /// The agent; a missing model configuration is kept as the error message a turn reports.
 pub fn build_agent(home: &Home, eff: &Effective, store: Store) -> anyhow::Result<Agent> {
-    build_agent_with(home, eff, store, Registry::builtin())
+    let mut registry = Registry::builtin();
+    tern_session_tools::register(&mut registry, store.clone(), &home.root, &eff.config.memory);
+    build_agent_with(home, eff, store, registry)
 }
 
 /// [`build_agent`] with the tools of `registry`.

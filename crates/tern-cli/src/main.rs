@@ -16,6 +16,7 @@ mod doctor;
 mod exit;
 mod gateway;
 mod inbox;
+mod memory;
 mod ps;
 mod render;
 mod reviewers;
@@ -103,6 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys { command } => gateway::keys(home, command).await,
         Command::Sessions { command } => sessions::run(home, command).await,
         Command::Ps(args) => ps::run(home, args).await,
+        Command::Memory(args) => memory::run(home, args).await,
         Command::Status(args) => status::run(home, args).await,
         Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,

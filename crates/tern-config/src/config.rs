@@ -11,6 +11,7 @@ use crate::gateway::GatewayConfig;
 use crate::home::Home;
 use crate::hooks::{CommandHookConfig, WebhookConfig};
 use crate::inbox::InboxConfig;
+use crate::memory::MemoryConfig;
 use crate::model::{ModelConfig, ResolvedModel};
 use crate::processes::ProcessesConfig;
 use crate::sandbox::SandboxConfig;
@@ -36,6 +37,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[delegate]`: the child sessions of `delegate_task`.
     pub delegate: DelegateConfig,
+    /// `[memory]`: the limits of the `memory` tool's stores.
+    pub memory: MemoryConfig,
 }
 
 impl Config {

@@ -30,7 +30,7 @@
 //! environment. Callers pass `&|k| std::env::var(k).ok()`.
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
-//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`), [`Config`] which holds them,
+//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
@@ -49,6 +49,7 @@ mod hooks;
 mod inbox;
 mod load;
 mod mask;
+mod memory;
 mod model;
 mod processes;
 mod render;
@@ -79,6 +80,9 @@ pub use inbox::{
 };
 pub use load::load;
 pub use mask::{mask_secret, mask_url};
+pub use memory::{
+    DEFAULT_MEMORY_CHAR_LIMIT, DEFAULT_USER_CHAR_LIMIT, MAX_MEMORY_CHAR_LIMIT, MemoryConfig,
+};
 pub use model::{ModelConfig, ResolvedModel};
 pub use processes::ProcessesConfig;
 pub use render::render_masked;

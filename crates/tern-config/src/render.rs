@@ -509,6 +509,7 @@ mod tests {
             ("gateway.rs", include_str!("gateway.rs")),
             ("hooks.rs", include_str!("hooks.rs")),
             ("inbox.rs", include_str!("inbox.rs")),
+            ("memory.rs", include_str!("memory.rs")),
             ("model.rs", include_str!("model.rs")),
             ("processes.rs", include_str!("processes.rs")),
             ("sandbox.rs", include_str!("sandbox.rs")),

@@ -180,4 +180,8 @@ remove = ["AWS_*"]
 max_iterations = 12
 max_concurrent = 4
 max_depth = 2
+
+[memory]
+memory_char_limit = 3000
+user_char_limit = 1000
 "#;

@@ -115,6 +115,19 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
             )));
         }
     }
+    let m = &c.memory;
+    for (name, limit) in [
+        ("memory_char_limit", m.memory_char_limit),
+        ("user_char_limit", m.user_char_limit),
+    ] {
+        if !(1..=crate::memory::MAX_MEMORY_CHAR_LIMIT).contains(&limit) {
+            return Err(ConfigError::Invalid(format!(
+                "in [memory] of {}: {name} must be between 1 and {}",
+                eff.config_path.display(),
+                crate::memory::MAX_MEMORY_CHAR_LIMIT
+            )));
+        }
+    }
     ssh::validate_backend(p.backend, p.ssh.as_ref(), &eff.config_path)?;
     sandbox::validate_sandbox(&c.sandbox, &eff.config_path)?;
     hooks::validate_hooks(&c.hooks, &c.webhooks, &eff.config_path)?;

@@ -892,7 +892,7 @@ impl Store {
 }
 
 /// Builds an FTS5 query that ANDs every word of the user's text as a quoted string.
-fn fts_query(text: &str) -> String {
+pub(crate) fn fts_query(text: &str) -> String {
     text.split_whitespace()
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect::<Vec<_>>()
@@ -1048,6 +1048,12 @@ pub mod waits;
 pub use waits::{NewWait, Wait, WaitKind, WaitStatus};
 mod children;
 mod remote_inbox;
+pub mod search;
+pub use search::SessionSearchHit;
+pub mod todos;
+pub use todos::{
+    MAX_TODO_CHARS, MAX_TODO_ID_CHARS, MAX_TODOS, Todo, TodoError, TodoStatus, TodoWrite,
+};
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,4 @@
+mod memory;
+mod schemas;
+mod session_search;
+mod todo;
