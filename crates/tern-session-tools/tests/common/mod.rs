@@ -88,6 +88,7 @@ pub fn ctx(session: &str) -> ToolContext {
         }),
         limits: ToolLimits::default(),
         preapproved: false,
+        subagents: None,
     }
 }
 
