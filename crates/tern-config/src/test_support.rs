@@ -73,6 +73,9 @@ stream = false
 max_iterations = 5
 toolsets = ["terminal"]
 system_prompt = "be brief"
+loop_guard = false
+loop_warn_after = 2
+loop_stop_after = 4
 
 [tools]
 terminal_timeout_secs = 10

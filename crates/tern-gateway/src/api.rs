@@ -407,6 +407,7 @@ pub(crate) fn status_str(s: TurnStatus) -> &'static str {
         TurnStatus::Completed => "completed",
         TurnStatus::Interrupted => "interrupted",
         TurnStatus::MaxIterations => "max_iterations",
+        TurnStatus::LoopDetected => "loop_detected",
     }
 }
 

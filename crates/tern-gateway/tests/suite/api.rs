@@ -70,6 +70,7 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
                 stream: true,
                 system_prompt: None,
                 limits: ToolLimits::default(),
+                loop_guard: Default::default(),
             },
         )
         .with_hooks(hooks),
