@@ -6,6 +6,7 @@ mod inbox;
 mod inbox_notify;
 mod inbox_web;
 mod interactive;
+mod loop_guard;
 mod output;
 mod procs;
 mod procs_gateway;
