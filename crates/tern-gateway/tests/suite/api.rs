@@ -990,6 +990,36 @@ async fn openai_streaming_sends_only_the_final_answer() {
     assert_eq!(text, "Final answer.");
 }
 
+/// A model stream that breaks off after some text is asked for again: the client gets the
+/// retried answer once, not the broken text before it.
+#[tokio::test]
+async fn openai_streaming_drops_an_answer_that_broke_off() {
+    let g = start().await;
+    g.fake
+        .push(Reply::raw_sse([
+            r#"{"choices":[{"delta":{"content":"Half an ans"}}]}"#,
+            r#"{"error":{"code":500,"message":"Failed to parse input at pos 11","type":"server_error"}}"#,
+        ]))
+        .push(Reply::text("Whole answer."));
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": "answer"}]}))
+        .send()
+        .await
+        .unwrap();
+    let body = r.text().await.unwrap();
+    let text: String = sse_events(&body)
+        .into_iter()
+        .filter_map(|(_, d)| {
+            d["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, "Whole answer.");
+    assert_eq!(g.fake.requests().len(), 2);
+}
+
 #[tokio::test]
 async fn every_error_is_json_and_the_bearer_scheme_is_case_insensitive() {
     let g = start().await;
