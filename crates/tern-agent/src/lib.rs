@@ -618,6 +618,10 @@ impl Agent {
     /// those before it are done. Returns how many calls got a stored result; on cancellation
     /// the remaining ones are answered by [`Agent::interrupted`]. `calls` are those of the
     /// transcript's last message, the assistant answer just stored.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of the turn the calls need, each used; a struct would only move the list"
+    )]
     async fn run_tools(
         &self,
         req: &TurnRequest,

@@ -938,18 +938,16 @@ async fn a_model_repeating_a_failing_call_is_told_then_stopped() {
     assert_eq!(t.last().unwrap().content.as_deref(), Some(text.as_str()));
     assert_eq!(t.last().unwrap().role, Role::Assistant);
 
-    let events = rec.events.lock().unwrap();
-    let end = events
-        .iter()
-        .find(|e| e.event.name() == "turn_end")
-        .unwrap();
-    let end = serde_json::to_value(end).unwrap();
+    let end = {
+        let events = rec.events.lock().unwrap();
+        let end = events.iter().find(|e| e.event.name() == "turn_end");
+        serde_json::to_value(end.unwrap()).unwrap()
+    };
     assert_eq!(end["status"], "failed");
     assert!(
         end["error"].as_str().unwrap().contains("loop guard"),
         "{end}"
     );
-    drop(events);
 
     // The session stays usable: the next turn gets the scripted answer left over.
     let out = e.turn("try again").await;

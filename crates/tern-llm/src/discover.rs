@@ -44,7 +44,7 @@ impl Client {
         let data = v.get("data")?.as_array()?;
         data.iter()
             .find(|m| m.get("id").and_then(Value::as_str) == Some(model))
-            .or_else(|| match data.as_slice() {
+            .or(match data.as_slice() {
                 [only] => Some(only),
                 _ => None,
             })
