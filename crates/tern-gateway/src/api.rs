@@ -497,6 +497,7 @@ pub(crate) async fn chat_stream(
                 json!({"session_id": sid, "turn_id": turn_id}),
             ),
             AgentEvent::AssistantDelta { text } => sse("assistant.delta", json!({"delta": text})),
+            AgentEvent::AnswerDiscarded => sse("assistant.discarded", json!({})),
             AgentEvent::ToolStarted {
                 call_id,
                 name,

@@ -607,6 +607,50 @@ async fn chat_stream_sends_events_in_order() {
     assert_eq!(events[1].1["name"], "list_dir");
 }
 
+/// A model stream that broke off after some text is retried: the client is told to drop the
+/// text so far, and the deltas after that are the whole answer.
+#[tokio::test]
+async fn chat_stream_says_when_streamed_text_is_discarded() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake
+        .push(Reply::raw_sse([
+            r#"{"choices":[{"delta":{"content":"Half an ans"}}]}"#,
+            r#"{"error":{"code":500,"message":"Failed to parse input at pos 11","type":"server_error"}}"#,
+        ]))
+        .push(Reply::text("Whole answer."));
+    let r = g
+        .req(
+            reqwest::Method::POST,
+            &format!("/api/sessions/{id}/chat/stream"),
+        )
+        .json(&json!({"message": "answer"}))
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&r.text().await.unwrap());
+    let mut shown = String::new();
+    for (name, data) in &events {
+        match name.as_str() {
+            "assistant.delta" => shown.push_str(data["delta"].as_str().unwrap()),
+            "assistant.discarded" => shown.clear(),
+            _ => {}
+        }
+    }
+    assert_eq!(shown, "Whole answer.", "{events:?}");
+    let discarded = events
+        .iter()
+        .position(|(n, _)| n == "assistant.discarded")
+        .unwrap();
+    assert_eq!(events[discarded - 1].0, "assistant.delta", "{events:?}");
+    let completed = &events
+        .iter()
+        .find(|(n, _)| n == "assistant.completed")
+        .unwrap()
+        .1;
+    assert_eq!(completed["content"], "Whole answer.");
+}
+
 #[tokio::test]
 async fn stop_interrupts_a_long_tool_and_says_so() {
     let g = start().await;
