@@ -28,8 +28,8 @@ pub struct ClientConfig {
     pub backoff_base: Duration,
     /// Longest backoff delay, also the cap on a server's `Retry-After`.
     pub backoff_max: Duration,
-    /// Bound on each request of [`Client::context_length`]: the window is worth a short wait
-    /// at start, never a hang.
+    /// Bound on [`Client::context_length`], all its requests together: the window is worth a
+    /// short wait at start, never a hang.
     pub discovery_timeout: Duration,
 }
 
@@ -42,7 +42,7 @@ impl ClientConfig {
             max_retries: 3,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
-            discovery_timeout: Duration::from_secs(3),
+            discovery_timeout: Duration::from_secs(5),
         }
     }
 }

@@ -10,8 +10,8 @@
 //! 3. `POST {root}/api/show` (Ollama): a `num_ctx` set in the model's parameters, else
 //!    `model_info.<architecture>.context_length`.
 //!
-//! `{root}` is the base URL without its trailing `/v1`. Best effort: every request is bounded
-//! by `discovery_timeout`, and a failure is logged at debug and means "unknown".
+//! `{root}` is the base URL without its trailing `/v1`. Best effort: the whole lookup is
+//! bounded by `discovery_timeout`, and a failure is logged at debug and means "unknown".
 
 use serde_json::{Value, json};
 
@@ -22,6 +22,17 @@ impl Client {
     /// not say (or cannot be reached in time). Never an error: the caller falls back to a
     /// configured or default window.
     pub async fn context_length(&self, model: &str) -> Option<u64> {
+        let bound = self.config().discovery_timeout;
+        match tokio::time::timeout(bound, self.ask_context_length(model)).await {
+            Ok(found) => found,
+            Err(_) => {
+                tracing::debug!(?bound, "context window lookup: no answer in time");
+                None
+            }
+        }
+    }
+
+    async fn ask_context_length(&self, model: &str) -> Option<u64> {
         let entry = self.model_entry(model).await;
         if let Some(n) = entry.as_ref().and_then(served_window) {
             return Some(n);
@@ -83,10 +94,9 @@ impl Client {
         })
     }
 
-    /// The JSON of a successful answer to `rb`, within the discovery timeout; `None` (logged
-    /// at debug) for anything else.
+    /// The JSON of a successful answer to `rb`; `None` (logged at debug) for anything else.
     async fn fetch_json(&self, rb: reqwest::RequestBuilder) -> Option<Value> {
-        let resp = match rb.timeout(self.config().discovery_timeout).send().await {
+        let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(error = %crate::error_chain(&e), "context window lookup failed");

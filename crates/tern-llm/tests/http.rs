@@ -395,4 +395,19 @@ async fn context_length_is_none_when_the_server_does_not_answer() {
     fake.require_key("another-key");
     let c = client(&fake.base_url(), 0, Duration::from_secs(5));
     assert_eq!(c.context_length("fake-model").await, None);
+
+    // A server that takes the connection and never answers: the lookup gives up.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let mut cfg = ClientConfig::new(format!("http://{addr}/v1"));
+    cfg.discovery_timeout = Duration::from_millis(200);
+    let c = Client::new(cfg).unwrap();
+    assert_eq!(c.context_length("m").await, None);
+    held.abort();
 }
