@@ -745,13 +745,7 @@ impl Agent {
         usage: Usage,
         iterations: u32,
     ) -> Result<TurnOutcome, AgentError> {
-        let text = format!(
-            "I stopped: I called `{}` {} times in this turn with the same arguments and got the \
-             same result each time, so repeating it was not getting anywhere (loop guard). Send \
-             another message to let me try a different approach, or change agent.loop_stop_after \
-             (or set agent.loop_guard = false) in config.toml.",
-            stopped.tool, stopped.times
-        );
+        let text = stopped.message();
         tracing::warn!(session = sid, tool = %stopped.tool, times = stopped.times, "loop guard stopped the turn");
         self.store
             .append_message(

@@ -43,6 +43,19 @@ pub(crate) struct Stopped {
     pub times: u32,
 }
 
+impl Stopped {
+    /// What the turn ends with, stored as the assistant's answer.
+    pub(crate) fn message(&self) -> String {
+        format!(
+            "I stopped: I called `{}` {} times in this turn with the same arguments and got the \
+             same result each time, so repeating it was not getting anywhere (loop guard). Send \
+             another message to let me try a different approach, or change \
+             agent.loop_stop_after (or set agent.loop_guard = false) in config.toml.",
+            self.tool, self.times
+        )
+    }
+}
+
 /// One turn's count of identical calls.
 #[derive(Debug)]
 pub(crate) struct LoopGuard {
