@@ -8,9 +8,9 @@
 //!    marker), so the transcript is always valid for the model;
 //! 3. append the user's input, then loop: call the model with the enabled tools' schemas →
 //!    append its answer → run its tool calls concurrently, appending each result as soon as it
-//!    and the ones before it are done (the [`loop_guard`] counts each call and notes or stops
-//!    one the model keeps repeating) → repeat until the model answers in text, the loop guard
-//!    stops the turn, or `max_iterations` is reached;
+//!    and the ones before it are done (the loop guard, `loop_guard.rs`, counts each call and
+//!    notes or stops one the model keeps repeating) → repeat until the model answers in text,
+//!    the loop guard stops the turn, or `max_iterations` is reached;
 //! 4. the turn's [`CancellationToken`] can stop it at any await point: the model call is
 //!    dropped (aborting the HTTP request), tools are cancelled (the terminal kills its process
 //!    group), every open tool call gets a result, and an `[interrupted]` marker is appended.
