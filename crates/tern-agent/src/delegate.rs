@@ -328,17 +328,23 @@ impl Children {
             }
         };
         let outcome = match result {
-            Ok(Ok(o)) => ChildOutcome {
-                session_id: child.id,
-                status: match o.status {
+            Ok(Ok(o)) => {
+                let status = match o.status {
                     TurnStatus::Completed => ChildStatus::Completed,
                     TurnStatus::Interrupted => ChildStatus::Interrupted,
                     TurnStatus::MaxIterations => ChildStatus::MaxIterations,
-                },
-                summary: o.text,
-                error: None,
-                iterations: o.iterations,
-            },
+                    // The child's own explanation (why it stopped) is the error.
+                    TurnStatus::LoopDetected => ChildStatus::Failed,
+                };
+                let failed = status == ChildStatus::Failed;
+                ChildOutcome {
+                    session_id: child.id,
+                    status,
+                    error: if failed { o.text.clone() } else { None },
+                    summary: o.text,
+                    iterations: o.iterations,
+                }
+            }
             Ok(Err(e)) => failed(child.id, e.to_string()),
             Err(e) => failed(child.id, format!("its task ended abnormally: {e}")),
         };

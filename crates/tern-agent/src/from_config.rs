@@ -79,6 +79,11 @@ pub fn agent(
             stream,
             system_prompt: eff.config.agent.system_prompt.clone(),
             limits: tool_limits(home, eff),
+            loop_guard: crate::LoopGuardSettings {
+                enabled: eff.config.agent.loop_guard,
+                warn_after: eff.config.agent.loop_warn_after,
+                stop_after: eff.config.agent.loop_stop_after,
+            },
         },
     )
     .with_delegation(delegation(eff)))

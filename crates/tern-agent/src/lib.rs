@@ -8,8 +8,9 @@
 //!    marker), so the transcript is always valid for the model;
 //! 3. append the user's input, then loop: call the model with the enabled tools' schemas →
 //!    append its answer → run its tool calls concurrently, appending each result as soon as it
-//!    and the ones before it are done → repeat until the model answers in text or
-//!    `max_iterations` is reached;
+//!    and the ones before it are done (the loop guard, `loop_guard.rs`, counts each call and
+//!    notes or stops one the model keeps repeating) → repeat until the model answers in text,
+//!    the loop guard stops the turn, or `max_iterations` is reached;
 //! 4. the turn's [`CancellationToken`] can stop it at any await point: the model call is
 //!    dropped (aborting the HTTP request), tools are cancelled (the terminal kills its process
 //!    group), every open tool call gets a result, and an `[interrupted]` marker is appended.
@@ -20,6 +21,7 @@
 pub mod delegate;
 pub mod from_config;
 mod interrupt;
+mod loop_guard;
 mod prompt;
 
 use std::collections::HashMap;
@@ -40,8 +42,11 @@ use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role, StreamEvent,
 use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
 
+use crate::loop_guard::LoopGuard;
 pub use delegate::DelegateSettings;
+
 pub use interrupt::Interrupt;
+pub use loop_guard::LoopGuardSettings;
 pub use prompt::{
     INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files,
     project_instructions,
@@ -76,6 +81,8 @@ pub struct AgentSettings {
     /// Replaces the default system prompt when set.
     pub system_prompt: Option<String>,
     pub limits: ToolLimits,
+    /// Repeated identical tool calls: when to warn the model, when to end the turn.
+    pub loop_guard: LoopGuardSettings,
 }
 
 /// Live progress of a turn, for display.
@@ -91,6 +98,10 @@ pub enum AgentEvent {
     ReasoningDelta {
         text: String,
     },
+    /// The answer streamed so far broke off and is being asked for again: drop the
+    /// `AssistantDelta`s (and reasoning) since the last `AssistantMessage`; a `ModelRetry`
+    /// follows.
+    AnswerDiscarded,
     ModelRetry {
         attempt: u32,
         delay_ms: u64,
@@ -180,6 +191,8 @@ pub enum TurnStatus {
     Interrupted,
     /// `max_iterations` model calls without a final answer.
     MaxIterations,
+    /// The loop guard stopped the model repeating the same tool call.
+    LoopDetected,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -410,6 +423,7 @@ impl Agent {
             status: match &result {
                 Ok(o) if o.status == TurnStatus::Interrupted => TurnEndStatus::Interrupted,
                 Ok(o) if o.status == TurnStatus::MaxIterations => TurnEndStatus::Failed,
+                Ok(o) if o.status == TurnStatus::LoopDetected => TurnEndStatus::Failed,
                 Ok(_) => TurnEndStatus::Completed,
                 Err(_) => TurnEndStatus::Failed,
             },
@@ -421,6 +435,7 @@ impl Agent {
                 Ok(o) if o.status == TurnStatus::MaxIterations => {
                     Some("max_iterations reached without a final answer".into())
                 }
+                Ok(o) if o.status == TurnStatus::LoopDetected => o.text.clone(),
                 Ok(_) => None,
                 Err(e) => Some(e.to_string()),
             },
@@ -505,6 +520,7 @@ impl Agent {
         let on_stream = |e: StreamEvent| match e {
             StreamEvent::ContentDelta(text) => emit(AgentEvent::AssistantDelta { text }),
             StreamEvent::ReasoningDelta(text) => emit(AgentEvent::ReasoningDelta { text }),
+            StreamEvent::Discard => emit(AgentEvent::AnswerDiscarded),
             StreamEvent::Retrying {
                 attempt,
                 delay,
@@ -515,6 +531,7 @@ impl Agent {
                 error,
             }),
         };
+        let mut guard = LoopGuard::new(&self.settings.loop_guard);
 
         for iteration in 1..=self.settings.max_iterations {
             let mut messages = Vec::with_capacity(transcript.len() + 1);
@@ -606,12 +623,18 @@ impl Agent {
                     &answer.tool_calls,
                     &emit,
                     &mut transcript,
+                    &mut guard,
                 )
                 .await?;
             if req.interrupt.is_triggered() {
                 let open: Vec<_> = answer.tool_calls[answered..].to_vec();
                 return self
                     .interrupted(sid, turn_id, &open, usage, iteration)
+                    .await;
+            }
+            if let Some(stopped) = guard.stopped() {
+                return self
+                    .loop_detected(sid, turn_id, stopped, usage, iteration)
                     .await;
             }
         }
@@ -643,6 +666,10 @@ impl Agent {
     /// those before it are done. Returns how many calls got a stored result; on cancellation
     /// the remaining ones are answered by [`Agent::interrupted`]. `calls` are those of the
     /// transcript's last message, the assistant answer just stored.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of the turn the calls need, each used; a struct would only move the list"
+    )]
     async fn run_tools(
         &self,
         req: &TurnRequest,
@@ -651,6 +678,7 @@ impl Agent {
         calls: &[tern_llm::ToolCall],
         emit: &(dyn Fn(AgentEvent) + Send + Sync),
         transcript: &mut Vec<Message>,
+        guard: &mut LoopGuard,
     ) -> Result<usize, AgentError> {
         // Where the calls' message sits: with the call id it tells this occurrence of a call
         // from a later one that reuses the id (see `ToolContext::call_seq`).
@@ -717,7 +745,11 @@ impl Agent {
             };
             let Some((call, r, took)) = next else { break };
             let Some(r) = r else { break };
-            let content = result_to_content(&r);
+            let content = guard.observe(
+                &call.function.name,
+                &call.function.arguments,
+                result_to_content(&r),
+            );
             self.hooks.emit(HookEvent::PostToolCall(PostToolCall {
                 session_id: req.session_id.clone(),
                 source: source.to_owned(),
@@ -752,6 +784,33 @@ impl Agent {
             answered += 1;
         }
         Ok(answered)
+    }
+
+    /// Ends a turn the loop guard stopped, with a message that says why, stored as the
+    /// assistant's final answer.
+    async fn loop_detected(
+        &self,
+        sid: &str,
+        turn_id: &str,
+        stopped: &loop_guard::Stopped,
+        usage: Usage,
+        iterations: u32,
+    ) -> Result<TurnOutcome, AgentError> {
+        let text = stopped.message();
+        tracing::warn!(session = sid, tool = %stopped.tool, times = stopped.times, "loop guard stopped the turn");
+        self.store
+            .append_message(
+                sid,
+                &NewMessage::new(Role::Assistant, text.clone()).turn(turn_id),
+            )
+            .await?;
+        Ok(TurnOutcome {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::LoopDetected,
+            text: Some(text),
+            usage,
+            iterations,
+        })
     }
 
     /// Answers open tool calls and appends the marker.

@@ -34,6 +34,7 @@ async fn env_with(max_iterations: u32, stream: bool) -> Env {
             stream,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     ));
     let session = store
@@ -537,6 +538,7 @@ async fn no_model_configured_says_what_to_set() {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     );
     let err = agent
@@ -836,6 +838,7 @@ async fn a_result_is_stored_while_a_later_call_holds_a_connection() {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     );
     let session = store
@@ -875,4 +878,190 @@ async fn a_result_is_stored_while_a_later_call_holds_a_connection() {
     assert_eq!(results.len(), 2, "{msgs:?}");
     assert_eq!(results[0].0, "c1");
     assert_eq!(results[1], ("c2", "\"held\""));
+}
+
+/// The loop guard against the fake model: a model that repeats a failing call reads the note
+/// from the third repeat on, and the fifth ends the turn with a message, stored as the
+/// answer, and `turn_end` failed with the reason.
+#[tokio::test]
+async fn a_model_repeating_a_failing_call_is_told_then_stopped() {
+    let mut e = env().await;
+    let rec = hooked(&mut e, None);
+    for i in 1..=5 {
+        // Same call each time; the id differs, as real models' ids do.
+        e.fake.push(Reply::tool_call(
+            &format!("c{i}"),
+            "read_file",
+            r#"{"path":"missing.txt"}"#,
+        ));
+    }
+    e.fake.push(Reply::text("never asked for"));
+    let out = e.turn("read missing.txt").await;
+    assert_eq!(out.status, TurnStatus::LoopDetected);
+    let text = out.text.clone().unwrap();
+    assert!(
+        text.contains("`read_file` 5 times") && text.contains("loop_guard"),
+        "{text}"
+    );
+    assert_eq!(
+        e.fake.remaining(),
+        1,
+        "no model call after the fifth repeat"
+    );
+
+    let t = e.transcript().await;
+    let results: Vec<Value> = t
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(tool_content)
+        .collect();
+    assert_eq!(results.len(), 5);
+    for (i, r) in results.iter().enumerate() {
+        assert!(r["error"].is_string(), "{r}");
+        assert_eq!(
+            r.get("loop_warning").is_some(),
+            i >= 2,
+            "call {}: {r}",
+            i + 1
+        );
+    }
+    // The model read the note: the request after the third result carries it.
+    let fourth = &e.fake.requests()[3];
+    let last = fourth.messages().last().unwrap();
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("change your approach"),
+        "{last}"
+    );
+    assert_eq!(t.last().unwrap().content.as_deref(), Some(text.as_str()));
+    assert_eq!(t.last().unwrap().role, Role::Assistant);
+
+    let end = {
+        let events = rec.events.lock().unwrap();
+        let end = events.iter().find(|e| e.event.name() == "turn_end");
+        serde_json::to_value(end.unwrap()).unwrap()
+    };
+    assert_eq!(end["status"], "failed");
+    assert!(
+        end["error"].as_str().unwrap().contains("loop guard"),
+        "{end}"
+    );
+
+    // The session stays usable: the next turn gets the scripted answer left over.
+    let out = e.turn("try again").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    assert_eq!(out.text.as_deref(), Some("never asked for"));
+}
+
+/// A model that keeps calling the same tool with other arguments is working, not looping.
+#[tokio::test]
+async fn a_model_that_varies_its_arguments_is_not_stopped() {
+    let e = env().await;
+    for i in 1..=8 {
+        e.fake.push(Reply::tool_call(
+            &format!("c{i}"),
+            "read_file",
+            format!(r#"{{"path":"missing-{i}.txt"}}"#),
+        ));
+    }
+    e.fake.push(Reply::text("none of them exist"));
+    let out = e.turn("read them all").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    assert_eq!(out.text.as_deref(), Some("none of them exist"));
+    for m in e.transcript().await.iter().filter(|m| m.role == Role::Tool) {
+        assert!(tool_content(m).get("loop_warning").is_none());
+    }
+}
+
+/// `loop_guard = false`: the same call runs as often as the model asks.
+#[tokio::test]
+async fn the_loop_guard_can_be_turned_off() {
+    let mut e = env().await;
+    let mut settings = e.agent.settings().clone();
+    settings.loop_guard.enabled = false;
+    let mut cfg = ClientConfig::new(e.fake.base_url());
+    cfg.backoff_base = Duration::from_millis(5);
+    e.agent = Arc::new(Agent::new(
+        e.agent.store().clone(),
+        Ok(Client::new(cfg).unwrap()),
+        Arc::new(Registry::builtin()),
+        settings,
+    ));
+    for i in 1..=6 {
+        e.fake.push(Reply::tool_call(
+            &format!("c{i}"),
+            "read_file",
+            r#"{"path":"missing.txt"}"#,
+        ));
+    }
+    e.fake.push(Reply::text("gave up"));
+    let out = e.turn("read it").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+}
+
+/// `{"command":"echo a","command":"touch x"}`: which one was meant is a guess, so neither
+/// runs and the model reads why.
+#[tokio::test]
+async fn duplicate_argument_keys_are_a_tool_error_and_nothing_runs() {
+    let e = env().await;
+    e.fake
+        .push(Reply::tool_call(
+            "dup",
+            "terminal",
+            r#"{"command":"echo a","command":"touch ran"}"#,
+        ))
+        .push(Reply::text("I will send each key once"));
+    let out = e.turn("go").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    let t = e.transcript().await;
+    let err = tool_content(&t[2])["error"].as_str().unwrap().to_owned();
+    assert!(err.contains("duplicate key `command`"), "{err}");
+    assert!(!e.work.join("ran").exists());
+}
+
+/// A stream that ends in an error event after some text is asked for again; the agent tells
+/// its consumer to drop the text streamed so far, and stores only the whole answer.
+#[tokio::test]
+async fn a_broken_stream_is_retried_and_its_partial_text_discarded() {
+    let e = env_with(60, true).await;
+    e.fake
+        .push(Reply::raw_sse([
+            r#"{"choices":[{"delta":{"content":"The answer is"}}]}"#,
+            r#"{"error":{"code":500,"message":"Failed to parse input at pos 14: <tool_call>","type":"server_error"}}"#,
+        ]))
+        .push(Reply::text("The answer is 42."));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let mut req = e.request("what is it?");
+    req.events = Some(Arc::new(move |x| ev.lock().unwrap().push(x)));
+    let out = e.agent.run_turn(req).await.unwrap();
+    assert_eq!(out.text.as_deref(), Some("The answer is 42."));
+    let events = events.lock().unwrap().clone();
+    let mut shown = String::new();
+    let mut saw_discard = false;
+    for ev in &events {
+        match ev {
+            AgentEvent::AssistantDelta { text } => shown.push_str(text),
+            AgentEvent::AnswerDiscarded => {
+                saw_discard = true;
+                shown.clear();
+            }
+            _ => {}
+        }
+    }
+    assert!(saw_discard, "{events:?}");
+    assert_eq!(shown, "The answer is 42.");
+    let discard = events
+        .iter()
+        .position(|x| *x == AgentEvent::AnswerDiscarded)
+        .unwrap();
+    assert!(
+        matches!(events[discard + 1], AgentEvent::ModelRetry { .. }),
+        "{events:?}"
+    );
+    let t = e.transcript().await;
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[1].content.as_deref(), Some("The answer is 42."));
 }

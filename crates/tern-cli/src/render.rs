@@ -133,6 +133,23 @@ pub fn sink(style: Style) -> EventSink {
                 let _ = out.flush();
                 st.streamed = true;
             }
+            // The answer broke off and is asked for again. Text already printed stays on the
+            // screen, so it is marked void; text still held (an unfinished markdown block) is
+            // dropped, so the retried answer is not shown after half of itself.
+            AgentEvent::AnswerDiscarded if style.stream_answer => {
+                st.md = Markdown::new(style.markdown_color);
+                if st.open {
+                    println!();
+                    st.open = false;
+                }
+                let _ = std::io::stdout().flush();
+                st.streamed = false;
+                let _ = writeln!(
+                    err,
+                    "{}",
+                    style.yellow("[the answer broke off; the text above is discarded]")
+                );
+            }
             AgentEvent::AssistantMessage {
                 content,
                 tool_calls,

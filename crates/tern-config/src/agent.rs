@@ -10,6 +10,12 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     pub toolsets: Vec<String>,
     pub system_prompt: Option<String>,
+    /// Watch for the model repeating the same tool call (same tool, arguments and result).
+    pub loop_guard: bool,
+    /// Identical calls in a turn after which the model is told it is repeating itself.
+    pub loop_warn_after: u32,
+    /// Identical calls in a turn after which the turn ends with a message.
+    pub loop_stop_after: u32,
 }
 
 impl Default for AgentConfig {
@@ -18,6 +24,9 @@ impl Default for AgentConfig {
             max_iterations: 60,
             toolsets: vec!["terminal".to_owned(), "file".to_owned()],
             system_prompt: None,
+            loop_guard: true,
+            loop_warn_after: 3,
+            loop_stop_after: 5,
         }
     }
 }

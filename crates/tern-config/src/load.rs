@@ -238,6 +238,8 @@ mod tests {
         assert_eq!(c.agent.max_iterations, 60);
         assert_eq!(c.agent.toolsets, vec!["terminal", "file"]);
         assert_eq!(c.agent.system_prompt, None);
+        assert!(c.agent.loop_guard);
+        assert_eq!((c.agent.loop_warn_after, c.agent.loop_stop_after), (3, 5));
         assert_eq!(c.tools.terminal_timeout_secs, 180);
         assert_eq!(c.tools.terminal_max_timeout_secs, 3600);
         assert_eq!(c.tools.output_limit_chars, 50_000);
@@ -295,6 +297,9 @@ context_length = 32768
 max_iterations = 5
 toolsets = ["terminal"]
 system_prompt = "be brief"
+loop_guard = false
+loop_warn_after = 2
+loop_stop_after = 9
 
 [tools]
 terminal_timeout_secs = 10
@@ -343,6 +348,8 @@ env.remove = ["AWS_*"]
         assert_eq!(c.agent.max_iterations, 5);
         assert_eq!(c.agent.toolsets, vec!["terminal"]);
         assert_eq!(c.agent.system_prompt.as_deref(), Some("be brief"));
+        assert!(!c.agent.loop_guard);
+        assert_eq!((c.agent.loop_warn_after, c.agent.loop_stop_after), (2, 9));
         assert_eq!(c.tools.terminal_timeout_secs, 10);
         assert_eq!(c.tools.terminal_max_timeout_secs, 20);
         assert_eq!(c.tools.output_limit_chars, 100);

@@ -74,6 +74,9 @@ context_length = 32768
 max_iterations = 5
 toolsets = ["terminal"]
 system_prompt = "be brief"
+loop_guard = false
+loop_warn_after = 2
+loop_stop_after = 4
 
 [tools]
 terminal_timeout_secs = 10

@@ -67,6 +67,14 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
             )));
         }
     }
+    if c.agent.loop_warn_after < 1 || c.agent.loop_warn_after >= c.agent.loop_stop_after {
+        return Err(ConfigError::Invalid(format!(
+            "{} ({}) must be at least 1 and less than agent.loop_stop_after ({})",
+            origin(eff, "agent.loop_warn_after"),
+            c.agent.loop_warn_after,
+            c.agent.loop_stop_after
+        )));
+    }
     if c.tools.terminal_timeout_secs > c.tools.terminal_max_timeout_secs {
         return Err(ConfigError::Invalid(format!(
             "{} ({}) must not exceed tools.terminal_max_timeout_secs ({})",
@@ -144,6 +152,18 @@ mod tests {
         let (_d, home) = temp_home();
         for (text, expect) in [
             ("[agent]\nmax_iterations = 0\n", "agent.max_iterations"),
+            (
+                "[agent]\nloop_warn_after = 5\nloop_stop_after = 5\n",
+                "agent.loop_warn_after in",
+            ),
+            (
+                "[agent]\nloop_warn_after = 0\n",
+                "less than agent.loop_stop_after",
+            ),
+            (
+                "[agent]\nloop_stop_after = 2\nloop_warn_after = 3\n",
+                "must be at least 1 and less",
+            ),
             ("[model]\ntimeout_secs = 0\n", "model.timeout_secs"),
             (
                 "[tools]\nterminal_timeout_secs = 0\n",

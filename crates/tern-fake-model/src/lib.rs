@@ -1,7 +1,9 @@
 //! A scripted OpenAI-compatible model server for tests and benchmarks.
 //!
 //! Flow: [`FakeModel::start`] binds `127.0.0.1:0` and serves `POST /v1/chat/completions` and
-//! `GET /v1/models` over real HTTP → each completion request is recorded (body, headers,
+//! `GET /v1/models` over real HTTP (plus, when a test sets them, model metadata in the
+//! `/v1/models` entries, llama.cpp's `GET /props` and Ollama's `POST /api/show`, the places
+//! servers state a model's context window) → each completion request is recorded (body, headers,
 //! arrival time) and answered with the next scripted [`Reply`] (text, tool calls, reasoning,
 //! an HTTP error, a delay, a hang, or held at a [`Gate`] the test opens), or by the responder function once the script is empty
 //! → a request with `"stream": true` gets the same reply as SSE chunks, tool-call arguments
@@ -237,6 +239,12 @@ struct Inner {
     responder: Option<Responder>,
     requests: Vec<Recorded>,
     models: Vec<String>,
+    /// Extra fields of a model's `/v1/models` entry, by id.
+    model_info: std::collections::HashMap<String, Value>,
+    /// The `GET /props` answer (404 when unset).
+    props: Option<Value>,
+    /// The `POST /api/show` answer (404 when unset).
+    ollama_show: Option<Value>,
     required_key: Option<String>,
     /// Keep only arrival times, not bodies (benchmarks send thousands of large requests).
     light: bool,
@@ -335,6 +343,8 @@ impl FakeModel {
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/v1/models", get(models))
+            .route("/props", get(props))
+            .route("/api/show", post(ollama_show))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -369,6 +379,25 @@ impl FakeModel {
     /// The model ids `GET /v1/models` lists.
     pub fn set_models(&self, ids: &[&str]) {
         self.shared.lock().models = ids.iter().map(|s| (*s).to_owned()).collect();
+    }
+
+    /// Adds `fields` (a JSON object) to model `id`'s `/v1/models` entry, as servers state its
+    /// window there: `{"context_length": 131072}` (OpenRouter), `{"max_model_len": 32768}`
+    /// (vLLM), `{"meta": {"n_ctx_train": 40960}}` (llama.cpp).
+    pub fn set_model_info(&self, id: &str, fields: Value) {
+        self.shared.lock().model_info.insert(id.to_owned(), fields);
+    }
+
+    /// Serves `body` at `GET /props`, as llama.cpp does at its root, e.g.
+    /// `{"default_generation_settings": {"n_ctx": 8192}}`.
+    pub fn set_props(&self, body: Value) {
+        self.shared.lock().props = Some(body);
+    }
+
+    /// Serves `body` at `POST /api/show`, as Ollama does at its root, e.g.
+    /// `{"model_info": {"general.architecture": "llama", "llama.context_length": 8192}}`.
+    pub fn set_ollama_show(&self, body: Value) {
+        self.shared.lock().ollama_show = Some(body);
     }
 
     /// Requires `Authorization: Bearer KEY` (401 otherwise).
@@ -441,13 +470,44 @@ async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
     if !authorized(&shared, &headers) {
         return unauthorized();
     }
-    let data: Vec<Value> = shared
-        .lock()
+    let inner = shared.lock();
+    let data: Vec<Value> = inner
         .models
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "owned_by": "fake"}))
+        .map(|id| {
+            let mut entry = json!({"id": id, "object": "model", "owned_by": "fake"});
+            if let (Some(Value::Object(extra)), Some(e)) =
+                (inner.model_info.get(id), entry.as_object_mut())
+            {
+                e.extend(extra.clone());
+            }
+            entry
+        })
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+fn set_or_404(body: Option<Value>) -> Response {
+    match body {
+        Some(v) => axum::Json(v).into_response(),
+        None => (StatusCode::NOT_FOUND, "fake model: not set").into_response(),
+    }
+}
+
+async fn props(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !authorized(&shared, &headers) {
+        return unauthorized();
+    }
+    let body = shared.lock().props.clone();
+    set_or_404(body)
+}
+
+async fn ollama_show(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !authorized(&shared, &headers) {
+        return unauthorized();
+    }
+    let body = shared.lock().ollama_show.clone();
+    set_or_404(body)
 }
 
 async fn completions(

@@ -407,6 +407,7 @@ pub(crate) fn status_str(s: TurnStatus) -> &'static str {
         TurnStatus::Completed => "completed",
         TurnStatus::Interrupted => "interrupted",
         TurnStatus::MaxIterations => "max_iterations",
+        TurnStatus::LoopDetected => "loop_detected",
     }
 }
 
@@ -496,6 +497,7 @@ pub(crate) async fn chat_stream(
                 json!({"session_id": sid, "turn_id": turn_id}),
             ),
             AgentEvent::AssistantDelta { text } => sse("assistant.delta", json!({"delta": text})),
+            AgentEvent::AnswerDiscarded => sse("assistant.discarded", json!({})),
             AgentEvent::ToolStarted {
                 call_id,
                 name,

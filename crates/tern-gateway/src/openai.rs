@@ -131,7 +131,7 @@ pub(crate) async fn completions(
         let finish = match o.status {
             TurnStatus::Completed => "stop",
             TurnStatus::MaxIterations => "length",
-            TurnStatus::Interrupted => "stop",
+            TurnStatus::Interrupted | TurnStatus::LoopDetected => "stop",
         };
         let mut resp = axum::Json(json!({
             "id": id,
@@ -180,6 +180,8 @@ pub(crate) async fn completions(
         let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
         match ev {
             AgentEvent::AssistantDelta { text } => held.push_str(&text),
+            // The model call is retried: what was held of its broken answer is not sent.
+            AgentEvent::AnswerDiscarded => held.clear(),
             AgentEvent::AssistantMessage {
                 content,
                 tool_calls,

@@ -28,6 +28,9 @@ pub struct ClientConfig {
     pub backoff_base: Duration,
     /// Longest backoff delay, also the cap on a server's `Retry-After`.
     pub backoff_max: Duration,
+    /// Bound on [`Client::context_length`], all its requests together: the window is worth a
+    /// short wait at start, never a hang.
+    pub discovery_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -39,6 +42,7 @@ impl ClientConfig {
             max_retries: 3,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
+            discovery_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -48,6 +52,10 @@ impl ClientConfig {
 pub enum StreamEvent {
     ContentDelta(String),
     ReasoningDelta(String),
+    /// The deltas handed on since the call began (or since the last retry) belong to an
+    /// answer the server broke off: drop them. Sent just before the [`StreamEvent::Retrying`]
+    /// of that attempt; the retry's deltas start the answer afresh.
+    Discard,
     /// A failed attempt that will be retried after `delay`.
     Retrying {
         attempt: u32,
@@ -84,11 +92,23 @@ impl Client {
         &self.cfg
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.cfg.base_url)
     }
 
-    fn authed(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// The server's root: the base URL without its version segment, where llama.cpp serves
+    /// `/props` and Ollama `/api/show`.
+    pub(crate) fn root_url(&self, path: &str) -> String {
+        let base = self.cfg.base_url.as_str();
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        format!("{root}/{path}")
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    pub(crate) fn authed(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.cfg.api_key {
             Some(k) => rb.bearer_auth(k),
             None => rb,
@@ -147,15 +167,16 @@ impl Client {
             let result = self.attempt(&req, on_event, &mut delivered).await;
             match result {
                 Ok(r) => return Ok(r),
-                Err((e, retry_after))
-                    if e.is_retryable() && !delivered && attempt < self.cfg.max_retries =>
-                {
+                Err((e, retry_after)) if e.is_retryable() && attempt < self.retry_budget(&e) => {
                     attempt += 1;
                     let delay = retry_after
                         .unwrap_or_else(|| self.backoff(attempt))
                         .min(self.cfg.backoff_max);
                     // `e`'s text carries its causes (see `LlmError::Connect`).
                     tracing::warn!(attempt, ?delay, error = %e, "model call failed; retrying");
+                    if delivered {
+                        on_event(StreamEvent::Discard);
+                    }
                     on_event(StreamEvent::Retrying {
                         attempt,
                         delay,
@@ -165,6 +186,16 @@ impl Client {
                 }
                 Err((e, _)) => return Err(e),
             }
+        }
+    }
+
+    /// How many retries `e` may have: `max_retries`, but at least one for output the server
+    /// could not parse, which another sample usually fixes.
+    fn retry_budget(&self, e: &LlmError) -> u32 {
+        if e.is_output_parse_failure() {
+            self.cfg.max_retries.max(1)
+        } else {
+            self.cfg.max_retries
         }
     }
 
@@ -252,9 +283,24 @@ impl Client {
                     .map_err(|e| (e, None))?;
             }
         }
-        if !done && let Some(data) = parser.finish().filter(|d| d.trim() != "[DONE]") {
-            acc.apply(&data, on_event, delivered)
-                .map_err(|e| (e, None))?;
+        if !done && let Some(data) = parser.finish() {
+            if data.trim() == "[DONE]" {
+                done = true;
+            } else {
+                acc.apply(&data, on_event, delivered)
+                    .map_err(|e| (e, None))?;
+            }
+        }
+        // A stream cut short would otherwise pass for a short answer, or for tool calls
+        // with half their arguments. A finish reason without `[DONE]` is a whole answer
+        // (some servers never send `[DONE]`).
+        if !done && acc.finish_reason.is_none() {
+            return Err((
+                LlmError::Stream {
+                    message: "the stream ended before [DONE] and before a finish_reason".into(),
+                },
+                None,
+            ));
         }
         Ok(acc.finish())
     }
@@ -381,10 +427,10 @@ impl StreamAccumulator {
             LlmError::Decode(format!("bad stream chunk ({e}): {}", truncate(data, 200)))
         })?;
         if let Some(err) = chunk.get("error") {
-            // Servers such as OpenRouter report mid-stream failures as a chunk.
-            return Err(LlmError::Http {
-                status: err.get("code").and_then(|c| c.as_u64()).unwrap_or(500) as u16,
-                body: truncate(&err.to_string(), 1000),
+            // Servers such as OpenRouter and llama.cpp report mid-stream failures as a chunk,
+            // after a 200 status: whatever its code, the answer so far is not the answer.
+            return Err(LlmError::Stream {
+                message: truncate(&err.to_string(), 1000),
             });
         }
         let wire: WireCompletion = serde_json::from_value(chunk).map_err(|e| {
@@ -552,6 +598,10 @@ mod tests {
                 &mut false,
             )
             .unwrap_err();
-        assert!(matches!(e, LlmError::Http { status: 502, .. }));
+        assert!(
+            matches!(&e, LlmError::Stream { message } if message.contains("upstream")),
+            "{e}"
+        );
+        assert!(e.is_retryable());
     }
 }

@@ -5,13 +5,14 @@
 //! The built-in tools are in [`tools`], one module each, listed in [`tools::builtin`].
 //!
 //! Flow of one call: the agent loop asks [`Registry::call`] with the tool name and the raw
-//! argument string the model sent → the string is parsed as JSON (a parse failure is an
-//! [`ArgsError`] the model can read) → the arguments are validated against the tool's
+//! argument string the model sent → the string is parsed as JSON (a parse failure, or a key
+//! given twice, is an [`ArgsError`] the model can read) → the arguments are validated against the tool's
 //! schema → deserialised into its `Args` → the tool runs with a [`ToolContext`] carrying the
 //! working directory, the turn's cancellation token and the [`Approver`] for dangerous
 //! commands → the result is JSON, returned to the model as the tool message content.
 
 pub mod approval;
+mod args;
 pub mod danger;
 pub mod escalation;
 pub mod file_access;
@@ -21,6 +22,7 @@ pub mod subagents;
 pub mod tool;
 pub mod tools;
 
+pub use args::parse_arguments;
 pub use session_context::SessionContext;
 pub use subagents::{ChildOutcome, ChildStatus, ChildTask, SubAgents};
 pub use tool::{ArgsError, DynTool, Tool, ToolSpec, Typed};
@@ -376,19 +378,6 @@ impl Registry {
             .into());
         }
         entry.tool.call(args, ctx).await
-    }
-}
-
-/// Parses the argument string the model sent. Models sometimes send an empty string for a
-/// tool without parameters; that is read as `{}`.
-pub fn parse_arguments(raw: &str) -> Result<Value, ArgsError> {
-    if raw.trim().is_empty() {
-        return Ok(json!({}));
-    }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(_) => Err(ArgsError::NotObject),
-        Err(e) => Err(ArgsError::NotJson(e.to_string())),
     }
 }
 

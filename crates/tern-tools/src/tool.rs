@@ -105,6 +105,10 @@ pub enum ArgsError {
     NotJson(String),
     #[error("tool arguments must be a JSON object; send them again as an object")]
     NotObject,
+    /// A key given twice in one object (path to it, e.g. `edits[1].path`): which value was
+    /// meant is a guess, so neither is used.
+    #[error("tool arguments have a duplicate key `{0}`; send them again with each key once")]
+    DuplicateKey(String),
     /// The arguments broke the tool's schema or did not deserialise into its `Args`.
     #[error("invalid arguments for `{tool}`: {problems}")]
     Invalid { tool: String, problems: String },

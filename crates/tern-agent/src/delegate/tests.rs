@@ -48,6 +48,7 @@ async fn env(delegation: DelegateSettings) -> Env {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     )
     .with_delegation(delegation);

@@ -423,3 +423,51 @@ async fn tab_completes_commands_and_markdown_is_rendered() {
     assert!(shown.contains("    echo from-the-block"), "{shown}");
     assert!(!shown.contains("```") && !shown.contains("**"), "{shown}");
 }
+
+/// A stream that ends in an error event (llama.cpp when output breaks its tool-call grammar)
+/// is asked for again: the REPL says the text so far is void, drops what it still held back,
+/// and shows the retried answer once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_stream_is_marked_void_and_the_answer_shown_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let fake = FakeModel::start().await.unwrap();
+    fake.push(Reply::raw_sse([
+        r#"{"choices":[{"delta":{"content":"An unfinished para"}}]}"#,
+        r#"{"error":{"code":500,"message":"Failed to parse input at pos 18: <tool_call>","type":"server_error"}}"#,
+    ]))
+    .push(Reply::text("The whole answer."));
+    let Chat {
+        master: _master,
+        mut child,
+        mut writer,
+        screen,
+    } = start_chat(&home, &work, &fake);
+    let (screen, shown) = tokio::task::spawn_blocking(move || {
+        let mut at = screen.wait_for("› ", 0);
+        writer.write_all(b"answer me\r").unwrap();
+        let from = at;
+        at = screen.wait_for("[the answer broke off; the text above is discarded]", at);
+        at = screen.wait_for("The whole answer.", at);
+        let shown = screen.text(from, at);
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"\x04").unwrap();
+        let _ = at;
+        (screen, shown)
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "screen:\n{}", screen.0.lock().unwrap());
+    assert!(
+        !shown.contains("An unfinished para"),
+        "held-back text of the broken answer is dropped:\n{shown}"
+    );
+    assert_eq!(shown.matches("The whole answer.").count(), 1, "{shown}");
+    assert!(shown.contains("retry 1"), "the retry is reported:\n{shown}");
+    assert_eq!(fake.requests().len(), 2);
+}

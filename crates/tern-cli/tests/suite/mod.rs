@@ -7,6 +7,7 @@ mod inbox;
 mod inbox_notify;
 mod inbox_web;
 mod interactive;
+mod loop_guard;
 mod memory;
 mod output;
 mod procs;

@@ -34,6 +34,7 @@ pub fn agent_without_model(store: &Store) -> Arc<Agent> {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     ))
 }

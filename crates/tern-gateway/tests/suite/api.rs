@@ -70,6 +70,7 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
                 stream: true,
                 system_prompt: None,
                 limits: ToolLimits::default(),
+                loop_guard: Default::default(),
             },
         )
         .with_hooks(hooks),
@@ -606,6 +607,50 @@ async fn chat_stream_sends_events_in_order() {
     assert_eq!(events[1].1["name"], "list_dir");
 }
 
+/// A model stream that broke off after some text is retried: the client is told to drop the
+/// text so far, and the deltas after that are the whole answer.
+#[tokio::test]
+async fn chat_stream_says_when_streamed_text_is_discarded() {
+    let g = start().await;
+    let id = g.new_session().await;
+    g.fake
+        .push(Reply::raw_sse([
+            r#"{"choices":[{"delta":{"content":"Half an ans"}}]}"#,
+            r#"{"error":{"code":500,"message":"Failed to parse input at pos 11","type":"server_error"}}"#,
+        ]))
+        .push(Reply::text("Whole answer."));
+    let r = g
+        .req(
+            reqwest::Method::POST,
+            &format!("/api/sessions/{id}/chat/stream"),
+        )
+        .json(&json!({"message": "answer"}))
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&r.text().await.unwrap());
+    let mut shown = String::new();
+    for (name, data) in &events {
+        match name.as_str() {
+            "assistant.delta" => shown.push_str(data["delta"].as_str().unwrap()),
+            "assistant.discarded" => shown.clear(),
+            _ => {}
+        }
+    }
+    assert_eq!(shown, "Whole answer.", "{events:?}");
+    let discarded = events
+        .iter()
+        .position(|(n, _)| n == "assistant.discarded")
+        .unwrap();
+    assert_eq!(events[discarded - 1].0, "assistant.delta", "{events:?}");
+    let completed = &events
+        .iter()
+        .find(|(n, _)| n == "assistant.completed")
+        .unwrap()
+        .1;
+    assert_eq!(completed["content"], "Whole answer.");
+}
+
 #[tokio::test]
 async fn stop_interrupts_a_long_tool_and_says_so() {
     let g = start().await;
@@ -987,6 +1032,36 @@ async fn openai_streaming_sends_only_the_final_answer() {
         })
         .collect();
     assert_eq!(text, "Final answer.");
+}
+
+/// A model stream that breaks off after some text is asked for again: the client gets the
+/// retried answer once, not the broken text before it.
+#[tokio::test]
+async fn openai_streaming_drops_an_answer_that_broke_off() {
+    let g = start().await;
+    g.fake
+        .push(Reply::raw_sse([
+            r#"{"choices":[{"delta":{"content":"Half an ans"}}]}"#,
+            r#"{"error":{"code":500,"message":"Failed to parse input at pos 11","type":"server_error"}}"#,
+        ]))
+        .push(Reply::text("Whole answer."));
+    let r = g
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": "answer"}]}))
+        .send()
+        .await
+        .unwrap();
+    let body = r.text().await.unwrap();
+    let text: String = sse_events(&body)
+        .into_iter()
+        .filter_map(|(_, d)| {
+            d["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, "Whole answer.");
+    assert_eq!(g.fake.requests().len(), 2);
 }
 
 #[tokio::test]

@@ -33,6 +33,7 @@ async fn start(dir: tempfile::TempDir, llm: Result<Client, String>) -> Gw {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     ));
     let gw = common::gateway(

@@ -44,6 +44,7 @@ async fn system_message(toolsets: &[&str], system_prompt: Option<&str>) -> Strin
             stream: false,
             system_prompt: system_prompt.map(str::to_owned),
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
         },
     );
     let session = store
