@@ -22,7 +22,17 @@ impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
             max_iterations: 60,
-            toolsets: vec!["terminal".to_owned(), "file".to_owned()],
+            // The working agent's tools; the gateway adds `inbox` (see its `gateway_toolsets`).
+            toolsets: [
+                "terminal",
+                "file",
+                "todo",
+                "memory",
+                "session_search",
+                "delegate",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             system_prompt: None,
             loop_guard: true,
             loop_warn_after: 3,

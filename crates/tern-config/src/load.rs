@@ -236,7 +236,17 @@ mod tests {
         assert_eq!(c.model.max_retries, 3);
         assert!(c.model.stream);
         assert_eq!(c.agent.max_iterations, 60);
-        assert_eq!(c.agent.toolsets, vec!["terminal", "file"]);
+        assert_eq!(
+            c.agent.toolsets,
+            vec![
+                "terminal",
+                "file",
+                "todo",
+                "memory",
+                "session_search",
+                "delegate"
+            ]
+        );
         assert_eq!(c.agent.system_prompt, None);
         assert!(c.agent.loop_guard);
         assert_eq!((c.agent.loop_warn_after, c.agent.loop_stop_after), (3, 5));

@@ -223,6 +223,9 @@ impl GatewayBuilder {
 
         let mut registry = tern_tools::Registry::builtin();
         tern_waits::tools::register(&mut registry, waits.tools.clone());
+        // `todo`, `memory` (an API key's sessions keep a memory of their own) and
+        // `session_search` (the same key's other sessions).
+        tern_session_tools::register(&mut registry, store.clone(), &home.root, &eff.config.memory);
         // Background processes (`terminal` with `background: true`, `process`): supervised
         // apart from this process, so they outlive it; every live one is adopted here.
         let procs = if inbox_only {

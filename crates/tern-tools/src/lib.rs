@@ -219,9 +219,6 @@ pub struct Registry {
     contexts: Vec<(&'static str, Arc<dyn SessionContext>)>,
 }
 
-/// Toolsets enabled when the user names none.
-pub const DEFAULT_TOOLSETS: &[&str] = &["terminal", "file"];
-
 impl Registry {
     pub fn new() -> Self {
         Self::default()
