@@ -42,6 +42,10 @@ pub enum StoreError {
     KeyExists(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A compaction was planned on a transcript that has changed since (a message was
+    /// appended, or another compaction ran): nothing was written; plan again.
+    #[error("the transcript of session {0} changed since the compaction was planned")]
+    TranscriptChanged(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -150,6 +154,20 @@ pub struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     pub created_at: i64,
+    /// Whether a compaction took the message out of the active transcript (only
+    /// [`Store::messages_all`] returns such messages).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compacted: bool,
+    /// What the model sees instead of `content` when the cheap pass of a compaction replaced a
+    /// long tool output by a placeholder: set by [`Store::messages_all`], whose `content` is
+    /// the full output; [`Store::messages`] gives the placeholder as `content` instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_content: Option<String>,
+    /// Set on the one message that is not stored as a message: the summary of the current
+    /// compaction, which [`Store::messages`] places right after the kept head (with that
+    /// message's seq) and `id` 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_id: Option<i64>,
 }
 
 impl Message {
@@ -723,7 +741,10 @@ impl Store {
         Ok(out)
     }
 
-    /// The whole transcript of a session, in order.
+    /// The active transcript of a session, in order: what the model sees. Messages a
+    /// compaction replaced are left out (see [`Store::messages_all`]), the current summary
+    /// (if any) sits right after the kept head, and a tool output the cheap pass cut has its
+    /// placeholder as `content`.
     ///
     /// SQLite builds the transcript as one JSON array and serde reads it back: sqlx moves
     /// every value of every row between threads with an allocation each, which made row-wise
@@ -733,25 +754,46 @@ impl Store {
         let json: Option<String> = sqlx::query_scalar(
             "SELECT json_group_array(json_object(\
                'id', id, 'seq', seq, 'role', role, \
-               'content', content, 'tool_calls', json(tool_calls), \
+               'content', COALESCE(model_content, content), 'tool_calls', json(tool_calls), \
                'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
                'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
                'completion_tokens', completion_tokens, 'model', model, \
                'created_at', created_at) ORDER BY seq) \
+             FROM messages WHERE session_id = ? AND compacted_by IS NULL",
+        )
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?;
+        let mut messages = parse_messages(session_id, json)?;
+        if let Some(c) = self.compaction(session_id).await?
+            && let Some(summary) = c.summary_message()
+        {
+            let at = messages.partition_point(|m| m.seq <= c.after_seq);
+            messages.insert(at, summary);
+        }
+        Ok(messages)
+    }
+
+    /// Every stored message of a session, in order, compacted ones included (marked
+    /// [`Message::compacted`]) with their full content: for export, `sessions show --all`
+    /// and the API's flag. The summaries are [`Store::compactions`].
+    pub async fn messages_all(&self, session_id: &str) -> Result<Vec<Message>> {
+        let json: Option<String> = sqlx::query_scalar(
+            "SELECT json_group_array(json_object(\
+               'id', id, 'seq', seq, 'role', role, \
+               'content', content, 'tool_calls', json(tool_calls), \
+               'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
+               'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
+               'completion_tokens', completion_tokens, 'model', model, \
+               'created_at', created_at, 'model_content', model_content, \
+               'compacted', json(CASE WHEN compacted_by IS NULL THEN 'false' ELSE 'true' END)) \
+               ORDER BY seq) \
              FROM messages WHERE session_id = ?",
         )
         .bind(session_id)
         .fetch_one(&self.pool)
         .await?;
-        let Some(json) = json else {
-            return Ok(Vec::new());
-        };
-        let rows: Vec<MessageRow> = serde_json::from_str(&json)
-            .map_err(|e| StoreError::Corrupt(format!("messages of session {session_id}: {e}")))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| r.into_message(session_id))
-            .collect())
+        parse_messages(session_id, json)
     }
 
     pub async fn message_count(&self, session_id: &str) -> Result<i64> {
@@ -921,6 +963,19 @@ fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Session> {
     })
 }
 
+/// The messages of SQLite's JSON array (`None`: no rows).
+fn parse_messages(session_id: &str, json: Option<String>) -> Result<Vec<Message>> {
+    let Some(json) = json else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<MessageRow> = serde_json::from_str(&json)
+        .map_err(|e| StoreError::Corrupt(format!("messages of session {session_id}: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| r.into_message(session_id))
+        .collect())
+}
+
 /// A message as `messages` reads it from SQLite's JSON.
 #[derive(serde::Deserialize)]
 struct MessageRow {
@@ -937,6 +992,10 @@ struct MessageRow {
     completion_tokens: Option<i64>,
     model: Option<String>,
     created_at: i64,
+    #[serde(default)]
+    model_content: Option<String>,
+    #[serde(default)]
+    compacted: bool,
 }
 
 impl MessageRow {
@@ -956,6 +1015,9 @@ impl MessageRow {
             completion_tokens: self.completion_tokens,
             model: self.model,
             created_at: self.created_at,
+            compacted: self.compacted,
+            model_content: self.model_content,
+            compaction_id: None,
         }
     }
 }
@@ -1027,6 +1089,9 @@ pub(crate) async fn insert_messages(
             completion_tokens: m.completion_tokens,
             model: m.model.clone(),
             created_at: now,
+            compacted: false,
+            model_content: None,
+            compaction_id: None,
         });
     }
     sqlx::query(
@@ -1042,6 +1107,8 @@ pub(crate) async fn insert_messages(
     Ok(out)
 }
 
+pub mod compaction;
+pub use compaction::{Compaction, CompactionReason, Elision, NewCompaction, NewSummary};
 pub mod grants;
 pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
 pub mod waits;
