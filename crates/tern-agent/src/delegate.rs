@@ -334,6 +334,7 @@ impl Children {
                     TurnStatus::Interrupted => ChildStatus::Interrupted,
                     TurnStatus::MaxIterations => ChildStatus::MaxIterations,
                     // The child's own explanation (why it stopped) is the error.
+                    TurnStatus::ContextFull => ChildStatus::Failed,
                     TurnStatus::LoopDetected => ChildStatus::Failed,
                 };
                 let failed = status == ChildStatus::Failed;

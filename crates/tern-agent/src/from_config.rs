@@ -84,6 +84,8 @@ pub fn agent(
                 warn_after: eff.config.agent.loop_warn_after,
                 stop_after: eff.config.agent.loop_stop_after,
             },
+            context_length: None,
+            compaction: Default::default(),
         },
     )
     .with_delegation(delegation(eff)))

@@ -6,7 +6,9 @@
 //! 2. read the transcript from the store and repair its tail if an earlier run died with tool
 //!    calls unanswered (each gets an `interrupted` tool result, then an `[interrupted]`
 //!    marker), so the transcript is always valid for the model;
-//! 3. append the user's input, then loop: call the model with the enabled tools' schemas →
+//! 3. append the user's input, then loop: make room in the model's window if the prompt
+//!    would pass the threshold ([`compact`], measured by [`window`]) → call the model with
+//!    the enabled tools' schemas →
 //!    append its answer → run its tool calls concurrently, appending each result as soon as it
 //!    and the ones before it are done (the loop guard, `loop_guard.rs`, counts each call and
 //!    notes or stops one the model keeps repeating) → repeat until the model answers in text,
@@ -18,11 +20,13 @@
 //! Every message is committed before the next model call, so a `kill -9` loses at most the
 //! model answer in flight.
 
+pub mod compact;
 pub mod delegate;
 pub mod from_config;
 mod interrupt;
 mod loop_guard;
 mod prompt;
+pub mod window;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,6 +47,7 @@ use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
 
 use crate::loop_guard::LoopGuard;
+pub use compact::{CompactOutcome, CompactStats, CompactionSettings};
 pub use delegate::DelegateSettings;
 
 pub use interrupt::Interrupt;
@@ -83,6 +88,10 @@ pub struct AgentSettings {
     pub limits: ToolLimits,
     /// Repeated identical tool calls: when to warn the model, when to end the turn.
     pub loop_guard: LoopGuardSettings,
+    /// The model's context window in tokens; `None` (unknown) is
+    /// [`window::DEFAULT_CONTEXT_LENGTH`].
+    pub context_length: Option<u64>,
+    pub compaction: CompactionSettings,
 }
 
 /// Live progress of a turn, for display.
@@ -193,6 +202,9 @@ pub enum TurnStatus {
     MaxIterations,
     /// The loop guard stopped the model repeating the same tool call.
     LoopDetected,
+    /// The transcript no longer fits the model's window and compaction could not make room;
+    /// the text says so.
+    ContextFull,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -228,6 +240,8 @@ pub struct Shared {
     /// Shared by every clone: one turn at a time per session, whichever clone runs it.
     locks: Arc<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>>,
     delegation: DelegateSettings,
+    /// Sessions whose last compaction failed, backing off; shared by every clone.
+    compact_failures: compact::Failures,
 }
 
 impl std::ops::Deref for Agent {
@@ -256,6 +270,7 @@ impl Agent {
                 project_instructions: None,
                 locks: Arc::new(Mutex::new(HashMap::new())),
                 delegation: DelegateSettings::default(),
+                compact_failures: compact::Failures::default(),
             }),
         }
     }
@@ -424,6 +439,7 @@ impl Agent {
                 Ok(o) if o.status == TurnStatus::Interrupted => TurnEndStatus::Interrupted,
                 Ok(o) if o.status == TurnStatus::MaxIterations => TurnEndStatus::Failed,
                 Ok(o) if o.status == TurnStatus::LoopDetected => TurnEndStatus::Failed,
+                Ok(o) if o.status == TurnStatus::ContextFull => TurnEndStatus::Failed,
                 Ok(_) => TurnEndStatus::Completed,
                 Err(_) => TurnEndStatus::Failed,
             },
@@ -436,6 +452,7 @@ impl Agent {
                     Some("max_iterations reached without a final answer".into())
                 }
                 Ok(o) if o.status == TurnStatus::LoopDetected => o.text.clone(),
+                Ok(o) if o.status == TurnStatus::ContextFull => o.text.clone(),
                 Ok(_) => None,
                 Err(e) => Some(e.to_string()),
             },
@@ -534,46 +551,57 @@ impl Agent {
         let mut guard = LoopGuard::new(&self.settings.loop_guard);
 
         for iteration in 1..=self.settings.max_iterations {
-            let mut messages = Vec::with_capacity(transcript.len() + 1);
-            messages.push(RequestMessage::text(Role::System, system.clone()));
-            messages.extend(transcript.iter().map(Message::to_request));
-            let request = ChatRequest {
-                model: self.settings.model.clone(),
-                messages,
-                tools: tools.clone(),
-                stream: self.settings.stream,
-                stream_options: None,
+            let call = compact::Call {
+                session_id: sid,
+                source,
+                turn_id: Some(turn_id),
+                toolsets: &req.toolsets,
+                system: &system,
+                tools: &tools,
+                interrupt: &req.interrupt,
             };
-            self.hooks.emit(HookEvent::PreLlmCall(PreLlmCall {
-                session_id: sid.to_owned(),
-                source: source.to_owned(),
-                turn_id: turn_id.to_owned(),
-                iteration,
-                model: self.settings.model.clone(),
-                message_count: request.messages.len(),
-            }));
-            let t0 = Instant::now();
-            let answer = tokio::select! {
-                r = llm.chat(request, &on_stream) => r,
-                () = req.interrupt.token().cancelled() => {
-                    return self.interrupted(sid, turn_id, &[], usage, iteration).await;
+            // A context-length refusal compacts and retries the call once.
+            let mut overflowed = false;
+            let answer = loop {
+                match self
+                    .make_room(llm, &call, &mut transcript, overflowed)
+                    .await?
+                {
+                    compact::Room::Ready => {}
+                    compact::Room::Full(text) => {
+                        return self
+                            .context_full(sid, turn_id, text, usage, iteration)
+                            .await;
+                    }
+                    compact::Room::Interrupted => {
+                        return self.interrupted(sid, turn_id, &[], usage, iteration).await;
+                    }
+                }
+                let answer = match self
+                    .call_model(
+                        llm,
+                        req,
+                        turn_id,
+                        source,
+                        iteration,
+                        &system,
+                        &tools,
+                        &transcript,
+                        &on_stream,
+                    )
+                    .await
+                {
+                    Some(a) => a,
+                    None => return self.interrupted(sid, turn_id, &[], usage, iteration).await,
+                };
+                match answer {
+                    Err(e) if e.is_context_overflow() && !overflowed => {
+                        tracing::warn!(session = sid, error = %e, "the model refused the prompt as too long; compacting");
+                        overflowed = true;
+                    }
+                    other => break other,
                 }
             };
-            self.hooks.emit(HookEvent::PostLlmCall(PostLlmCall {
-                session_id: sid.to_owned(),
-                source: source.to_owned(),
-                turn_id: turn_id.to_owned(),
-                iteration,
-                model: self.settings.model.clone(),
-                duration_ms: t0.elapsed().as_millis() as u64,
-                tool_calls: answer.as_ref().map_or(0, |a| a.tool_calls.len()),
-                usage: answer
-                    .as_ref()
-                    .ok()
-                    .and_then(|a| a.usage.as_ref())
-                    .map(tokens),
-                error: answer.as_ref().err().map(ToString::to_string),
-            }));
             let answer = answer?;
             if let Some(u) = &answer.usage {
                 usage.add(u);
@@ -659,6 +687,86 @@ impl Agent {
             text: Some(text),
             usage,
             iterations: self.settings.max_iterations,
+        })
+    }
+
+    /// One model call with its hook events; `None` when the turn was interrupted.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_model(
+        &self,
+        llm: &Client,
+        req: &TurnRequest,
+        turn_id: &str,
+        source: &str,
+        iteration: u32,
+        system: &str,
+        tools: &[serde_json::Value],
+        transcript: &[Message],
+        on_stream: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Option<Result<tern_llm::ChatResponse, LlmError>> {
+        let sid = req.session_id.as_str();
+        let mut messages = Vec::with_capacity(transcript.len() + 1);
+        messages.push(RequestMessage::text(Role::System, system));
+        messages.extend(transcript.iter().map(Message::to_request));
+        let request = ChatRequest {
+            model: self.settings.model.clone(),
+            messages,
+            tools: tools.to_vec(),
+            stream: self.settings.stream,
+            stream_options: None,
+        };
+        self.hooks.emit(HookEvent::PreLlmCall(PreLlmCall {
+            session_id: sid.to_owned(),
+            source: source.to_owned(),
+            turn_id: turn_id.to_owned(),
+            iteration,
+            model: self.settings.model.clone(),
+            message_count: request.messages.len(),
+        }));
+        let t0 = Instant::now();
+        let answer = tokio::select! {
+            r = llm.chat(request, on_stream) => r,
+            () = req.interrupt.token().cancelled() => return None,
+        };
+        self.hooks.emit(HookEvent::PostLlmCall(PostLlmCall {
+            session_id: sid.to_owned(),
+            source: source.to_owned(),
+            turn_id: turn_id.to_owned(),
+            iteration,
+            model: self.settings.model.clone(),
+            duration_ms: t0.elapsed().as_millis() as u64,
+            tool_calls: answer.as_ref().map_or(0, |a| a.tool_calls.len()),
+            usage: answer
+                .as_ref()
+                .ok()
+                .and_then(|a| a.usage.as_ref())
+                .map(tokens),
+            error: answer.as_ref().err().map(ToString::to_string),
+        }));
+        Some(answer)
+    }
+
+    /// Ends a turn whose transcript no longer fits the window, with a message that says so.
+    async fn context_full(
+        &self,
+        sid: &str,
+        turn_id: &str,
+        text: String,
+        usage: Usage,
+        iterations: u32,
+    ) -> Result<TurnOutcome, AgentError> {
+        self.store
+            .append_message(
+                sid,
+                &NewMessage::new(Role::Assistant, text.clone()).turn(turn_id),
+            )
+            .await?;
+        Ok(TurnOutcome {
+            turn_id: turn_id.to_owned(),
+            status: TurnStatus::ContextFull,
+            text: Some(text),
+            usage,
+            iterations,
         })
     }
 

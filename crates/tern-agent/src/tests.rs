@@ -35,6 +35,8 @@ async fn env_with(max_iterations: u32, stream: bool) -> Env {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     ));
     let session = store
@@ -539,6 +541,8 @@ async fn no_model_configured_says_what_to_set() {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     );
     let err = agent
@@ -839,6 +843,8 @@ async fn a_result_is_stored_while_a_later_call_holds_a_connection() {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     );
     let session = store

@@ -29,6 +29,8 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "wait_resolved",
     "process_started",
     "process_exited",
+    "pre_compact",
+    "post_compact",
 ];
 
 /// One `[[hooks]]` entry: a command run with the event's JSON on stdin.

@@ -408,6 +408,7 @@ pub(crate) fn status_str(s: TurnStatus) -> &'static str {
         TurnStatus::Interrupted => "interrupted",
         TurnStatus::MaxIterations => "max_iterations",
         TurnStatus::LoopDetected => "loop_detected",
+        TurnStatus::ContextFull => "context_full",
     }
 }
 

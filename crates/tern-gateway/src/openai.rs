@@ -130,7 +130,7 @@ pub(crate) async fn completions(
         let o = run_detached(&gw, guard, &session_id, input, None).await?;
         let finish = match o.status {
             TurnStatus::Completed => "stop",
-            TurnStatus::MaxIterations => "length",
+            TurnStatus::MaxIterations | TurnStatus::ContextFull => "length",
             TurnStatus::Interrupted | TurnStatus::LoopDetected => "stop",
         };
         let mut resp = axum::Json(json!({

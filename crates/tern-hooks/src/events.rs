@@ -235,6 +235,50 @@ pub struct ProcessExited {
     pub signal: Option<i32>,
 }
 
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactReason {
+    /// The next model call would have passed the threshold.
+    Auto,
+    /// Asked for (`/compact`, the API, `tern sessions compact`).
+    Manual,
+    /// The model refused a request as over its context window.
+    Overflow,
+}
+
+/// A compaction of the session's transcript is about to run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PreCompact {
+    pub session_id: String,
+    pub source: String,
+    /// The turn it runs in; `None` for a compaction asked for between turns.
+    pub turn_id: Option<String>,
+    pub reason: CompactReason,
+    /// The estimated prompt size of the next model call before compacting.
+    pub tokens_before: u64,
+    /// The model's context window.
+    pub context_length: u64,
+}
+
+/// A compaction ended: applied (`error` unset) or failed (nothing changed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PostCompact {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: Option<String>,
+    pub reason: CompactReason,
+    pub tokens_before: u64,
+    /// The estimated prompt size after it (`tokens_before` when it failed).
+    pub tokens_after: u64,
+    /// Messages taken out of the active transcript (kept in the store).
+    pub messages_compacted: u64,
+    /// Old tool outputs the model now sees as a placeholder.
+    pub outputs_elided: u64,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
 /// Every event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -253,6 +297,8 @@ pub enum HookEvent {
     WaitResolved(WaitResolved),
     ProcessStarted(ProcessStarted),
     ProcessExited(ProcessExited),
+    PreCompact(PreCompact),
+    PostCompact(PostCompact),
 }
 
 impl HookEvent {
@@ -273,6 +319,8 @@ impl HookEvent {
             HookEvent::WaitResolved(_) => "wait_resolved",
             HookEvent::ProcessStarted(_) => "process_started",
             HookEvent::ProcessExited(_) => "process_exited",
+            HookEvent::PreCompact(_) => "pre_compact",
+            HookEvent::PostCompact(_) => "post_compact",
         }
     }
 
@@ -292,6 +340,8 @@ impl HookEvent {
             HookEvent::WaitResolved(e) => &e.session_id,
             HookEvent::ProcessStarted(e) => &e.session_id,
             HookEvent::ProcessExited(e) => &e.session_id,
+            HookEvent::PreCompact(e) => &e.session_id,
+            HookEvent::PostCompact(e) => &e.session_id,
         }
     }
 }

@@ -49,6 +49,8 @@ async fn env(delegation: DelegateSettings) -> Env {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     )
     .with_delegation(delegation);

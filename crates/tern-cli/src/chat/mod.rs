@@ -501,7 +501,7 @@ async fn one_shot(
             }
             ExitCode::SUCCESS
         }
-        TurnStatus::MaxIterations | TurnStatus::LoopDetected => {
+        TurnStatus::MaxIterations | TurnStatus::LoopDetected | TurnStatus::ContextFull => {
             eprintln!("error: {}", outcome.text.unwrap_or_default());
             ExitCode::FAILURE
         }
@@ -555,7 +555,9 @@ impl Repl {
             Ok(o) => {
                 match o.status {
                     TurnStatus::Completed => {}
-                    TurnStatus::MaxIterations | TurnStatus::LoopDetected => {
+                    TurnStatus::MaxIterations
+                    | TurnStatus::LoopDetected
+                    | TurnStatus::ContextFull => {
                         eprintln!("{}", style.yellow(&o.text.clone().unwrap_or_default()));
                     }
                     TurnStatus::Interrupted => eprintln!("{}", style.yellow("[interrupted]")),

@@ -35,6 +35,8 @@ pub fn agent_without_model(store: &Store) -> Arc<Agent> {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     ))
 }

@@ -71,6 +71,8 @@ async fn start_with(max_turns: usize, body_limit: usize) -> Gw {
                 system_prompt: None,
                 limits: ToolLimits::default(),
                 loop_guard: Default::default(),
+                context_length: None,
+                compaction: Default::default(),
             },
         )
         .with_hooks(hooks),

@@ -34,6 +34,8 @@ async fn start(dir: tempfile::TempDir, llm: Result<Client, String>) -> Gw {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     ));
     let gw = common::gateway(

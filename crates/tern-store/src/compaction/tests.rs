@@ -13,9 +13,12 @@ async fn store_with(n_exchanges: usize) -> (tempfile::TempDir, Store, String) {
         .await
         .unwrap()
         .id;
-    s.append_message(&id, &NewMessage::new(Role::User, "the task: count the stars"))
-        .await
-        .unwrap();
+    s.append_message(
+        &id,
+        &NewMessage::new(Role::User, "the task: count the stars"),
+    )
+    .await
+    .unwrap();
     for i in 0..n_exchanges {
         s.append_messages(
             &id,
@@ -64,7 +67,10 @@ async fn a_compaction_hides_the_middle_keeps_it_stored_and_places_the_summary_af
         )
         .await
         .unwrap();
-    assert_eq!((c.first_seq, c.last_seq, c.messages_compacted), (Some(2), Some(10), 9));
+    assert_eq!(
+        (c.first_seq, c.last_seq, c.messages_compacted),
+        (Some(2), Some(10), 9)
+    );
     let active = s.messages(&id).await.unwrap();
     let seqs: Vec<i64> = active.iter().map(|m| m.seq).collect();
     assert_eq!(seqs, vec![1, 1, 11, 12, 13]);
@@ -167,7 +173,10 @@ async fn the_cheap_pass_shows_a_placeholder_and_keeps_the_output_and_the_summary
         .await
         .unwrap();
     assert_eq!(second.outputs_elided, 1);
-    assert_eq!(second.summary, first.summary, "the summary is carried forward");
+    assert_eq!(
+        second.summary, first.summary,
+        "the summary is carried forward"
+    );
     let active = s.messages(&id).await.unwrap();
     assert_eq!(active[1].compaction_id, Some(second.id));
     let seen = active.iter().find(|m| m.id == output.id).unwrap();

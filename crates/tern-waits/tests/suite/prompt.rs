@@ -45,6 +45,8 @@ async fn system_message(toolsets: &[&str], system_prompt: Option<&str>) -> Strin
             system_prompt: system_prompt.map(str::to_owned),
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
+            context_length: None,
+            compaction: Default::default(),
         },
     );
     let session = store
