@@ -394,8 +394,18 @@ impl Agent {
         let sid = call.session_id;
         let settings = &self.settings.compaction;
         let current = self.store.compaction(sid).await?;
-        let plan = Plan::new(transcript, window.share(settings.tail_share))
-            .ok_or(CompactError::NothingToCompact)?;
+        // The tail's share of the window, or of the prompt when that is smaller: a
+        // compaction asked for early, or after the server refused a prompt that tern thought
+        // would fit, still has a middle to compact.
+        let tail_budget = window
+            .share(settings.tail_share)
+            .min((before as f64 * settings.tail_share) as u64);
+        let plan = Plan::new(
+            transcript,
+            tail_budget,
+            window.share(settings.tail_share).saturating_mul(2),
+        )
+        .ok_or(CompactError::NothingToCompact)?;
         let elide = plan.elisions(transcript, settings.elide_over_chars);
         let saved: u64 = elide
             .iter()
@@ -404,8 +414,10 @@ impl Agent {
             })
             .sum();
         let middle = &transcript[plan.middle.clone()];
-        let cheap_enough = before.saturating_sub(saved) <= window.share(settings.target_share)
-            && reason != CompactionReason::Manual;
+        // Asked for, or refused by the server (whose window is smaller than tern was told):
+        // always summarise.
+        let cheap_enough = reason == CompactionReason::Auto
+            && before.saturating_sub(saved) <= window.share(settings.target_share);
         if middle.is_empty() && elide.is_empty() {
             return Err(CompactError::NothingToCompact);
         }
@@ -587,7 +599,9 @@ struct Plan {
 
 impl Plan {
     /// `None` when there is no head (no user message yet).
-    fn new(t: &[Message], tail_budget: u64) -> Option<Plan> {
+    /// The tail: at least the latest user message and what followed it if that is within
+    /// `keep_max`, else the latest exchange; then more, within `tail_budget`.
+    fn new(t: &[Message], tail_budget: u64, keep_max: u64) -> Option<Plan> {
         let first_user = t
             .iter()
             .position(|m| m.role == Role::User && m.compaction_id.is_none())?;
@@ -607,20 +621,28 @@ impl Plan {
             .filter(|&i| t[i].role != Role::Tool)
             .collect();
         // At least the latest user message and what followed it, unless that alone is far
-        // beyond the budget (a long-running turn); then at least the latest exchange.
-        let last_user = cuts.iter().rev().find(|&&i| t[i].role == Role::User);
-        let mut tail = match (last_user, cuts.last()) {
-            (Some(&u), _) if suffix[u] <= tail_budget.saturating_mul(2) => u,
-            (_, Some(&last)) => last,
-            (_, None) => t.len(),
+        // beyond the tail's share (a long-running turn); then at least the latest exchange.
+        // (The first turn's user message is the head itself: then all that followed it.)
+        let last_user = cuts
+            .iter()
+            .rev()
+            .find(|&&i| t[i].role == Role::User)
+            .copied()
+            .unwrap_or(start);
+        let mut tail = match cuts.last() {
+            _ if suffix[last_user] <= keep_max => last_user,
+            Some(&last) => last,
+            None => t.len(),
         };
-        // Then as much more as the budget holds.
+        // Then as many more whole exchanges (from a user message on) as the budget holds.
         let min_tail = tail;
         for &i in cuts.iter().rev().filter(|&&i| i < min_tail) {
             if suffix[i] > tail_budget {
                 break;
             }
-            tail = i;
+            if t[i].role == Role::User {
+                tail = i;
+            }
         }
         Some(Plan {
             middle: start..tail.max(start),
@@ -685,6 +707,13 @@ fn full_message(tokens: u64, window: Window, why: &str) -> String {
          of {} tokens) and compaction could not make room ({why}). Start a new session, or try \
          /compact (tern sessions compact) later.",
         window.context_length
+    )
+}
+
+/// The message of a turn whose prompt the model refused as too long even after compacting.
+pub(crate) fn refused_again(e: &LlmError) -> String {
+    format!(
+        "I stopped: the model refused the conversation as longer than its context window even          after compaction ({e}). Its window may be smaller than tern was told: set [model]          context_length in config.toml, or start a new session."
     )
 }
 

@@ -599,6 +599,10 @@ impl Agent {
                         tracing::warn!(session = sid, error = %e, "the model refused the prompt as too long; compacting");
                         overflowed = true;
                     }
+                    Err(e) if e.is_context_overflow() => {
+                        let text = compact::refused_again(&e);
+                        return self.context_full(sid, turn_id, text, usage, iteration).await;
+                    }
                     other => break other,
                 }
             };

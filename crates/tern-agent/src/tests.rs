@@ -1071,3 +1071,5 @@ async fn a_broken_stream_is_retried_and_its_partial_text_discarded() {
     assert_eq!(t.len(), 2);
     assert_eq!(t[1].content.as_deref(), Some("The answer is 42."));
 }
+
+mod compaction;

@@ -14,6 +14,12 @@
 //! tool call of an assistant message answered by exactly one tool result, right after it and
 //! in order, and no tool result without its call. A request that breaks this is answered 400
 //! (as OpenAI does), and the test fails when the [`FakeModel`] is dropped.
+//!
+//! With a context window ([`FakeModel::set_context_window`]) every request is also measured
+//! with the server's own token count ([`count_tokens`]: its own rule, not tern's estimator, so
+//! a test of tern's accounting is honest): a request over the window is answered with
+//! OpenAI's real 400 `context_length_exceeded` error and recorded as a violation like a
+//! malformed transcript, and answers report that count as `usage.prompt_tokens`.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -147,6 +153,16 @@ impl Reply {
         Self::new(Kind::RawSse(chunks.into_iter().map(Into::into).collect()))
     }
 
+    /// OpenAI's real 400 `context_length_exceeded` answer, as if the request had `tokens`
+    /// tokens and the window were `window`.
+    pub fn context_overflow(window: u64, tokens: u64) -> Self {
+        Self::new(Kind::Error {
+            status: 400,
+            body: overflow_body(window, tokens),
+            retry_after: None,
+        })
+    }
+
     /// A raw JSON body for a non-streaming request.
     pub fn raw_json(body: impl Into<String>) -> Self {
         Self::new(Kind::RawJson(body.into()))
@@ -250,6 +266,10 @@ struct Inner {
     light: bool,
     /// What was wrong with the transcripts of malformed requests, in arrival order.
     violations: Vec<String>,
+    /// The model's context window in tokens, enforced on every request.
+    window: Option<u64>,
+    /// The largest prompt measured so far ([`count_tokens`]).
+    largest_prompt: u64,
 }
 
 #[derive(Default)]
@@ -285,6 +305,50 @@ impl Drop for FakeModel {
             );
         }
     }
+}
+
+/// The fake model's token count of a request: per message, three tokens of framing plus one
+/// per four characters (not bytes) of its content, and of each tool call's name and
+/// arguments; plus one per four characters of the tool schemas as JSON. Deliberately not
+/// tern's estimator (bytes / 3 of the text sent), so that tests of tern's window accounting
+/// measure it against another count, as a real server's tokenizer is.
+pub fn count_tokens(body: &Value) -> u64 {
+    let chars = |v: &Value| v.as_str().map_or(0, |s| s.chars().count() as u64).div_ceil(4);
+    let messages: u64 = body["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    let calls: u64 = m["tool_calls"].as_array().map_or(0, |cs| {
+                        cs.iter()
+                            .map(|c| {
+                                1 + chars(&c["function"]["name"]) + chars(&c["function"]["arguments"])
+                            })
+                            .sum()
+                    });
+                    3 + chars(&m["content"]) + calls
+                })
+                .sum()
+        })
+        .unwrap_or(0);
+    let tools = body["tools"]
+        .as_array()
+        .map_or(0, |t| (Value::Array(t.clone()).to_string().chars().count() as u64).div_ceil(4));
+    messages + tools
+}
+
+/// OpenAI's answer to a request over the model's window.
+fn overflow_body(window: u64, tokens: u64) -> String {
+    json!({"error": {
+        "message": format!(
+            "This model's maximum context length is {window} tokens. However, your messages \
+             resulted in {tokens} tokens. Please reduce the length of the messages."
+        ),
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }})
+    .to_string()
 }
 
 /// Checks a request's `messages` as a chat-completions API does: every tool call of an
@@ -409,6 +473,17 @@ impl FakeModel {
     /// benchmarks, where cloning every growing transcript would cost more than the server.
     pub fn record_bodies(&self, on: bool) {
         self.shared.lock().light = !on;
+    }
+
+    /// Enforces a context window of `tokens` on every request (see the module docs); `None`
+    /// lifts it.
+    pub fn set_context_window(&self, tokens: Option<u64>) {
+        self.shared.lock().window = tokens;
+    }
+
+    /// The largest request measured so far, in the fake model's own count.
+    pub fn largest_prompt(&self) -> u64 {
+        self.shared.lock().largest_prompt
     }
 
     /// Scripted replies not used yet.
@@ -540,8 +615,32 @@ async fn completions(
         )
             .into_response();
     }
-    let reply = {
+    let prompt_tokens = count_tokens(&body);
+    let over = {
         let mut inner = shared.lock();
+        inner.largest_prompt = inner.largest_prompt.max(prompt_tokens);
+        match inner.window {
+            Some(w) if prompt_tokens > w => {
+                inner.violations.push(format!(
+                    "a request of {prompt_tokens} tokens, over the context window of {w}"
+                ));
+                Some(w)
+            }
+            _ => None,
+        }
+    };
+    if let Some(window) = over {
+        shared.arrived.notify_waiters();
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            overflow_body(window, prompt_tokens),
+        )
+            .into_response();
+    }
+    let (mut reply, counted) = {
+        let mut inner = shared.lock();
+        let counted = inner.window.is_some();
         let (recorded_body, headers) = if inner.light {
             (Value::Null, HeaderMap::new())
         } else {
@@ -554,12 +653,29 @@ async fn completions(
             at: Instant::now(),
         });
         let responder = inner.responder.clone();
-        inner
+        let reply = inner
             .script
             .pop_front()
-            .or_else(|| responder.map(|f| f(&body)))
+            .or_else(|| responder.map(|f| f(&body)));
+        (reply, counted)
     };
     shared.arrived.notify_waiters();
+    // With a window, answers report the server's own count unless the script says otherwise.
+    if counted
+        && let Some(r) = &mut reply
+        && r.usage.is_none()
+        && let Kind::Message {
+            content,
+            tool_calls,
+        } = &r.kind
+    {
+        let completion = content.as_deref().map_or(0, |c| c.chars().count() as u64).div_ceil(4)
+            + tool_calls
+                .iter()
+                .map(|(_, n, a)| 1 + (n.chars().count() + a.chars().count()) as u64 / 4)
+                .sum::<u64>();
+        r.usage = Some((prompt_tokens, completion.max(1)));
+    }
     let Some(reply) = reply else {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -796,6 +912,37 @@ mod tests {
             let err = check_transcript(&msgs).unwrap_err();
             assert!(err.contains(want), "{err:?} should contain {want:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_window_gets_openais_error_and_is_a_violation() {
+        let fake = FakeModel::start().await.unwrap();
+        fake.set_context_window(Some(100));
+        fake.push(Reply::text("fits"));
+        let client = reqwest::Client::new();
+        let send = |content: String| {
+            client
+                .post(format!("{}/chat/completions", fake.base_url()))
+                .json(&json!({"model": "m", "messages": [{"role": "user", "content": content}]}))
+                .send()
+        };
+        let ok: Value = send("a".repeat(200)).await.unwrap().json().await.unwrap();
+        assert_eq!(ok["usage"]["prompt_tokens"], 3 + 50, "{ok}");
+        let resp = send("a".repeat(400)).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("maximum context length is 100 tokens"),
+            "{body}"
+        );
+        assert_eq!(fake.largest_prompt(), 103);
+        let v = fake.take_violations();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("over the context window of 100"), "{v:?}");
     }
 
     #[tokio::test]
