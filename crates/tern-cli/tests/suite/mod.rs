@@ -1,5 +1,6 @@
 mod chat;
 mod cli;
+mod compaction;
 mod config_show;
 mod delegate;
 mod gateway;
