@@ -537,15 +537,25 @@ impl Agent {
             .context_length
             .saturating_sub(window.share(settings.summary_share))
             .saturating_sub(estimate_text(SUMMARY_SYSTEM) + 64);
-        let rendered: Vec<String> = middle.iter().map(render_message).collect();
+        // The newest messages that fit the budget, rendered from the end: the oldest are left
+        // out of a request the window cannot hold (a long session's first compaction).
+        let base = estimate_text(&summary_prompt(previous, &[], 0, critical));
+        let mut rendered: Vec<String> = Vec::new();
+        let mut size = base;
+        for m in middle.iter().rev() {
+            let r = render_message(m);
+            size += estimate_text(&r) + 1;
+            if size > budget && !rendered.is_empty() {
+                break;
+            }
+            rendered.push(r);
+        }
+        rendered.reverse();
         let mut skip = 0;
         let mut tries = 0;
         loop {
-            let mut prompt = summary_prompt(previous, &rendered[skip..], skip, critical);
-            while estimate_text(&prompt) > budget && skip < rendered.len() {
-                skip += (rendered.len() - skip).div_ceil(8);
-                prompt = summary_prompt(previous, &rendered[skip..], skip, critical);
-            }
+            let omitted = middle.len() - rendered.len() + skip;
+            let prompt = summary_prompt(previous, &rendered[skip..], omitted, critical);
             let request = ChatRequest {
                 model: self.settings.model.clone(),
                 messages: vec![
@@ -747,8 +757,13 @@ fn render_message(m: &Message) -> String {
             }
         }
         role => {
+            const TEXT_CHARS: usize = 4000;
             out.push_str(&format!("[{}]: ", role.as_str()));
-            out.push_str(m.content.as_deref().unwrap_or_default());
+            let content = m.content.as_deref().unwrap_or_default();
+            out.extend(content.chars().take(TEXT_CHARS));
+            if content.chars().nth(TEXT_CHARS).is_some() {
+                out.push_str(" …[cut]");
+            }
             for c in &m.tool_calls {
                 out.push_str(&format!(
                     "\n  calls {} ({}) with {}",

@@ -601,7 +601,9 @@ impl Agent {
                     }
                     Err(e) if e.is_context_overflow() => {
                         let text = compact::refused_again(&e);
-                        return self.context_full(sid, turn_id, text, usage, iteration).await;
+                        return self
+                            .context_full(sid, turn_id, text, usage, iteration)
+                            .await;
                     }
                     other => break other,
                 }

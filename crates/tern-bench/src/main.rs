@@ -7,9 +7,11 @@
 //! a 10,000-message session and time loading its transcript.
 //!
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
-//! [gateway|inbox|waits] [--runs N] [--tern PATH]` (`inbox`, `waits`: see their modules;
+//! [gateway|inbox|waits|compact] [--runs N] [--tern PATH]` (`inbox`, `waits`, `compact`: see
+//! their modules;
 //! `procs [--size 1G] [--concurrency 64] [--runs 3]`, `sandbox`: see their modules)
 
+mod compact;
 mod inbox;
 mod procs;
 mod sandbox;
@@ -47,7 +49,7 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
                 println!(
-                    "tern-bench [gateway|inbox|waits|procs|sandbox|load|serve] [--runs N] [--tern PATH]"
+                    "tern-bench [gateway|inbox|waits|procs|sandbox|load|compact|serve] [--runs N] [--tern PATH]"
                 );
                 std::process::exit(0);
             }
@@ -279,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
     match std::env::args().nth(1).as_deref() {
         Some("serve") => return serve().await,
         Some("load") => return bench_load().await,
+        Some("compact") => return compact::bench_compact().await,
         Some("gateway") => {
             let args = parse_args_from(2)?;
             return bench_gateway(&args).await;

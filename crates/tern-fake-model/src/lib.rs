@@ -313,7 +313,11 @@ impl Drop for FakeModel {
 /// tern's estimator (bytes / 3 of the text sent), so that tests of tern's window accounting
 /// measure it against another count, as a real server's tokenizer is.
 pub fn count_tokens(body: &Value) -> u64 {
-    let chars = |v: &Value| v.as_str().map_or(0, |s| s.chars().count() as u64).div_ceil(4);
+    let chars = |v: &Value| {
+        v.as_str()
+            .map_or(0, |s| s.chars().count() as u64)
+            .div_ceil(4)
+    };
     let messages: u64 = body["messages"]
         .as_array()
         .map(|ms| {
@@ -322,7 +326,8 @@ pub fn count_tokens(body: &Value) -> u64 {
                     let calls: u64 = m["tool_calls"].as_array().map_or(0, |cs| {
                         cs.iter()
                             .map(|c| {
-                                1 + chars(&c["function"]["name"]) + chars(&c["function"]["arguments"])
+                                1 + chars(&c["function"]["name"])
+                                    + chars(&c["function"]["arguments"])
                             })
                             .sum()
                     });
@@ -331,9 +336,9 @@ pub fn count_tokens(body: &Value) -> u64 {
                 .sum()
         })
         .unwrap_or(0);
-    let tools = body["tools"]
-        .as_array()
-        .map_or(0, |t| (Value::Array(t.clone()).to_string().chars().count() as u64).div_ceil(4));
+    let tools = body["tools"].as_array().map_or(0, |t| {
+        (Value::Array(t.clone()).to_string().chars().count() as u64).div_ceil(4)
+    });
     messages + tools
 }
 
@@ -669,7 +674,10 @@ async fn completions(
             tool_calls,
         } = &r.kind
     {
-        let completion = content.as_deref().map_or(0, |c| c.chars().count() as u64).div_ceil(4)
+        let completion = content
+            .as_deref()
+            .map_or(0, |c| c.chars().count() as u64)
+            .div_ceil(4)
             + tool_calls
                 .iter()
                 .map(|(_, n, a)| 1 + (n.chars().count() + a.chars().count()) as u64 / 4)

@@ -203,7 +203,10 @@ async fn a_long_session_in_a_small_window_stays_within_it_and_keeps_the_task_and
             assert_eq!(active[0].content.as_deref(), Some(TASK), "turn {turn}");
             if let Some(s) = active.iter().find(|m| m.compaction_id.is_some()) {
                 let text = s.content.as_deref().unwrap();
-                assert!(text.contains(REQUEST_ID) && text.contains(TODO_LINE), "{text}");
+                assert!(
+                    text.contains(REQUEST_ID) && text.contains(TODO_LINE),
+                    "{text}"
+                );
             }
             let sent: Vec<Value> = active
                 .iter()
@@ -221,7 +224,10 @@ async fn a_long_session_in_a_small_window_stays_within_it_and_keeps_the_task_and
         .iter()
         .filter(|x| x.messages_compacted == 0 && x.outputs_elided > 0)
         .count();
-    assert!(summarised >= 10 && cheap >= 1, "{summarised} summaries, {cheap} cheap passes");
+    assert!(
+        summarised >= 10 && cheap >= 1,
+        "{summarised} summaries, {cheap} cheap passes"
+    );
     // Every summary after the first updated the previous one.
     let summaries = c.summaries.lock().unwrap().clone();
     assert_eq!(summaries.len(), summarised);
@@ -234,9 +240,11 @@ async fn a_long_session_in_a_small_window_stays_within_it_and_keeps_the_task_and
     assert_eq!(kept.len(), 500 * 4);
     assert!(kept.iter().filter(|m| m.compacted).count() > 1500);
     assert!(
-        kept.iter()
-            .filter(|m| m.role == Role::Tool)
-            .all(|m| m.content.as_deref().unwrap().contains("build"))
+        kept.iter().filter(|m| m.role == Role::Tool).all(|m| m
+            .content
+            .as_deref()
+            .unwrap()
+            .contains("build"))
     );
     assert!(kept.iter().any(|m| {
         m.model_content
@@ -245,8 +253,14 @@ async fn a_long_session_in_a_small_window_stays_within_it_and_keeps_the_task_and
     }));
     let events = c.compact_events();
     assert_eq!(events.len(), 2 * all.len());
-    let post = events.iter().find(|e| e["event"] == "post_compact").unwrap();
-    assert!(post["tokens_after"].as_u64() < post["tokens_before"].as_u64(), "{post}");
+    let post = events
+        .iter()
+        .find(|e| e["event"] == "post_compact")
+        .unwrap();
+    assert!(
+        post["tokens_after"].as_u64() < post["tokens_before"].as_u64(),
+        "{post}"
+    );
     assert_eq!(post["reason"], "auto");
 }
 
@@ -255,7 +269,11 @@ async fn a_context_length_error_compacts_and_retries_once() {
     let c = compacting(100_000, CompactionSettings::default()).await;
     c.respond(structured_summary);
     for turn in 0..6 {
-        let input = if turn == 0 { TASK.to_owned() } else { format!("turn {turn}") };
+        let input = if turn == 0 {
+            TASK.to_owned()
+        } else {
+            format!("turn {turn}")
+        };
         c.turn(&input).await;
     }
     let store = c.e.agent.store();
@@ -283,7 +301,10 @@ async fn a_context_length_error_compacts_and_retries_once() {
     c.refuse.store(2, SeqCst);
     let o = c.turn("turn 7").await;
     assert_eq!(o.status, TurnStatus::ContextFull, "{o:?}");
-    assert!(o.text.as_deref().unwrap().contains("context window"), "{o:?}");
+    assert!(
+        o.text.as_deref().unwrap().contains("context window"),
+        "{o:?}"
+    );
     let last = c.e.transcript().await.pop().unwrap();
     assert_eq!(last.content, o.text);
 }
@@ -294,7 +315,11 @@ async fn a_failing_summary_backs_off_instead_of_retrying_every_call() {
     c.respond(|_| Reply::error(400, "the summariser is broken"));
     let mut ended = None;
     for turn in 0..60 {
-        let input = if turn == 0 { TASK.to_owned() } else { format!("turn {turn}") };
+        let input = if turn == 0 {
+            TASK.to_owned()
+        } else {
+            format!("turn {turn}")
+        };
         let o = c.turn(&input).await;
         if o.status != TurnStatus::Completed {
             ended = Some(o);
@@ -316,18 +341,28 @@ async fn a_failing_summary_backs_off_instead_of_retrying_every_call() {
         .filter(|e| e["event"] == "post_compact" && !e["error"].is_null())
         .collect();
     assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(failed[0]["error"].as_str().unwrap().contains("summariser is broken"));
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("summariser is broken")
+    );
     // Asked for explicitly, it runs despite the backoff (and fails the same way, saying so).
-    let out = c
-        .e
-        .agent
-        .compact(&c.e.session, &["file".to_owned()])
-        .await
-        .unwrap();
-    assert!(matches!(out, CompactOutcome::Failed { ref error } if error.contains("broken")), "{out:?}");
+    let out =
+        c.e.agent
+            .compact(&c.e.session, &["file".to_owned()])
+            .await
+            .unwrap();
+    assert!(
+        matches!(out, CompactOutcome::Failed { ref error } if error.contains("broken")),
+        "{out:?}"
+    );
     assert_eq!(c.summaries.lock().unwrap().len(), 2);
     let all = c.e.agent.store().compactions(&c.e.session).await.unwrap();
-    assert!(all.iter().all(|x| x.summary.is_none()), "only cheap passes: {all:?}");
+    assert!(
+        all.iter().all(|x| x.summary.is_none()),
+        "only cheap passes: {all:?}"
+    );
 }
 
 #[tokio::test]
@@ -339,7 +374,10 @@ async fn compaction_on_demand_summarises_and_a_second_one_updates_the_summary() 
     c.turn(TASK).await;
     // Only the task and its exchange: nothing to compact.
     let out = agent.compact(&c.e.session, &toolsets).await.unwrap();
-    assert!(matches!(out, CompactOutcome::NothingToCompact { .. }), "{out:?}");
+    assert!(
+        matches!(out, CompactOutcome::NothingToCompact { .. }),
+        "{out:?}"
+    );
     for turn in 1..5 {
         c.turn(&format!("turn {turn}")).await;
     }
@@ -347,7 +385,10 @@ async fn compaction_on_demand_summarises_and_a_second_one_updates_the_summary() 
     let CompactOutcome::Compacted(stats) = out else {
         panic!("{out:?}")
     };
-    assert!(stats.summarised && stats.messages_compacted > 0, "{stats:?}");
+    assert!(
+        stats.summarised && stats.messages_compacted > 0,
+        "{stats:?}"
+    );
     assert!(stats.tokens_after < stats.tokens_before, "{stats:?}");
     let active = c.e.transcript().await;
     assert_eq!(active[0].content.as_deref(), Some(TASK));
@@ -376,7 +417,67 @@ async fn compaction_on_demand_summarises_and_a_second_one_updates_the_summary() 
     let second = c.summaries.lock().unwrap().last().unwrap().clone();
     let prompt = second["messages"][1]["content"].as_str().unwrap();
     assert!(prompt.contains("<previous-summary>\n## Goal"), "{prompt}");
-    let current = agent.store().compaction(&c.e.session).await.unwrap().unwrap();
+    let current = agent
+        .store()
+        .compaction(&c.e.session)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(current.summary.unwrap().contains("(updated)"));
-    assert_eq!(agent.store().compactions(&c.e.session).await.unwrap().len(), 2);
+    assert_eq!(
+        agent.store().compactions(&c.e.session).await.unwrap().len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_summary_request_refused_as_too_long_drops_its_oldest_messages_and_retries() {
+    let c = compacting(100_000, CompactionSettings::default()).await;
+    let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let refused = refused.clone();
+        c.respond(move |body| {
+            if refused.swap(true, SeqCst) {
+                structured_summary(body)
+            } else {
+                Reply::context_overflow(4000, 9000)
+            }
+        });
+    }
+    for turn in 0..8 {
+        let input = if turn == 0 {
+            TASK.to_owned()
+        } else {
+            format!("turn {turn}")
+        };
+        c.turn(&input).await;
+    }
+    let out =
+        c.e.agent
+            .compact(&c.e.session, &["file".to_owned()])
+            .await
+            .unwrap();
+    assert!(matches!(out, CompactOutcome::Compacted(_)), "{out:?}");
+    let summaries = c.summaries.lock().unwrap().clone();
+    assert_eq!(summaries.len(), 2);
+    let prompts: Vec<&str> = summaries
+        .iter()
+        .map(|s| s["messages"][1]["content"].as_str().unwrap())
+        .collect();
+    assert!(!prompts[0].contains("older messages were left out"));
+    assert!(
+        prompts[1].contains("older messages were left out"),
+        "{}",
+        prompts[1]
+    );
+    assert!(prompts[1].len() < prompts[0].len());
+    // What was left out of the summary still left the transcript, and stays stored.
+    let current =
+        c.e.agent
+            .store()
+            .compaction(&c.e.session)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(current.first_seq, Some(2));
 }

@@ -22,7 +22,12 @@ fn has_summary(msgs: &[Value]) -> bool {
 /// What the session's transcript says, message by message.
 fn shape(msgs: &[Value]) -> Vec<(String, String)> {
     msgs.iter()
-        .map(|m| (m["role"].as_str().unwrap().to_owned(), content(m).to_owned()))
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                content(m).to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -39,7 +44,10 @@ async fn kill_9_while_the_summary_is_written_leaves_the_old_transcript_and_the_s
                 return Reply::text("## Goal\nanswer the numbered messages\n## Next steps\ngo on")
                     .held(&gate);
             }
-            if refuse.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            if refuse
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
                 return Reply::context_overflow(4096, 5000);
             }
             let n = body["messages"].as_array().map_or(0, Vec::len);
@@ -81,7 +89,10 @@ async fn kill_9_while_the_summary_is_written_leaves_the_old_transcript_and_the_s
             if reqs.iter().any(|r| is_summary_request(&r.body)) {
                 Ok(())
             } else {
-                Err(format!("no summary request yet among {} requests", reqs.len()))
+                Err(format!(
+                    "no summary request yet among {} requests",
+                    reqs.len()
+                ))
             }
         },
     )
@@ -113,8 +124,14 @@ async fn kill_9_while_the_summary_is_written_leaves_the_old_transcript_and_the_s
     assert!(v.to_string().contains("answer to request of"), "{v}");
     let now = api.messages(&id).await;
     assert!(has_summary(&now), "{now:#?}");
-    assert!(content(&now[0]).starts_with("message 0: "), "the task is kept first");
-    assert_eq!(content(now.last().unwrap()).split(' ').next(), Some("answer"));
+    assert!(
+        content(&now[0]).starts_with("message 0: "),
+        "the task is kept first"
+    );
+    assert_eq!(
+        content(now.last().unwrap()).split(' ').next(),
+        Some("answer")
+    );
     // Every request the model got was well formed (the fake model checks each on drop).
     let last = fake.requests().pop().unwrap();
     assert!(has_summary(last.messages()));
