@@ -470,6 +470,25 @@ mod tests {
                 exit_code: Some(0),
                 signal: None,
             }),
+            HookEvent::PreCompact(PreCompact {
+                session_id: s(),
+                source: s(),
+                turn_id: None,
+                reason: CompactReason::Manual,
+                tokens_before: 9000,
+                context_length: 8000,
+            }),
+            HookEvent::PostCompact(PostCompact {
+                session_id: s(),
+                source: s(),
+                turn_id: Some(s()),
+                reason: CompactReason::Auto,
+                tokens_before: 9000,
+                tokens_after: 3000,
+                messages_compacted: 40,
+                outputs_elided: 3,
+                error: None,
+            }),
         ]
     }
 
