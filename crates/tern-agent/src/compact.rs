@@ -239,7 +239,19 @@ impl Agent {
             .compact_now(llm, call, transcript, window, fixed, reason, before)
             .await
         {
-            Ok(stats) if stats.tokens_after <= window.context_length => Ok(Room::Ready),
+            Ok(stats) if stats.tokens_after <= window.limit() => Ok(Room::Ready),
+            // Still over the threshold (a long tail): compacting again at the next call would
+            // summarise little for the same cost, so this counts as a failure and backs off.
+            Ok(stats) if stats.tokens_after <= window.context_length => {
+                tracing::info!(
+                    session = call.session_id,
+                    tokens_after = stats.tokens_after,
+                    "the compacted prompt is still over the threshold; backing off"
+                );
+                self.compact_failures
+                    .failed(call.session_id, &self.settings.compaction.backoff);
+                Ok(Room::Ready)
+            }
             Ok(stats) => Ok(Room::Full(full_message(
                 stats.tokens_after,
                 window,
@@ -863,4 +875,96 @@ fn framed(summary: &str, critical: &[String]) -> String {
     }
     s.push_str("[end of the summary of earlier work]");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_llm::ToolCall;
+
+    fn msg(seq: i64, role: Role, content: &str, calls: &[&str]) -> Message {
+        Message {
+            id: seq,
+            session_id: "s".into(),
+            seq,
+            role,
+            content: Some(content.into()),
+            tool_calls: calls
+                .iter()
+                .map(|c| ToolCall::new(*c, "terminal", "{}"))
+                .collect(),
+            tool_call_id: (role == Role::Tool).then(|| format!("c{seq}")),
+            tool_name: None,
+            reasoning: None,
+            turn_id: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            model: None,
+            created_at: 0,
+            compacted: false,
+            model_content: None,
+            compaction_id: None,
+        }
+    }
+
+    /// A task, then rounds of parallel tool calls with long outputs, some within one turn.
+    fn transcript() -> Vec<Message> {
+        let mut t = vec![msg(1, Role::User, "the task", &[])];
+        for round in 0..12 {
+            let seq = t.len() as i64 + 1;
+            if round % 3 == 0 {
+                t.push(msg(seq, Role::User, "go on", &[]));
+            }
+            let seq = t.len() as i64 + 1;
+            t.push(msg(seq, Role::Assistant, "", &["a", "b", "c"]));
+            for _ in 0..3 {
+                let seq = t.len() as i64 + 1;
+                t.push(msg(seq, Role::Tool, &"out ".repeat(200 * (round + 1)), &[]));
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn every_cut_keeps_tool_calls_with_their_results_whatever_the_budget() {
+        let t = transcript();
+        for budget in (0..20_000).step_by(97) {
+            for keep_max in [0, budget, 100_000] {
+                let plan = Plan::new(&t, budget, keep_max).unwrap();
+                assert_eq!(plan.after_seq, 1);
+                assert_eq!(plan.middle.start, 1);
+                assert_eq!(plan.middle.end, plan.tail);
+                assert!(plan.tail < t.len(), "the last exchange is always kept");
+                assert_ne!(
+                    t[plan.tail].role,
+                    Role::Tool,
+                    "budget {budget}: {}",
+                    plan.tail
+                );
+                // The tail holds every result of each of its calls.
+                for (i, m) in t[plan.tail..].iter().enumerate() {
+                    if !m.tool_calls.is_empty() {
+                        let at = plan.tail + i;
+                        assert!(t[at + 1..=at + 3].iter().all(|r| r.role == Role::Tool));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_tail_takes_whole_exchanges_within_its_budget_and_at_least_the_last_request() {
+        let t = transcript();
+        let last_user = t.iter().rposition(|m| m.role == Role::User).unwrap();
+        let plan = Plan::new(&t, 0, u64::MAX).unwrap();
+        assert_eq!(
+            plan.tail, last_user,
+            "the latest request and what followed it"
+        );
+        let plan = Plan::new(&t, 0, 0).unwrap();
+        assert_eq!(plan.tail, t.len() - 4, "too long: the latest exchange only");
+        let plan = Plan::new(&t, u64::MAX, 0).unwrap();
+        assert_eq!(plan.tail, 1, "everything fits: nothing in the middle");
+        assert!(plan.middle.is_empty());
+    }
 }
