@@ -123,6 +123,9 @@ pub(crate) enum CompactError {
     Model(#[from] LlmError),
     #[error("the model wrote an empty summary")]
     EmptySummary,
+    /// Another writer changed the transcript meanwhile: nothing was applied.
+    #[error("the transcript changed while it was being compacted; nothing was applied")]
+    Changed,
     #[error(transparent)]
     Store(#[from] tern_store::StoreError),
     #[error("interrupted")]
@@ -382,7 +385,9 @@ impl Agent {
                 );
                 self.compact_failures.succeeded(call.session_id);
             }
-            Err(CompactError::Interrupted | CompactError::NothingToCompact) => {}
+            Err(
+                CompactError::Interrupted | CompactError::NothingToCompact | CompactError::Changed,
+            ) => {}
             Err(e) => {
                 tracing::warn!(session = call.session_id, ?reason, error = %e, "compaction failed");
                 self.compact_failures
@@ -486,7 +491,10 @@ impl Agent {
             tokens_before: before,
             tokens_after: after,
         };
-        let applied = self.store.compact(sid, &new).await?;
+        let applied = match self.store.compact(sid, &new).await {
+            Err(tern_store::StoreError::TranscriptChanged(_)) => return Err(CompactError::Changed),
+            r => r?,
+        };
         *transcript = self.store.messages(sid).await?;
         Ok(CompactStats {
             tokens_before: before,
