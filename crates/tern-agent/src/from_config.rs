@@ -59,15 +59,20 @@ pub fn agent(
     mut registry: Registry,
 ) -> Result<Agent, FromConfigError> {
     delegate::register(&mut registry);
-    let (llm, model, stream) = match eff.resolved_model() {
+    let (llm, model, stream, context_length) = match eff.resolved_model() {
         Ok(m) => {
             let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
             cfg.api_key = m.api_key.clone();
             cfg.timeout = Duration::from_secs(m.timeout_secs);
             cfg.max_retries = m.max_retries;
-            (Ok(tern_llm::Client::new(cfg)?), m.name, m.stream)
+            (
+                Ok(tern_llm::Client::new(cfg)?),
+                m.name,
+                m.stream,
+                m.context_length,
+            )
         }
-        Err(e) => (Err(e.to_string()), String::new(), false),
+        Err(e) => (Err(e.to_string()), String::new(), false, None),
     };
     Ok(Agent::new(
         store,
@@ -84,7 +89,8 @@ pub fn agent(
                 warn_after: eff.config.agent.loop_warn_after,
                 stop_after: eff.config.agent.loop_stop_after,
             },
-            context_length: None,
+            // As configured; what the server says is filled in by the caller that asks it.
+            context_length,
             compaction: Default::default(),
         },
     )
