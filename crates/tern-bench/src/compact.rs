@@ -50,6 +50,7 @@ fn agent(store: &Store, fake: &FakeModel) -> anyhow::Result<Arc<Agent>> {
             stream: false,
             system_prompt: None,
             limits: ToolLimits::default(),
+            loop_guard: Default::default(),
             context_length: Some(WINDOW),
             compaction: Default::default(),
         },
