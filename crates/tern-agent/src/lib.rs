@@ -697,7 +697,10 @@ impl Agent {
     }
 
     /// One model call with its hook events; `None` when the turn was interrupted.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the turn's own state, passed as it is rather than bundled for one call"
+    )]
     async fn call_model(
         &self,
         llm: &Client,
