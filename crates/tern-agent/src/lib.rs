@@ -532,6 +532,14 @@ impl Agent {
             system.push_str("\n\n");
             system.push_str(line);
         }
+        // What the enabled toolsets keep outside the transcript (the todo list, the memory),
+        // read from the store at the start of each turn: a compaction cannot lose it.
+        for context in self.registry.contexts(&req.toolsets) {
+            if let Some(section) = context.prompt(sid).await {
+                system.push_str("\n\n");
+                system.push_str(&section);
+            }
+        }
         let tools = self.registry.schemas(&req.toolsets);
         let mut usage = Usage::default();
         let on_stream = |e: StreamEvent| match e {

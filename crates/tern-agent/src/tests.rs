@@ -1073,3 +1073,43 @@ async fn a_broken_stream_is_retried_and_its_partial_text_discarded() {
 }
 
 mod compaction;
+
+/// A toolset's state outside the transcript, as a `SessionContext` gives it.
+struct Noted;
+
+impl tern_tools::SessionContext for Noted {
+    fn prompt<'a>(&'a self, session_id: &'a str) -> tern_tools::BoxFuture<'a, Option<String>> {
+        Box::pin(async move { Some(format!("NOTE for {session_id}: the list")) })
+    }
+}
+
+#[tokio::test]
+async fn each_turn_shows_the_enabled_toolsets_contexts_in_the_system_prompt() {
+    let e = env().await;
+    let mut registry = Registry::builtin();
+    registry.add_context("file", Arc::new(Noted));
+    let agent = Agent::new(
+        e.agent.store().clone(),
+        Ok(Client::new(ClientConfig::new(e.fake.base_url())).unwrap()),
+        Arc::new(registry),
+        e.agent.settings().clone(),
+    );
+    e.fake.push(Reply::text("one")).push(Reply::text("two"));
+    agent.run_turn(e.request("first")).await.unwrap();
+    let mut without = e.request("second");
+    without.toolsets = vec!["terminal".into()];
+    agent.run_turn(without).await.unwrap();
+    let requests = e.fake.requests();
+    let system = |i: usize| {
+        requests[i].messages()[0]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        system(0).contains(&format!("NOTE for {}: the list", e.session)),
+        "{}",
+        system(0)
+    );
+    assert!(!system(1).contains("NOTE for"), "{}", system(1));
+}
