@@ -42,7 +42,7 @@ use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role};
 use tern_store::{CompactionReason, Elision, Message, NewCompaction, NewSummary, WaitKind};
 use tern_util::Backoff;
 
-use crate::window::{Window, estimate_message, estimate_text, next_prompt};
+use crate::window::{self, Window, WindowSource, estimate_message, estimate_text, next_prompt};
 use crate::{Agent, AgentError, Interrupt};
 
 /// The first words of the summariser's system prompt: how a summary request is told from the
@@ -193,11 +193,28 @@ fn hook_reason(r: CompactionReason) -> CompactReason {
 }
 
 impl Agent {
-    fn window(&self) -> Window {
-        Window::new(
-            self.settings.context_length,
-            self.settings.compaction.threshold,
-        )
+    async fn window(&self, llm: &Client) -> Window {
+        let (n, _) = self.context_window_with(llm).await;
+        Window::new(Some(n), self.settings.compaction.threshold)
+    }
+
+    async fn context_window_with(&self, llm: &Client) -> (u64, WindowSource) {
+        self.discovery
+            .window(self.settings.context_length, llm, &self.settings.model)
+            .await
+    }
+
+    /// The model's window in tokens and where the figure comes from: `[model]
+    /// context_length`, else what the server reports (asked once, see [`window::resolve`]),
+    /// else [`window::DEFAULT_CONTEXT_LENGTH`].
+    pub async fn context_window(&self) -> (u64, WindowSource) {
+        match &self.llm {
+            Ok(llm) => self.context_window_with(llm).await,
+            Err(_) => match self.settings.context_length {
+                Some(n) => (n, WindowSource::Configured),
+                None => (window::DEFAULT_CONTEXT_LENGTH, WindowSource::Default),
+            },
+        }
     }
 
     /// Makes room for the next model call on `transcript` (reloaded when compacted):
@@ -210,7 +227,7 @@ impl Agent {
         transcript: &mut Vec<Message>,
         overflow: bool,
     ) -> Result<Room, AgentError> {
-        let window = self.window();
+        let window = self.window(llm).await;
         let fixed = fixed_tokens(call);
         let stale = self
             .store
@@ -302,7 +319,7 @@ impl Agent {
             tools: &tools,
             interrupt: &interrupt,
         };
-        let window = self.window();
+        let window = self.window(llm).await;
         let fixed = fixed_tokens(&call);
         let stale = self
             .store

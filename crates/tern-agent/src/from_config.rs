@@ -89,10 +89,20 @@ pub fn agent(
                 warn_after: eff.config.agent.loop_warn_after,
                 stop_after: eff.config.agent.loop_stop_after,
             },
-            // As configured; what the server says is filled in by the caller that asks it.
+            // As configured; unset, the agent asks the server when it first needs it.
             context_length,
-            compaction: Default::default(),
+            compaction: compaction(&eff.config.compaction),
         },
     )
     .with_delegation(delegation(eff)))
+}
+
+/// `[compaction]` as the agent applies it.
+fn compaction(c: &tern_config::CompactionConfig) -> crate::CompactionSettings {
+    crate::CompactionSettings {
+        threshold: f64::from(c.threshold_percent) / 100.0,
+        tail_share: f64::from(c.keep_recent_percent) / 100.0,
+        elide_over_chars: c.elide_tool_output_chars,
+        ..Default::default()
+    }
 }

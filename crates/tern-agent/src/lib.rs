@@ -49,6 +49,7 @@ use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content}
 use crate::loop_guard::LoopGuard;
 pub use compact::{CompactOutcome, CompactStats, CompactionSettings};
 pub use delegate::DelegateSettings;
+pub use window::WindowSource;
 
 pub use interrupt::Interrupt;
 pub use loop_guard::LoopGuardSettings;
@@ -242,6 +243,8 @@ pub struct Shared {
     delegation: DelegateSettings,
     /// Sessions whose last compaction failed, backing off; shared by every clone.
     compact_failures: compact::Failures,
+    /// The window as the model server reports it, when `[model] context_length` is unset.
+    discovery: Arc<window::Discovery>,
 }
 
 impl std::ops::Deref for Agent {
@@ -271,6 +274,7 @@ impl Agent {
                 locks: Arc::new(Mutex::new(HashMap::new())),
                 delegation: DelegateSettings::default(),
                 compact_failures: compact::Failures::default(),
+                discovery: Arc::default(),
             }),
         }
     }

@@ -1113,3 +1113,35 @@ async fn each_turn_shows_the_enabled_toolsets_contexts_in_the_system_prompt() {
     );
     assert!(!system(1).contains("NOTE for"), "{}", system(1));
 }
+
+#[tokio::test]
+async fn the_window_is_configured_else_what_the_server_says_else_the_default() {
+    let e = env().await;
+    // The fake model says nothing about its window yet: the default, and asked again later.
+    assert_eq!(
+        e.agent.context_window().await,
+        (window::DEFAULT_CONTEXT_LENGTH, WindowSource::Default)
+    );
+    e.fake
+        .set_model_info("fake-model", serde_json::json!({"context_length": 8192}));
+    let fresh = |context_length| {
+        let mut settings = e.agent.settings().clone();
+        settings.context_length = context_length;
+        Agent::new(
+            e.agent.store().clone(),
+            Ok(Client::new(ClientConfig::new(e.fake.base_url())).unwrap()),
+            Arc::new(Registry::builtin()),
+            settings,
+        )
+    };
+    let asked = fresh(None);
+    assert_eq!(asked.context_window().await, (8192, WindowSource::Server));
+    // Kept once known: the server changing its answer is not asked again.
+    e.fake
+        .set_model_info("fake-model", serde_json::json!({"context_length": 4096}));
+    assert_eq!(asked.context_window().await, (8192, WindowSource::Server));
+    assert_eq!(
+        fresh(Some(32768)).context_window().await,
+        (32768, WindowSource::Configured)
+    );
+}

@@ -61,6 +61,92 @@ pub fn estimate_messages<'a>(ms: impl IntoIterator<Item = &'a Message>) -> u64 {
     ms.into_iter().map(estimate_message).sum()
 }
 
+/// Where a session's window figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowSource {
+    /// `[model] context_length`.
+    Configured,
+    /// The model server's metadata (`Client::context_length`).
+    Server,
+    /// Neither said: [`DEFAULT_CONTEXT_LENGTH`].
+    Default,
+}
+
+impl WindowSource {
+    /// As `tern doctor` and `sessions show` print it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            WindowSource::Configured => "[model] context_length",
+            WindowSource::Server => "reported by the model server",
+            WindowSource::Default => {
+                "the default: the server does not say; set [model] context_length"
+            }
+        }
+    }
+}
+
+/// The window: as configured, else as the server reports it, else the default.
+pub async fn resolve(
+    configured: Option<u64>,
+    llm: &tern_llm::Client,
+    model: &str,
+) -> (u64, WindowSource) {
+    if let Some(n) = configured.filter(|n| *n > 0) {
+        return (n, WindowSource::Configured);
+    }
+    match llm.context_length(model).await.filter(|n| *n > 0) {
+        Some(n) => (n, WindowSource::Server),
+        None => (DEFAULT_CONTEXT_LENGTH, WindowSource::Default),
+    }
+}
+
+/// How long an unanswered question about the window is not asked again.
+const ASK_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The server's answer about the window, asked when first needed and kept for the agent's
+/// life; while the server has not said (it was down, or it does not report it), asked again
+/// at most every ten minutes, the default standing in meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct Discovery {
+    state: std::sync::Mutex<(Option<u64>, Option<std::time::Instant>)>,
+}
+
+impl Discovery {
+    pub(crate) async fn window(
+        &self,
+        configured: Option<u64>,
+        llm: &tern_llm::Client,
+        model: &str,
+    ) -> (u64, WindowSource) {
+        if let Some(n) = configured.filter(|n| *n > 0) {
+            return (n, WindowSource::Configured);
+        }
+        {
+            // Poisoning cannot leave the pair inconsistent: it is replaced whole.
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = st.0 {
+                return (n, WindowSource::Server);
+            }
+            if st.1.is_some_and(|t| t.elapsed() < ASK_AGAIN_AFTER) {
+                return (DEFAULT_CONTEXT_LENGTH, WindowSource::Default);
+            }
+            st.1 = Some(std::time::Instant::now());
+        }
+        let (n, source) = resolve(None, llm, model).await;
+        if source == WindowSource::Server {
+            tracing::info!(
+                model,
+                context_length = n,
+                "the model server reports the window"
+            );
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.0 = Some(n);
+        }
+        (n, source)
+    }
+}
+
 /// The model's window and the compaction threshold, in tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
+use crate::compaction::CompactionConfig;
 use crate::delegate::DelegateConfig;
 use crate::error::ConfigError;
 use crate::gateway::GatewayConfig;
@@ -37,6 +38,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[delegate]`: the child sessions of `delegate_task`.
     pub delegate: DelegateConfig,
+    /// `[compaction]`: keeping a long session within the model's window.
+    pub compaction: CompactionConfig,
     /// `[memory]`: the limits of the `memory` tool's stores.
     pub memory: MemoryConfig,
 }

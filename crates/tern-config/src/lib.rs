@@ -30,13 +30,14 @@
 //! environment. Callers pass `&|k| std::env::var(k).ok()`.
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
-//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`), [`Config`] which holds them,
+//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
 mod address;
 mod agent;
 mod allowlist;
+mod compaction;
 mod config;
 mod delegate;
 mod duration;
@@ -62,6 +63,7 @@ mod validate;
 
 pub use agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
 pub use allowlist::add_to_allowlist;
+pub use compaction::CompactionConfig;
 pub use config::Config;
 pub use delegate::DelegateConfig;
 pub use duration::parse_duration;

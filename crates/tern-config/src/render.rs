@@ -184,7 +184,10 @@ mod tests {
         assert!(line("name = ").ends_with("# from TERN_MODEL"));
         assert!(line("timeout_secs = 120").ends_with("# default"));
         assert!(line("allowlist = [\"ls\"]").ends_with("# from config.toml"));
-        assert!(line("toolsets = [\"terminal\", \"file\"]").ends_with("# default"));
+        assert!(
+            line("toolsets = [\"terminal\", \"file\", \"todo\", \"memory\", \"session_search\", \"delegate\"]")
+                .ends_with("# default")
+        );
         assert!(out.contains(&home.config_path().display().to_string()));
 
         eff.set_model_flag("flagged".to_owned());

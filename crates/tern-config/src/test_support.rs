@@ -187,4 +187,9 @@ max_depth = 2
 [memory]
 memory_char_limit = 3000
 user_char_limit = 1000
+
+[compaction]
+threshold_percent = 75
+keep_recent_percent = 20
+elide_tool_output_chars = 4000
 "#;

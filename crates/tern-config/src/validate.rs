@@ -59,6 +59,7 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
             u64::try_from(c.gateway.max_concurrent_turns).unwrap_or(u64::MAX),
         ),
     ];
+    c.compaction.validate(|key| origin(eff, key))?;
     for (key, value) in at_least_one.into_iter().chain(c.delegate.at_least_one()) {
         if value < 1 {
             return Err(ConfigError::Invalid(format!(
