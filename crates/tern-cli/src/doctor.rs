@@ -198,6 +198,23 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             &format!("check {ENV_BASE_URL} and the server's logs"),
         ),
     }
+    if !r.failed {
+        let (tokens, source) =
+            tern_agent::window::resolve(model.context_length, &client, &model.name).await;
+        let threshold = eff.config.compaction.threshold_percent;
+        let what = format!(
+            "context window {tokens} tokens ({}); sessions compact at {threshold} % of it",
+            source.describe()
+        );
+        if source == tern_agent::WindowSource::Default {
+            r.warn(
+                &what,
+                "set [model] context_length to the window the server was started with (e.g. llama.cpp's -c)",
+            );
+        } else {
+            r.ok(&what);
+        }
+    }
     if r.failed {
         println!("\nSome checks failed; fix them and run `tern doctor` again.");
         Ok(ExitCode::FAILURE)

@@ -745,3 +745,37 @@ async fn sandbox_escalation_is_refused_with_q_and_approved_with_yolo() {
     );
     assert!(!y3.to_string().contains("the-secret-in-tern-home"), "{y3}");
 }
+
+#[tokio::test]
+async fn doctor_shows_the_window_and_where_it_comes_from() {
+    let e = Env::new().await;
+    let o = e.run(&["doctor"]).await;
+    assert!(
+        stdout(&o).contains("! context window 128000 tokens (the default: the server does not say")
+            && stdout(&o).contains("compact at 80 %"),
+        "{}",
+        stdout(&o)
+    );
+    e.fake
+        .set_model_info("fake-model", serde_json::json!({"max_model_len": 16384}));
+    let o = e.run(&["doctor"]).await;
+    assert!(
+        stdout(&o).contains("✓ context window 16384 tokens (reported by the model server)"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::create_dir_all(e.home()).unwrap();
+    std::fs::write(
+        e.home().join("config.toml"),
+        "[model]\ncontext_length = 32768\n[compaction]\nthreshold_percent = 70\n",
+    )
+    .unwrap();
+    let o = e.run(&["doctor"]).await;
+    assert!(
+        stdout(&o).contains(
+            "✓ context window 32768 tokens ([model] context_length); sessions compact at 70 % of it"
+        ),
+        "{}",
+        stdout(&o)
+    );
+}
