@@ -99,6 +99,20 @@ pub struct CompactStats {
     pub summarised: bool,
 }
 
+/// How full a session's window is ([`Agent::context_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ContextStatus {
+    pub context_length: u64,
+    pub source: WindowSource,
+    /// The prompt size past which the next call compacts first.
+    pub compact_at_tokens: u64,
+    /// The next prompt's size as tern counts it (reported, plus an estimate since).
+    pub prompt_tokens: u64,
+    pub compactions: u64,
+    /// Messages the model sees (the summary included); the rest stays stored.
+    pub active_messages: u64,
+}
+
 /// The outcome of [`Agent::compact`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -285,6 +299,41 @@ impl Agent {
             }
             Err(e) => Ok(Room::Full(full_message(before, window, &e.to_string()))),
         }
+    }
+
+    /// How full `session_id`'s window is: the window, where its figure comes from, the
+    /// threshold, and the transcript's size as the next model call would send it (the server's
+    /// last count plus an estimate of what came after; the system prompt and the tools'
+    /// schemas of `toolsets` included).
+    pub async fn context_status(
+        &self,
+        session_id: &str,
+        toolsets: &[String],
+    ) -> Result<ContextStatus, AgentError> {
+        let (context_length, source) = self.context_window().await;
+        let session = self.store.session(session_id).await?;
+        let transcript = self.store.messages(session_id).await?;
+        let compactions = self.store.compactions(session_id).await?;
+        let stale = compactions.last().map_or(0, |c| c.through_seq);
+        let system = session
+            .system_prompt
+            .or_else(|| self.settings.system_prompt.clone())
+            .unwrap_or_default();
+        let tools = self.registry.schemas(toolsets);
+        let fixed = estimate_text(&system)
+            + tools
+                .iter()
+                .map(|t| estimate_text(&t.to_string()))
+                .sum::<u64>();
+        let window = Window::new(Some(context_length), self.settings.compaction.threshold);
+        Ok(ContextStatus {
+            context_length,
+            source,
+            compact_at_tokens: window.limit(),
+            prompt_tokens: next_prompt(&transcript, fixed, stale).tokens,
+            compactions: compactions.len() as u64,
+            active_messages: transcript.len() as u64,
+        })
     }
 
     /// Compacts `session_id` now (`/compact`, the API, `tern sessions compact`): waits for

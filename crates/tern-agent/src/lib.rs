@@ -47,7 +47,7 @@ use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
 use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
 
 use crate::loop_guard::LoopGuard;
-pub use compact::{CompactOutcome, CompactStats, CompactionSettings};
+pub use compact::{CompactOutcome, CompactStats, CompactionSettings, ContextStatus};
 pub use delegate::DelegateSettings;
 pub use window::WindowSource;
 

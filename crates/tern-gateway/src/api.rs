@@ -64,6 +64,12 @@ fn message_json(m: &Message) -> Value {
         "model": m.model,
         "timestamp": secs(m.created_at),
         "seq": m.seq,
+        // The summary standing in for compacted messages (it has no row of its own: id 0).
+        "compaction_id": m.compaction_id,
+        // With `?all=true`: taken out of the active transcript by a compaction.
+        "compacted": m.compacted,
+        // With `?all=true`: the placeholder the model sees instead of this long output.
+        "model_content": m.model_content,
     })
 }
 
@@ -179,6 +185,7 @@ pub(crate) async fn get_session(
     let waits = gw.store.session_waits(&id, true).await?;
     let mut session = session_json(&s);
     session["waits"] = waits.iter().map(crate::waits::wait_json).collect();
+    session["context"] = context_json(&gw, &id).await?;
     Ok(axum::Json(
         json!({"object": "hermes.session", "session": session}),
     ))
@@ -251,18 +258,105 @@ pub(crate) async fn delete_session(
     ))
 }
 
+/// `?all=true`: every stored message, those a compaction took out of the active transcript
+/// included (marked `compacted`), and the compactions with their summaries.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct MessagesQuery {
+    all: bool,
+}
+
 pub(crate) async fn messages(
     State(gw): State<AppState>,
     Extension(key): Extension<CallerKey>,
     Path(id): Path<String>,
+    Query(q): Query<MessagesQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     session_or_404(&gw, &key, &id).await?;
-    let msgs = gw.store.messages(&id).await?;
+    if !q.all {
+        let msgs = gw.store.messages(&id).await?;
+        return Ok(axum::Json(json!({
+            "object": "list",
+            "session_id": id,
+            "data": msgs.iter().map(message_json).collect::<Vec<_>>(),
+        })));
+    }
+    let msgs = gw.store.messages_all(&id).await?;
+    let compactions = gw.store.compactions(&id).await?;
     Ok(axum::Json(json!({
         "object": "list",
         "session_id": id,
         "data": msgs.iter().map(message_json).collect::<Vec<_>>(),
+        "compactions": compactions.iter().map(compaction_json).collect::<Vec<_>>(),
     })))
+}
+
+fn compaction_json(c: &tern_store::Compaction) -> Value {
+    json!({
+        "id": c.id,
+        "reason": c.reason,
+        "summary": c.summary,
+        "after_seq": c.after_seq,
+        "first_seq": c.first_seq,
+        "last_seq": c.last_seq,
+        "messages_compacted": c.messages_compacted,
+        "outputs_elided": c.outputs_elided,
+        "tokens_before": c.tokens_before,
+        "tokens_after": c.tokens_after,
+        "created_at": secs(c.created_at),
+    })
+}
+
+/// How full the session's window is, as `GET /api/sessions/{id}` and a compaction report it.
+async fn context_json(gw: &AppState, id: &str) -> Result<Value, ApiError> {
+    let c = gw.agent.context_status(id, &gw.settings.toolsets).await?;
+    Ok(json!({
+        "context_length": c.context_length,
+        "context_length_source": c.source,
+        "compact_at_tokens": c.compact_at_tokens,
+        "prompt_tokens": c.prompt_tokens,
+        "compactions": c.compactions,
+        "active_messages": c.active_messages,
+    }))
+}
+
+/// `POST /api/sessions/{id}/compact`: compacts the session now. Refused while a turn is
+/// queued or running (the turn compacts by itself when its prompt nears the window).
+pub(crate) async fn compact(
+    State(gw): State<AppState>,
+    Extension(key): Extension<CallerKey>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let s = session_or_404(&gw, &key, &id).await?;
+    if s.status == tern_store::SessionStatus::Ended {
+        return Err(tern_agent::AgentError::SessionEnded(id).into());
+    }
+    if gw.turns.is_busy(&id) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "session_busy",
+            "A turn is running on this session; it compacts by itself when its prompt nears \
+             the window, or compact once it has ended",
+        ));
+    }
+    let outcome = gw.agent.compact(&id, &gw.settings.toolsets).await?;
+    let mut body = match outcome {
+        tern_agent::CompactOutcome::Failed { error } => {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "compaction_failed",
+                format!(
+                    "The compaction failed and nothing changed: {}",
+                    crate::error::redact_urls(&error)
+                ),
+            ));
+        }
+        other => serde_json::to_value(&other).map_err(|e| ApiError::internal(e.to_string()))?,
+    };
+    body["object"] = json!("hermes.session.compact");
+    body["session_id"] = json!(id);
+    body["context"] = context_json(&gw, &id).await?;
+    Ok(axum::Json(body))
 }
 
 #[derive(Deserialize, Default)]

@@ -152,7 +152,7 @@ impl From<tern_agent::AgentError> for ApiError {
 
 /// `text` with every URL's credentials and query left out: the model endpoint's address
 /// may carry a key (`https://user:key@…`, `?key=…`), which API clients must not see.
-fn redact_urls(text: &str) -> String {
+pub(crate) fn redact_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let next = |s: &str| {

@@ -330,6 +330,7 @@ impl Gateway {
             .route("/api/sessions/{id}/chat", post(api::chat))
             .route("/api/sessions/{id}/chat/stream", post(api::chat_stream))
             .route("/api/sessions/{id}/stop", post(api::stop))
+            .route("/api/sessions/{id}/compact", post(api::compact))
             .route("/api/sessions/{id}/reset", post(api::reset))
             .route("/v1/chat/completions", post(openai::completions))
             .route("/v1/models", get(openai::models));

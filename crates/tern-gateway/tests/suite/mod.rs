@@ -1,5 +1,6 @@
 mod api;
 mod boot;
+mod compact;
 mod errors;
 mod inbox_api;
 mod inbox_decisions;
