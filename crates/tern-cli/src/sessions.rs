@@ -1,4 +1,4 @@
-//! `tern sessions …`: list, show, search, delete, export.
+//! `tern sessions …`: list, show, search, compact, delete, export.
 //!
 //! Deleting goes through the gateway when one runs on this `$TERN_HOME` (its address in
 //! `inbox-admin.json`, an API key in `gateway.key` or `TERN_SERVER_KEY`): only the gateway
@@ -37,8 +37,19 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show a session and its messages
+    /// Show a session, how full its context window is, and its messages
     Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        /// Every stored message, those a compaction took out of the transcript included,
+        /// and the compactions' summaries
+        #[arg(long)]
+        all: bool,
+    },
+    /// Compact a session now: summarise its older messages to free its context window
+    /// (through the gateway running on this TERN_HOME, if any); they stay stored
+    Compact {
         id: String,
         #[arg(long)]
         json: bool,
@@ -102,9 +113,22 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                 }
             }
         }
-        SessionsCommand::Show { id, json } => {
+        SessionsCommand::Show { id, json, all } => {
             let s = resolve(&store, &id).await?;
-            let msgs = store.messages(&s.id).await?;
+            let msgs = if all {
+                store.messages_all(&s.id).await?
+            } else {
+                store.messages(&s.id).await?
+            };
+            let compactions = if all {
+                store.compactions(&s.id).await?
+            } else {
+                Vec::new()
+            };
+            let agent = context::build_agent(&home, &eff, store.clone())?;
+            let status = agent
+                .context_status(&s.id, &eff.config.agent.toolsets)
+                .await?;
             // The open waits: what the session is `waiting` for.
             let waits = store.session_waits(&s.id, true).await?;
             // The sessions it handed tasks to (`delegate_task`), or its reset's successor.
@@ -117,7 +141,9 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                         "session": s,
                         "waits": waits,
                         "children": children.iter().map(child_json).collect::<Vec<_>>(),
+                        "context": status,
                         "messages": msgs,
+                        "compactions": compactions,
                     }))?
                 )?;
             } else {
@@ -147,6 +173,15 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     s.completion_tokens,
                     msgs.len()
                 )?;
+                writeln!(
+                    out,
+                    "context  ~{} of {} tokens ({}), compacts at {}; {} compaction(s)",
+                    status.prompt_tokens,
+                    status.context_length,
+                    status.source.describe(),
+                    status.compact_at_tokens,
+                    status.compactions
+                )?;
                 write_links(&mut out, &store, &s, &children).await?;
                 if !waits.is_empty() {
                     writeln!(out, "waiting for {} decision(s):", waits.len())?;
@@ -158,6 +193,45 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     writeln!(out)?;
                     write_message(&mut out, m)?;
                 }
+                for c in &compactions {
+                    writeln!(out)?;
+                    write_compaction(&mut out, c)?;
+                }
+            }
+        }
+        SessionsCommand::Compact { id, json } => {
+            let s = resolve(&store, &id).await?;
+            let outcome = match compact_through_gateway(&home, &s.id).await? {
+                Some(v) => v,
+                None => {
+                    let agent = context::build_agent(&home, &eff, store.clone())?;
+                    let outcome = agent.compact(&s.id, &eff.config.agent.toolsets).await?;
+                    serde_json::to_value(&outcome)?
+                }
+            };
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&outcome)?)?;
+            }
+            match outcome["status"].as_str() {
+                Some("compacted") => eprintln!(
+                    "compacted session {}: {} message(s) summarised, {} old output(s) cut; \
+                     ~{} → ~{} tokens (everything stays stored: `tern sessions show --all`)",
+                    s.id,
+                    outcome["messages_compacted"],
+                    outcome["outputs_elided"],
+                    outcome["tokens_before"],
+                    outcome["tokens_after"]
+                ),
+                Some("nothing_to_compact") => eprintln!(
+                    "session {} has nothing to compact: it is the task and its latest \
+                     exchange (~{} tokens)",
+                    s.id, outcome["tokens"]
+                ),
+                _ => bail!(
+                    "the compaction of session {} failed and nothing changed: {}",
+                    s.id,
+                    outcome["error"].as_str().unwrap_or("no reason given")
+                ),
             }
         }
         SessionsCommand::Search { text, limit, json } => {
@@ -200,7 +274,9 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
         }
         SessionsCommand::Export { id, output } => {
             let s = resolve(&store, &id).await?;
-            let msgs = store.messages(&s.id).await?;
+            // Everything stored: compacted messages too (marked), then the summaries.
+            let msgs = store.messages_all(&s.id).await?;
+            let compactions = store.compactions(&s.id).await?;
             let mut buf = Vec::new();
             writeln!(
                 buf,
@@ -212,6 +288,13 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
                     buf,
                     "{}",
                     serde_json::to_string(&json!({"object": "message", "message": m}))?
+                )?;
+            }
+            for c in &compactions {
+                writeln!(
+                    buf,
+                    "{}",
+                    serde_json::to_string(&json!({"object": "compaction", "compaction": c}))?
                 )?;
             }
             match output {
@@ -234,26 +317,11 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
 /// turn is running, the key is not accepted) is an error: deleting behind its back could
 /// lose a turn's work or leave its waits alive.
 async fn delete_through_gateway(home: &Home, id: &str) -> anyhow::Result<Option<String>> {
-    let Some(admin) = AdminFile::read(&AdminFile::path(home))
-        .await
-        .map_err(|f| anyhow!(f.message()))?
+    let Some((admin, http)) =
+        gateway_http(home, &format!("DELETE /api/sessions/{id}"), "delete").await?
     else {
         return Ok(None);
     };
-    let key = match tokio::fs::read_to_string(home.root.join("gateway.key")).await {
-        Ok(k) if !k.trim().is_empty() => Some(k.trim().to_owned()),
-        _ => context::env_var("TERN_SERVER_KEY").filter(|k| !k.trim().is_empty()),
-    };
-    let Some(key) = key else {
-        bail!(
-            "a gateway may be running at {} on this TERN_HOME, but there is no API key to ask \
-             it with (no {} and no TERN_SERVER_KEY); delete the session through its API \
-             (DELETE /api/sessions/{id}) or stop it first",
-            admin.url,
-            home.root.join("gateway.key").display()
-        );
-    };
-    let http = Http::new(&admin.url, key).map_err(|f| anyhow!(f.message()))?;
     match http.delete(&format!("/api/sessions/{id}")).await {
         Ok(_) => Ok(Some(admin.url)),
         // The admin file outlives the gateway: nobody listens there any more.
@@ -272,6 +340,65 @@ async fn delete_through_gateway(home: &Home, id: &str) -> anyhow::Result<Option<
             f.message()
         ),
     }
+}
+
+/// Compacts the session through the gateway running on `home`, if one answers: it knows
+/// whether a turn is running. Returns its answer; `None` when there is no gateway to ask.
+async fn compact_through_gateway(
+    home: &Home,
+    id: &str,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    let route = format!("/api/sessions/{id}/compact");
+    let Some((admin, http)) = gateway_http(home, &format!("POST {route}"), "compact").await? else {
+        return Ok(None);
+    };
+    // The summary is one model call over much of the window: slow on a small machine.
+    let wait = std::time::Duration::from_secs(30 * 60);
+    match http.post_waiting(&route, &json!({}), wait).await {
+        Ok(answer) => Ok(Some(answer.body.unwrap_or_default())),
+        Err(Failure::Unreachable(_)) => Ok(None),
+        Err(Failure::Http { status: 404, body }) if body.is_null() => Ok(None),
+        Err(Failure::Http { status: 409, .. }) => bail!(
+            "a turn is running on session {id}; it compacts by itself when its prompt nears the \
+             window, or compact it again once the turn has ended"
+        ),
+        Err(f) => bail!(
+            "the gateway at {} did not compact it: {}",
+            admin.url,
+            f.message()
+        ),
+    }
+}
+
+/// The gateway that may run on `home` (its address from `inbox-admin.json`) and a client
+/// with its API key (`gateway.key`, else `TERN_SERVER_KEY`); `None` when no gateway was
+/// started here. `route` and `verb` say, in the error, what to do without a key.
+async fn gateway_http(
+    home: &Home,
+    route: &str,
+    verb: &str,
+) -> anyhow::Result<Option<(AdminFile, Http)>> {
+    let Some(admin) = AdminFile::read(&AdminFile::path(home))
+        .await
+        .map_err(|f| anyhow!(f.message()))?
+    else {
+        return Ok(None);
+    };
+    let key = match tokio::fs::read_to_string(home.root.join("gateway.key")).await {
+        Ok(k) if !k.trim().is_empty() => Some(k.trim().to_owned()),
+        _ => context::env_var("TERN_SERVER_KEY").filter(|k| !k.trim().is_empty()),
+    };
+    let Some(key) = key else {
+        bail!(
+            "a gateway may be running at {} on this TERN_HOME, but there is no API key to ask \
+             it with (no {} and no TERN_SERVER_KEY); {verb} the session through its API \
+             ({route}) or stop it first",
+            admin.url,
+            home.root.join("gateway.key").display()
+        );
+    };
+    let http = Http::new(&admin.url, key).map_err(|f| anyhow!(f.message()))?;
+    Ok(Some((admin, http)))
 }
 
 /// Deletes the session in the store directly: its waits are cancelled and their requests
@@ -375,6 +502,28 @@ fn models_used(s: &tern_store::Session, msgs: &[Message]) -> String {
     }
 }
 
+fn write_compaction(out: &mut impl Write, c: &tern_store::Compaction) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "compaction {} ({}, {}): messages #{}–#{} ({}), {} output(s) cut, ~{} → ~{} tokens",
+        c.id,
+        c.reason.as_str(),
+        when(c.created_at),
+        c.first_seq.map_or("-".into(), |n| n.to_string()),
+        c.last_seq.map_or("-".into(), |n| n.to_string()),
+        c.messages_compacted,
+        c.outputs_elided,
+        c.tokens_before,
+        c.tokens_after
+    )?;
+    if let Some(text) = &c.summary {
+        for line in text.lines() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
+}
+
 fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
     let mut head = match (&m.tool_name, &m.tool_call_id) {
         (Some(n), Some(id)) => format!("#{} {} ({n}, {id})", m.seq, m.role.as_str()),
@@ -382,6 +531,14 @@ fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
     };
     if let Some(model) = &m.model {
         head.push_str(&format!(" [{model}]"));
+    }
+    if m.compaction_id.is_some() {
+        // The summary has no seq of its own: it stands after the kept head.
+        head = "summary of earlier work (compaction)".to_owned();
+    } else if m.compacted {
+        head.push_str(" [compacted]");
+    } else if m.model_content.is_some() {
+        head.push_str(" [the model sees a placeholder]");
     }
     writeln!(out, "{head}  {}", when(m.created_at))?;
     if let Some(r) = &m.reasoning {

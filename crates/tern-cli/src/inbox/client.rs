@@ -345,6 +345,21 @@ impl Http {
         self.send(req).await
     }
 
+    /// A POST whose answer may take up to `timeout` (a compaction writes a summary first).
+    pub(crate) async fn post_waiting(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Answer, Failure> {
+        let req = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .timeout(timeout);
+        self.send(req).await
+    }
+
     pub(crate) async fn post_json(
         &self,
         path: &str,

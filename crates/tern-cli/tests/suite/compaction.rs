@@ -136,3 +136,99 @@ async fn kill_9_while_the_summary_is_written_leaves_the_old_transcript_and_the_s
     let last = fake.requests().pop().unwrap();
     assert!(has_summary(last.messages()));
 }
+
+/// A session of the task and `turns` exchanges of long answers, through `api`.
+async fn long_session(api: &Api, turns: usize) -> String {
+    let id = api.create_session().await;
+    for i in 0..turns {
+        api.chat(&id, &format!("question {i}")).await;
+    }
+    id
+}
+
+// Multi-threaded: `e.run` blocks its thread while the fake model answers on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tern_sessions_compact_with_or_without_a_gateway_and_show_all() {
+    let e = Env::with_model().await;
+    std::fs::create_dir_all(e.home()).unwrap();
+    // A small window, compacted only on demand here.
+    std::fs::write(
+        e.home().join("config.toml"),
+        "[model]\ncontext_length = 32768\n[compaction]\nthreshold_percent = 95\n",
+    )
+    .unwrap();
+    e.fake().set_responder(|body| {
+        if is_summary_request(body) {
+            return Reply::text("## Goal\nanswer the questions\n## Next steps\ngo on");
+        }
+        Reply::text(format!("answer: {}", "lorem ipsum ".repeat(600)))
+    });
+    let gw = e.gateway();
+    let api = Api::new(&gw, e.key());
+    let id = long_session(&api, 5).await;
+    let second = long_session(&api, 5).await;
+
+    // Through the running gateway.
+    let o = e.run(&["sessions", "compact", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(said.contains(&format!("compacted session {id}")), "{said}");
+    assert!(has_summary(&api.messages(&id).await));
+    let o = e.run(&["sessions", "compact", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(gw);
+
+    // Without one: the CLI compacts itself.
+    let o = e.run(&["sessions", "compact", &second, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["status"], "compacted", "{v}");
+    assert!(v["messages_compacted"].as_u64().unwrap() > 0, "{v}");
+
+    // `show` gives what the model sees and how full the window is; `--all` everything.
+    let o = e.run(&["sessions", "show", &second]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("of 32768 tokens ([model] context_length)")
+            && text.contains("1 compaction(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("summary of earlier work (compaction)"),
+        "{text}"
+    );
+    assert!(!text.contains("[compacted]"), "{text}");
+    let o = e.run(&["sessions", "show", &second, "--all"]);
+    let all = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        all.contains("question 1") && all.contains("[compacted]"),
+        "{all}"
+    );
+    assert!(all.contains(" (manual, "), "{all}");
+    assert!(all.contains("## Goal"), "{all}");
+    let o = e.run(&["sessions", "show", &second, "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["context"]["context_length"], 32768, "{v}");
+    assert_eq!(v["context"]["compactions"], 1, "{v}");
+
+    // The export keeps everything: the compacted messages and the summary.
+    let o = e.run(&["sessions", "export", &second]);
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.iter().filter(|l| l["object"] == "message").count(),
+        10
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["object"] == "message" && l["message"]["compacted"] == true)
+    );
+    assert!(lines.iter().any(|l| l["object"] == "compaction"));
+
+    // An unknown session is a clear error.
+    let o = e.run(&["sessions", "compact", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+}
