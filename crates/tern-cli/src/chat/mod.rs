@@ -84,6 +84,7 @@ pub enum Cmd {
     Model,
     Retry,
     Usage,
+    Compact,
     Stop,
     Help,
     Exit,
@@ -155,6 +156,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         arg: "",
         help: "tokens used so far in this session",
         cmd: Cmd::Usage,
+    },
+    CommandSpec {
+        name: "/compact",
+        aliases: &[],
+        arg: "",
+        help: "summarise the session's older messages to free its context window (they stay stored)",
+        cmd: Cmd::Compact,
     },
     CommandSpec {
         name: "/stop",
@@ -664,6 +672,31 @@ impl Repl {
             Cmd::Retry => match self.last_input.clone() {
                 Some(input) => self.send(chat, input, true).await?,
                 None => eprintln!("nothing to retry yet: no message was sent in this REPL"),
+            },
+            Cmd::Compact => match &self.session {
+                Some(s) => {
+                    eprintln!("compacting session {} (one model call)…", s.id);
+                    match chat.agent.compact(&s.id, &chat.toolsets).await? {
+                        tern_agent::CompactOutcome::Compacted(st) => eprintln!(
+                            "compacted: {} message(s) summarised, {} old output(s) cut; \
+                             ~{} → ~{} tokens (everything stays stored: tern sessions show \
+                             --all)",
+                            st.messages_compacted,
+                            st.outputs_elided,
+                            st.tokens_before,
+                            st.tokens_after
+                        ),
+                        tern_agent::CompactOutcome::NothingToCompact { tokens } => eprintln!(
+                            "nothing to compact: the session is its task and latest exchange \
+                             (~{tokens} tokens)"
+                        ),
+                        tern_agent::CompactOutcome::Failed { error } => eprintln!(
+                            "{} the compaction failed and nothing changed: {error}",
+                            self.style.red("error:")
+                        ),
+                    }
+                }
+                None => eprintln!("no session yet: nothing to compact"),
             },
             Cmd::Usage => match &self.session {
                 Some(s) => {

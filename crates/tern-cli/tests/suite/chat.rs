@@ -336,3 +336,44 @@ async fn project_instructions_reach_the_system_prompt() {
     assert!(!system.contains("ABOVE THE REPOSITORY"), "{system}");
     assert!(system.contains("# Project instructions"), "{system}");
 }
+
+/// `/compact` summarises the session's older messages on demand; the next turn sends the
+/// summary in their place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_in_the_repl() {
+    let e = Env::with_model().await;
+    std::fs::create_dir_all(e.home()).unwrap();
+    std::fs::write(
+        e.home().join("config.toml"),
+        "[model]\ncontext_length = 32768\n[compaction]\nthreshold_percent = 95\n",
+    )
+    .unwrap();
+    e.fake().set_responder(|body| {
+        let first = body["messages"][0]["content"].as_str().unwrap_or_default();
+        if first.starts_with(tern_agent::compact::COMPACTOR_MARKER) {
+            return Reply::text("## Goal\nanswer the questions\n## Next steps\ngo on");
+        }
+        Reply::text(format!("answer: {}", "lorem ipsum ".repeat(600)))
+    });
+    let o = repl(
+        &e,
+        &[],
+        "/compact\none\ntwo\nthree\nfour\nfive\n/compact\nsix\n/exit\n",
+    );
+    assert_exit(&o, 0);
+    let err = stderr(&o);
+    assert!(err.contains("no session yet: nothing to compact"), "{err}");
+    assert!(err.contains("compacted: "), "{err}");
+    let last = e.fake().requests().pop().unwrap();
+    let msgs = last.messages();
+    assert!(
+        msgs.iter().any(|m| m["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(tern_agent::compact::SUMMARY_HEADER)),
+        "{msgs:#?}"
+    );
+    assert_eq!(msgs[1]["content"], "one", "the task is kept");
+    assert!(!msgs.iter().any(|m| m["content"] == "two"), "{msgs:#?}");
+    assert_eq!(msgs.last().unwrap()["content"], "six");
+}
