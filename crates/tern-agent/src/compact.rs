@@ -99,6 +99,17 @@ pub struct CompactStats {
     pub summarised: bool,
 }
 
+/// What the caller of a compaction measured, handed on rather than measured again.
+#[derive(Debug, Clone, Copy)]
+struct Measure {
+    window: Window,
+    /// Tokens sent besides the transcript (system prompt, tool schemas).
+    fixed: u64,
+    reason: CompactionReason,
+    /// The prompt's size before.
+    before: u64,
+}
+
 /// How full a session's window is ([`Agent::context_status`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ContextStatus {
@@ -270,7 +281,17 @@ impl Agent {
             CompactionReason::Auto
         };
         match self
-            .compact_now(llm, call, transcript, window, fixed, reason, before)
+            .compact_now(
+                llm,
+                call,
+                transcript,
+                Measure {
+                    window,
+                    fixed,
+                    reason,
+                    before,
+                },
+            )
             .await
         {
             Ok(stats) if stats.tokens_after <= window.limit() => Ok(Room::Ready),
@@ -381,10 +402,12 @@ impl Agent {
                 llm,
                 &call,
                 &mut transcript,
-                window,
-                fixed,
-                CompactionReason::Manual,
-                before,
+                Measure {
+                    window,
+                    fixed,
+                    reason: CompactionReason::Manual,
+                    before,
+                },
             )
             .await
         {
@@ -400,20 +423,19 @@ impl Agent {
     }
 
     /// One compaction with its hook events and failure bookkeeping.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "what the caller measured is passed on, not measured again"
-    )]
     async fn compact_now(
         &self,
         llm: &Client,
         call: &Call<'_>,
         transcript: &mut Vec<Message>,
-        window: Window,
-        fixed: u64,
-        reason: CompactionReason,
-        before: u64,
+        m: Measure,
     ) -> Result<CompactStats, CompactError> {
+        let Measure {
+            window,
+            reason,
+            before,
+            ..
+        } = m;
         self.hooks.emit(HookEvent::PreCompact(PreCompact {
             session_id: call.session_id.to_owned(),
             source: call.source.to_owned(),
@@ -422,9 +444,7 @@ impl Agent {
             tokens_before: before,
             context_length: window.context_length,
         }));
-        let result = self
-            .compact_transcript(llm, call, transcript, window, fixed, reason, before)
-            .await;
+        let result = self.compact_transcript(llm, call, transcript, m).await;
         let stats = result.as_ref().ok().copied().unwrap_or(CompactStats {
             tokens_before: before,
             tokens_after: before,
@@ -466,20 +486,19 @@ impl Agent {
         result
     }
 
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "what the caller measured is passed on, not measured again"
-    )]
     async fn compact_transcript(
         &self,
         llm: &Client,
         call: &Call<'_>,
         transcript: &mut Vec<Message>,
-        window: Window,
-        fixed: u64,
-        reason: CompactionReason,
-        before: u64,
+        m: Measure,
     ) -> Result<CompactStats, CompactError> {
+        let Measure {
+            window,
+            fixed,
+            reason,
+            before,
+        } = m;
         let sid = call.session_id;
         let settings = &self.settings.compaction;
         let current = self.store.compaction(sid).await?;
