@@ -164,6 +164,7 @@ async fn one_shot_turn_with_a_tool_call() {
             "list_dir",
             "patch_file",
             "read_file",
+            "search_files",
             "terminal",
             "write_file"
         ]

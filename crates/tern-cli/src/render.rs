@@ -81,6 +81,7 @@ pub fn summarize_args(name: &str, raw: &str) -> String {
     let key = match name {
         "terminal" => "command",
         "read_file" | "write_file" | "patch_file" | "list_dir" => "path",
+        "search_files" => "pattern",
         _ => "",
     };
     let s = v

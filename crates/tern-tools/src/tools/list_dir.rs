@@ -51,8 +51,8 @@ impl Tool for ListDir {
     const DESCRIPTION: &'static str = "List the entries of one directory (not recursive): \
         name, type (file, dir, symlink or other) and size in bytes for files. Directories come \
         first, then everything else, each sorted by name. Hidden entries (names \
-        starting with '.') are skipped unless include_hidden is true. For recursive \
-        searches use the terminal (`rg --files`, `find`).";
+        starting with '.') are skipped unless include_hidden is true. To find files \
+        recursively, by name or content, use search_files.";
     type Args = ListDirArgs;
 
     async fn run(&self, args: ListDirArgs, ctx: ToolContext) -> ToolResult {

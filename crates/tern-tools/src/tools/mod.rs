@@ -9,11 +9,14 @@
 pub mod list_dir;
 pub mod patch_file;
 pub mod read_file;
+pub mod search_files;
 pub mod terminal;
 pub mod write_file;
 
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod search_files_tests;
 
 use crate::Registry;
 
@@ -27,6 +30,7 @@ pub fn builtin(r: &mut Registry) {
     r.add(write_file::WriteFile);
     r.add(patch_file::PatchFile);
     r.add(list_dir::ListDir);
+    r.add(search_files::SearchFiles);
 }
 
 #[cfg(test)]
@@ -86,6 +90,7 @@ mod tests {
                 ("list_dir", json!([])),
                 ("patch_file", json!(["path", "old_string", "new_string"])),
                 ("read_file", json!(["path"])),
+                ("search_files", json!(["pattern"])),
                 ("terminal", json!(["command"])),
                 ("write_file", json!(["path", "content"])),
             ]
