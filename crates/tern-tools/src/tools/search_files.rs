@@ -209,10 +209,10 @@ pub(crate) struct Plan {
     max_line: usize,
     include_hidden: bool,
     include_ignored: bool,
-    /// Resolved protected paths, pruned from the walk (empty without a sandbox).
+    /// The sandbox's policy, when it confines the file tools.
+    policy: Option<tern_sandbox::Policy>,
+    /// Its protected paths, resolved by [`Plan::resolve_root`] (empty without a sandbox).
     protected: Vec<PathBuf>,
-    /// Walker threads; 0 lets `ignore` choose (the machine's cores, at most 12).
-    threads: usize,
     /// Called after each file is searched (tests interrupt a search half-way with it).
     pub(crate) after_file: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -322,7 +322,7 @@ impl NameMatcher {
 }
 
 impl Plan {
-    /// Checks and compiles the arguments; touches no file.
+    /// Checks and compiles the arguments; reads nothing.
     pub(crate) fn new(args: &SearchFilesArgs, ctx: &ToolContext) -> Result<Self, ToolError> {
         let (matcher, names) = match args.target {
             Target::Content => (Some(compile_regex(args)?), None),
@@ -330,12 +330,7 @@ impl Plan {
         };
         let context = args.context.min(MAX_CONTEXT);
         let lines = |n: Option<u64>| to_usize(n.unwrap_or(context).min(MAX_CONTEXT));
-        let protected = if crate::escalation::confines(ctx) {
-            tern_sandbox::rules::canonical_protected(ctx.limits.sandbox.policy())
-        } else {
-            Vec::new()
-        };
-        Ok(Plan {
+        let plan = Plan {
             shown: args.path.clone(),
             root: ctx.resolve(&args.path),
             root_is_file: false,
@@ -352,10 +347,13 @@ impl Plan {
             max_line: to_usize(args.max_line_length.clamp(20, 10_000)),
             include_hidden: args.include_hidden,
             include_ignored: args.include_ignored,
-            protected,
-            threads: 0,
+            policy: crate::escalation::confines(ctx).then(|| ctx.limits.sandbox.policy().clone()),
+            protected: Vec::new(),
             after_file: None,
-        })
+        };
+        // The globs' syntax is checked now, before anything is read.
+        plan.overrides().map_err(ToolError::new)?;
+        Ok(plan)
     }
 
     /// Results kept while searching: the first `offset + limit` in path order.
@@ -371,6 +369,9 @@ impl Plan {
     /// Resolves the root (symlinks too: the walker does not follow links, and the protected
     /// paths are compared with real paths) and checks it may be searched.
     pub(crate) fn resolve_root(&mut self) -> Result<(), SearchError> {
+        if let Some(policy) = &self.policy {
+            self.protected = tern_sandbox::rules::canonical_protected(policy);
+        }
         let real = std::fs::canonicalize(&self.root).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => SearchError::NotFound,
             _ => SearchError::Io(e),
@@ -397,11 +398,10 @@ impl Plan {
         self.protected.iter().any(|p| path.starts_with(p))
     }
 
-    fn overrides(&self) -> Result<Override, SearchError> {
+    /// The include and exclude globs, matched below the root; Err says which is invalid.
+    fn overrides(&self) -> Result<Override, String> {
         let mut b = OverrideBuilder::new(&self.root);
-        let bad = |what: &str, g: &str, e: ignore::Error| {
-            SearchError::Glob(format!("invalid {what} {g:?}: {e}"))
-        };
+        let bad = |what: &str, g: &str, e: ignore::Error| format!("invalid {what} {g:?}: {e}");
         if let Some(g) = &self.file_glob {
             b.add(g).map_err(|e| bad("file_glob", g, e))?;
         }
@@ -409,12 +409,12 @@ impl Plan {
             b.add(&format!("!{g}"))
                 .map_err(|e| bad("exclude_glob", g, e))?;
         }
-        b.build().map_err(|e| SearchError::Glob(e.to_string()))
+        b.build().map_err(|e| e.to_string())
     }
 
     /// Walks and searches the tree (blocking; on the file tools' confined thread).
     pub(crate) fn run(&self, cancel: &CancellationToken) -> Result<Collector, SearchError> {
-        let overrides = self.overrides()?;
+        let overrides = self.overrides().map_err(SearchError::Glob)?;
         let mut walk = WalkBuilder::new(&self.root);
         walk.standard_filters(!self.include_ignored)
             .hidden(!self.include_hidden)
@@ -422,8 +422,7 @@ impl Plan {
             // is not always a clone, and what it ignores is still noise.
             .require_git(false)
             .follow_links(false)
-            .overrides(overrides)
-            .threads(self.threads);
+            .overrides(overrides);
         let protected = self.protected.clone();
         let skip_git = !self.include_ignored;
         walk.filter_entry(move |e| {
