@@ -16,6 +16,7 @@ mod procs_gateway;
 mod procs_notify;
 mod ps;
 mod reviewers;
+mod search_files;
 mod status;
 mod waits;
 mod waits_command;

@@ -17,6 +17,7 @@
 //! still leak.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -265,7 +266,9 @@ impl SearchError {
 enum NameMatcher {
     /// Matched against the file name, or the path below the root when it has a `/`.
     Glob {
-        matcher: globset::GlobMatcher,
+        // A set rather than a `GlobMatcher`: the set matches a prefix, suffix or literal
+        // glob without running its regex, as ripgrep's `-g` does.
+        matcher: globset::GlobSet,
         on_path: bool,
     },
     Substring {
@@ -295,22 +298,24 @@ impl NameMatcher {
             .literal_separator(on_path)
             .build()
             .map_err(|e| ToolError::new(format!("invalid glob {pattern:?}: {}", e.kind())))?;
-        Ok(NameMatcher::Glob {
-            matcher: glob.compile_matcher(),
-            on_path,
-        })
+        let matcher = globset::GlobSetBuilder::new()
+            .add(glob)
+            .build()
+            .map_err(|e| ToolError::new(format!("invalid glob {pattern:?}: {}", e.kind())))?;
+        Ok(NameMatcher::Glob { matcher, on_path })
     }
 
-    fn is_match(&self, name: &str, rel: &Path) -> bool {
+    fn is_match(&self, name: &OsStr, rel: &Path) -> bool {
         match self {
             NameMatcher::Glob { matcher, on_path } => {
                 if *on_path {
                     matcher.is_match(rel)
                 } else {
-                    matcher.is_match(name)
+                    matcher.is_match(Path::new(name))
                 }
             }
             NameMatcher::Substring { needle, fold_case } => {
+                let name = name.to_string_lossy();
                 if *fold_case {
                     name.to_lowercase().contains(needle.as_str())
                 } else {
@@ -833,12 +838,11 @@ impl Worker<'_> {
             return;
         };
         self.local.totals.searched += 1;
-        let name = entry.file_name().to_string_lossy();
         let rel = entry
             .path()
             .strip_prefix(&self.plan.root)
             .unwrap_or(entry.path());
-        if names.is_match(&name, rel) {
+        if names.is_match(entry.file_name(), rel) {
             self.local.totals.files += 1;
             let hits = Hits {
                 units: 1,
