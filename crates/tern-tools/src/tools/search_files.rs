@@ -47,6 +47,8 @@ pub const MAX_LIMIT: u64 = 1000;
 pub const DEFAULT_MAX_LINE_LENGTH: u64 = 500;
 /// Most context lines before or after a match.
 pub const MAX_CONTEXT: u64 = 20;
+/// Entries a walker thread visits between two looks at the cancellation token.
+const CANCEL_POLL: u64 = 16;
 
 pub struct SearchFiles;
 
@@ -305,11 +307,13 @@ impl NameMatcher {
         Ok(NameMatcher::Glob { matcher, on_path })
     }
 
-    fn is_match(&self, name: &OsStr, rel: &Path) -> bool {
+    /// Whether a file's `name`, or its path below the root (`rel`, made only when needed),
+    /// matches.
+    fn is_match<'p>(&self, name: &OsStr, rel: impl FnOnce() -> &'p Path) -> bool {
         match self {
             NameMatcher::Glob { matcher, on_path } => {
                 if *on_path {
-                    matcher.is_match(rel)
+                    matcher.is_match(rel())
                 } else {
                     matcher.is_match(Path::new(name))
                 }
@@ -780,6 +784,7 @@ impl<'a> ParallelVisitorBuilder<'a> for WorkerBuilder<'a> {
             .binary_detection(BinaryDetection::quit(b'\0'));
         Box::new(Worker {
             plan: self.plan,
+            visits: 0,
             // A clone per thread: each gets its own regex caches, as in ripgrep.
             matcher: self.plan.matcher.clone(),
             searcher: searcher.build(),
@@ -795,6 +800,8 @@ impl<'a> ParallelVisitorBuilder<'a> for WorkerBuilder<'a> {
 /// into the shared one when the thread is done.
 struct Worker<'a> {
     plan: &'a Plan,
+    /// Entries visited, for polling the cancellation token.
+    visits: u64,
     matcher: Option<RegexMatcher>,
     searcher: Searcher,
     local: Collector,
@@ -805,7 +812,14 @@ struct Worker<'a> {
 
 impl ParallelVisitor for Worker<'_> {
     fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        if self.cancel.is_cancelled() {
+        // The token takes a lock to read: polled every few entries (the first included),
+        // and what one thread saw is passed to the others through the flag.
+        let poll = self.visits.is_multiple_of(CANCEL_POLL);
+        self.visits += 1;
+        if self.cancelled.load(Ordering::Relaxed) {
+            return WalkState::Quit;
+        }
+        if poll && self.cancel.is_cancelled() {
             self.cancelled.store(true, Ordering::Relaxed);
             return WalkState::Quit;
         }
@@ -838,11 +852,12 @@ impl Worker<'_> {
             return;
         };
         self.local.totals.searched += 1;
-        let rel = entry
-            .path()
-            .strip_prefix(&self.plan.root)
-            .unwrap_or(entry.path());
-        if names.is_match(entry.file_name(), rel) {
+        if names.is_match(entry.file_name(), || {
+            entry
+                .path()
+                .strip_prefix(&self.plan.root)
+                .unwrap_or(entry.path())
+        }) {
             self.local.totals.files += 1;
             let hits = Hits {
                 units: 1,
@@ -945,7 +960,7 @@ impl Sink for FileSink<'_> {
             self.push(mat.line_number(), mat.bytes(), true);
         }
         // A huge file with many matches stops when the turn is interrupted.
-        Ok(!self.cancel.is_cancelled())
+        Ok(!self.hits.count.is_multiple_of(1024) || !self.cancel.is_cancelled())
     }
 
     fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, io::Error> {

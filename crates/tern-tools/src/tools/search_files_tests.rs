@@ -668,7 +668,7 @@ async fn an_interrupted_turn_stops_the_search() {
     assert_eq!(e, "cancelled: the turn was interrupted");
 }
 
-/// Cancelled after the first file of 2,000: the walker's threads stop at their next file.
+/// Cancelled after the first file of 2,000: the walker's threads stop within a few files.
 #[test]
 fn cancellation_is_honoured_between_files() {
     let d = tempfile::tempdir().unwrap();
@@ -691,8 +691,8 @@ fn cancellation_is_honoured_between_files() {
     let r = plan.run(&cancel);
     assert!(matches!(r, Err(SearchError::Cancelled)), "{r:?}");
     let n = searched.load(Ordering::SeqCst);
-    // At most one more file per walker thread once cancelled (at most 12 threads).
-    assert!((1..=13).contains(&n), "{n} files searched");
+    // Each walker thread (at most 12) looks at the token every 16 entries.
+    assert!((1..=12 * 16).contains(&n), "{n} files searched");
     // Uncancelled, the same plan searches them all.
     plan.after_file = None;
     let found = plan.run(&CancellationToken::new()).unwrap();
