@@ -156,6 +156,7 @@ fn ctx(root: &Path, sandbox: Sandbox) -> ToolContext {
             ..ToolLimits::default()
         },
         preapproved: false,
+        subagents: None,
     }
 }
 

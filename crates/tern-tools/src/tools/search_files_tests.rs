@@ -40,6 +40,7 @@ fn ctx_in(dir: &Path) -> ToolContext {
         }),
         limits,
         preapproved: false,
+        subagents: None,
     }
 }
 
