@@ -301,7 +301,9 @@ impl Children {
                 ToolError::new("delegation is shutting down")
             })?,
         };
-        let child = self.create_session(&parent, &ctx.workdir).await?;
+        let child = self
+            .create_session(&parent, &ctx.workdir, &toolsets)
+            .await?;
         let interrupt = Interrupt::new();
         let turn = tokio::spawn({
             let agent = self.agent.clone();
@@ -396,6 +398,7 @@ impl Children {
         &self,
         parent: &Session,
         workdir: &std::path::Path,
+        toolsets: &[String],
     ) -> Result<Session, ToolError> {
         let settings = self.agent.settings();
         let base = settings
@@ -411,6 +414,8 @@ impl Children {
                 parent_id: Some(parent.id.clone()),
                 system_prompt: Some(format!("{base}\n\n{CHILD_PROMPT}")),
                 owner: parent.owner.clone(),
+                // Kept for every later turn of the child (a resumed wait's included).
+                toolsets: Some(toolsets.to_vec()),
                 ..Default::default()
             })
             .await

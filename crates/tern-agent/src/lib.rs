@@ -385,6 +385,11 @@ impl Agent {
         if session.status == SessionStatus::Ended {
             return Err(AgentError::SessionEnded(session.id));
         }
+        // A session limited to some toolsets (a delegated child) keeps to them whoever runs
+        // its turn: the resumer of a wait asks for the gateway's whole set.
+        if let Some(allowed) = &session.toolsets {
+            req.toolsets.retain(|t| allowed.contains(t));
+        }
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         if req.interrupt.is_triggered() {
             // Stopped while still queued: nothing ran, nothing is stored, no event fires.

@@ -109,6 +109,10 @@ pub struct Session {
     /// The id of the API key that created it (see [`NewSession::owner`]); `None` for a
     /// session no key created, which only admin keys see.
     pub owner: Option<String>,
+    /// The toolsets the session is limited to, whatever a turn asks for (a `delegate_task`
+    /// child's); `None`: no limit beyond the turn's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub toolsets: Option<Vec<String>>,
 }
 
 /// What a new session starts with.
@@ -124,6 +128,8 @@ pub struct NewSession {
     /// The id of the API key creating it, which alone (with admin keys) may use it through
     /// the gateway; `None` for `tern chat`.
     pub owner: Option<String>,
+    /// See [`Session::toolsets`].
+    pub toolsets: Option<Vec<String>>,
 }
 
 /// A stored message, in the OpenAI shape plus bookkeeping.
@@ -343,7 +349,7 @@ fn make_private(path: &Path) {
 macro_rules! session_cols {
     () => {
         "id, title, source, model, parent_id, system_prompt, status, \
-         prompt_tokens, completion_tokens, created_at, updated_at, owner_key"
+         prompt_tokens, completion_tokens, created_at, updated_at, owner_key, toolsets"
     };
 }
 
@@ -468,7 +474,8 @@ impl Store {
         let now = now_ms();
         let res = sqlx::query(
             "INSERT INTO sessions (id, title, source, model, parent_id, system_prompt, status, \
-             created_at, updated_at, owner_key) VALUES (?, ?, ?, ?, ?, ?, 'idle', ?, ?, ?)",
+             created_at, updated_at, owner_key, toolsets) \
+             VALUES (?, ?, ?, ?, ?, ?, 'idle', ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(&new.title)
@@ -479,6 +486,13 @@ impl Store {
         .bind(now)
         .bind(now)
         .bind(&new.owner)
+        .bind(
+            new.toolsets
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(format!("toolsets: {e}")))?,
+        )
         .execute(&self.pool)
         .await;
         match res {
@@ -960,6 +974,11 @@ fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Session> {
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
         owner: r.try_get("owner_key")?,
+        toolsets: r
+            .try_get::<Option<String>, _>("toolsets")?
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("toolsets of a session: {e}")))?,
     })
 }
 

@@ -229,6 +229,7 @@ async fn one_child_answers_and_its_transcript_is_stored_with_the_parent_set() {
             "list_dir",
             "patch_file",
             "read_file",
+            "search_files",
             "terminal",
             "write_file"
         ]
@@ -553,5 +554,36 @@ fn the_schema_is_fit_for_function_calling_and_takes_hermes_arguments() {
     assert_eq!(
         batch.tasks.unwrap()[0].toolsets.as_deref(),
         Some(&["file".to_owned()][..])
+    );
+}
+
+/// A later turn of a child (a wait of its resumed by the gateway, which asks for all of its
+/// toolsets) keeps to the child's toolsets: a child cannot win back what it was not given.
+#[tokio::test]
+async fn a_childs_later_turns_keep_to_its_toolsets_whatever_they_ask() {
+    let e = env(DelegateSettings::default()).await;
+    e.fake
+        .push(Reply::tool_call(
+            "d1",
+            "delegate_task",
+            r#"{"goal":"look around","toolsets":["file"]}"#,
+        ))
+        .push(Reply::text("looked"))
+        .push(Reply::text("done"));
+    e.turn("delegate it").await;
+    let child = e.children(&e.session).await.remove(0);
+    assert_eq!(child.toolsets.as_deref(), Some(&["file".to_owned()][..]));
+
+    e.fake.push(Reply::text("resumed"));
+    let mut resumed = e.request("a decision arrived", Interrupt::new());
+    resumed.session_id = child.id.clone();
+    resumed.toolsets = vec!["terminal".into(), "file".into(), TOOLSET.into()];
+    e.agent.run_turn(resumed).await.unwrap();
+    let last = e.fake.requests().pop().unwrap();
+    let tools = last.tool_names();
+    assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+    assert!(
+        !tools.contains(&"terminal".to_owned()) && !tools.contains(&"delegate_task".to_owned()),
+        "{tools:?}"
     );
 }
