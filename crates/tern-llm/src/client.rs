@@ -99,9 +99,7 @@ impl Client {
     /// The server's root: the base URL without its version segment, where llama.cpp serves
     /// `/props` and Ollama `/api/show`.
     pub(crate) fn root_url(&self, path: &str) -> String {
-        let base = self.cfg.base_url.as_str();
-        let root = base.strip_suffix("/v1").unwrap_or(base);
-        format!("{root}/{path}")
+        root_url(&self.cfg.base_url, path)
     }
 
     pub(crate) fn http(&self) -> &reqwest::Client {
@@ -303,6 +301,25 @@ impl Client {
             ));
         }
         Ok(acc.finish())
+    }
+}
+
+/// `path` at the root of `base`: a trailing `/v1` path segment dropped, never any part of
+/// the host (`http://v1` stays that host), so the key goes only where the base URL points.
+fn root_url(base: &str, path: &str) -> String {
+    match reqwest::Url::parse(base) {
+        Ok(mut url) => {
+            let kept = url
+                .path()
+                .trim_end_matches('/')
+                .strip_suffix("/v1")
+                .map(str::to_owned);
+            if let Some(p) = kept {
+                url.set_path(&p);
+            }
+            format!("{}/{path}", url.as_str().trim_end_matches('/'))
+        }
+        Err(_) => format!("{}/{path}", base.trim_end_matches('/')),
     }
 }
 
@@ -586,6 +603,15 @@ mod tests {
         let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
         assert_eq!(unique.len(), ids.len(), "{ids:?}");
         assert!(ids.iter().all(|id| id.starts_with("call_")), "{ids:?}");
+    }
+
+    #[test]
+    fn the_root_drops_a_v1_path_segment_never_the_host() {
+        assert_eq!(root_url("http://h:8080/v1", "props"), "http://h:8080/props");
+        assert_eq!(root_url("http://h/api/v1/", "props"), "http://h/api/props");
+        assert_eq!(root_url("http://v1", "props"), "http://v1/props");
+        assert_eq!(root_url("http://v1/v1", "api/show"), "http://v1/api/show");
+        assert_eq!(root_url("http://h/llm", "props"), "http://h/llm/props");
     }
 
     #[test]

@@ -170,7 +170,14 @@ impl SessionContext for TodoContext {
                 Ok(list) => list
                     .iter()
                     .filter(|t| t.status.is_open())
-                    .map(|t| format!("todo {} ({}): {}", t.id, t.status.as_str(), t.content))
+                    .map(|t| {
+                        format!(
+                            "todo {} ({}): {}",
+                            one_line(&t.id),
+                            t.status.as_str(),
+                            one_line(&t.content)
+                        )
+                    })
                     .collect(),
                 // Better a summary that says so than one that silently drops the plan.
                 Err(e) => vec![format!(
@@ -180,6 +187,14 @@ impl SessionContext for TodoContext {
             }
         })
     }
+}
+
+/// An item's text on one line: a newline in it must not start what reads as another line
+/// of the list (or of tern's own text around it).
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// The list for the system prompt: open items one a line, in order, finished ones by id only
@@ -195,7 +210,11 @@ pub fn render_prompt(list: &[Todo]) -> Option<String> {
         } else {
             "[ ]"
         };
-        out.push_str(&format!("{mark} {}. {}\n", t.id, t.content));
+        out.push_str(&format!(
+            "{mark} {}. {}\n",
+            one_line(&t.id),
+            one_line(&t.content)
+        ));
     }
     for (status, label) in [
         (TodoStatus::Completed, "completed"),
