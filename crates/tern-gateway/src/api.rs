@@ -161,6 +161,7 @@ pub(crate) async fn create_session(
             parent_id: None,
             system_prompt: body.system_prompt,
             owner: Some(key.id.clone()),
+            toolsets: None,
         })
         .await?;
     gw.hooks.emit(HookEvent::SessionStart(SessionStart {
@@ -719,8 +720,10 @@ impl crate::Gateway {
                 model: old.model.clone(),
                 parent_id: Some(old.id.clone()),
                 system_prompt: old.system_prompt.clone(),
-                // The successor continues the conversation: it stays its key's.
+                // The successor continues the conversation: it stays its key's, and within
+                // its toolsets.
                 owner: old.owner.clone(),
+                toolsets: old.toolsets.clone(),
             })
             .await?;
         // Kept background processes move to the successor with their notifications' waits.
