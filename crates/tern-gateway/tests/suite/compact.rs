@@ -22,7 +22,7 @@ struct Gw {
     http: reqwest::Client,
 }
 
-/// A gateway whose model has a 4,096-token window: a few long answers fill it.
+/// A gateway whose model has a 16,384-token window: a few long answers fill it.
 async fn start() -> Gw {
     let dir = tempfile::tempdir().unwrap();
     let (store, work) = common::open(dir.path()).await;
@@ -43,7 +43,7 @@ async fn start() -> Gw {
             system_prompt: None,
             limits: ToolLimits::default(),
             loop_guard: Default::default(),
-            context_length: Some(4096),
+            context_length: Some(16384),
             compaction: tern_agent::CompactionSettings {
                 // Only on demand in these tests.
                 threshold: 1.0,
@@ -121,7 +121,7 @@ impl Gw {
         for i in 0..turns {
             self.fake.push(Reply::text(format!(
                 "answer {i}: {}",
-                "lorem ipsum ".repeat(100)
+                "lorem ipsum ".repeat(300)
             )));
             let input = if i == 0 {
                 "THE TASK: keep the lighthouse running".to_owned()
@@ -148,7 +148,7 @@ async fn compact_on_demand_keeps_the_task_and_shows_the_rest_with_all() {
     let (s, v) = g.get(&format!("/api/sessions/{id}")).await;
     assert_eq!(s, 200, "{v}");
     let before = v["session"]["context"].clone();
-    assert_eq!(before["context_length"], 4096, "{v}");
+    assert_eq!(before["context_length"], 16384, "{v}");
     assert_eq!(before["context_length_source"], "configured");
     assert_eq!(before["compactions"], 0);
     let before_tokens = before["prompt_tokens"].as_u64().unwrap();
