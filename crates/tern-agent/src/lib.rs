@@ -218,6 +218,24 @@ pub struct TurnOutcome {
     pub iterations: u32,
 }
 
+/// What stays the same through one turn's model calls.
+struct Turn<'a> {
+    llm: &'a Client,
+    req: &'a TurnRequest,
+    turn_id: &'a str,
+    source: &'a str,
+    system: String,
+    tools: Vec<serde_json::Value>,
+}
+
+/// The model's answer to one call of a turn, or why the turn ends without one.
+enum Answered {
+    Answer(tern_llm::ChatResponse),
+    /// With the message that says why (stored as the turn's last answer).
+    Ended(TurnStatus, String),
+    Interrupted,
+}
+
 /// The agent: store, model client, tools. Cheap to clone: clones share everything, the
 /// turn queues included, so the agent can hand a clone to a tool call that runs child
 /// sessions ([`delegate`]).
@@ -520,36 +538,14 @@ impl Agent {
             input: req.input.clone(),
         }));
 
-        let mut system = session_prompt
-            .or_else(|| self.settings.system_prompt.clone())
-            .unwrap_or_else(|| default_system_prompt(&req.workdir));
-        if let Some(home) = &self.project_instructions {
-            let (workdir, home) = (req.workdir.clone(), home.clone());
-            let found = tokio::task::spawn_blocking(move || {
-                project_instructions(&workdir, home.as_deref())
-            })
-            .await
-            .unwrap_or_default();
-            if let Some(text) = found {
-                system.push_str("\n\n");
-                system.push_str(&text);
-            }
-        }
-        // Whatever the base prompt, an enabled toolset's own line comes with its tools (the
-        // inbox's: after asking, end the turn); a disabled toolset's does not.
-        for line in self.registry.prompt_lines(&req.toolsets) {
-            system.push_str("\n\n");
-            system.push_str(line);
-        }
-        // What the enabled toolsets keep outside the transcript (the todo list, the memory),
-        // read from the store at the start of each turn: a compaction cannot lose it.
-        for context in self.registry.contexts(&req.toolsets) {
-            if let Some(section) = context.prompt(sid).await {
-                system.push_str("\n\n");
-                system.push_str(&section);
-            }
-        }
-        let tools = self.registry.schemas(&req.toolsets);
+        let turn = Turn {
+            llm,
+            req,
+            turn_id,
+            source,
+            system: self.system_prompt(req, session_prompt).await,
+            tools: self.registry.schemas(&req.toolsets),
+        };
         let mut usage = Usage::default();
         let on_stream = |e: StreamEvent| match e {
             StreamEvent::ContentDelta(text) => emit(AgentEvent::AssistantDelta { text }),
@@ -568,94 +564,29 @@ impl Agent {
         let mut guard = LoopGuard::new(&self.settings.loop_guard);
 
         for iteration in 1..=self.settings.max_iterations {
-            let call = compact::Call {
-                session_id: sid,
-                source,
-                turn_id: Some(turn_id),
-                toolsets: &req.toolsets,
-                system: &system,
-                tools: &tools,
-                interrupt: &req.interrupt,
-            };
-            // A context-length refusal compacts and retries the call once.
-            let mut overflowed = false;
-            let answer = loop {
-                match self
-                    .make_room(llm, &call, &mut transcript, overflowed)
-                    .await?
-                {
-                    compact::Room::Ready => {}
-                    compact::Room::Full(text) => {
-                        return self
-                            .context_full(sid, turn_id, text, usage, iteration)
-                            .await;
-                    }
-                    compact::Room::Interrupted => {
-                        return self.interrupted(sid, turn_id, &[], usage, iteration).await;
-                    }
+            // Room in the window (compacting when needed), then the model's answer.
+            let answer = match self
+                .answer(&turn, iteration, &mut transcript, &on_stream)
+                .await?
+            {
+                Answered::Answer(a) => a,
+                Answered::Ended(status, text) => {
+                    return self
+                        .ended(sid, turn_id, status, text, usage, iteration)
+                        .await;
                 }
-                let answer = match self
-                    .call_model(
-                        llm,
-                        req,
-                        turn_id,
-                        source,
-                        iteration,
-                        &system,
-                        &tools,
-                        &transcript,
-                        &on_stream,
-                    )
-                    .await
-                {
-                    Some(a) => a,
-                    None => return self.interrupted(sid, turn_id, &[], usage, iteration).await,
-                };
-                match answer {
-                    Err(e) if e.is_context_overflow() && !overflowed => {
-                        tracing::warn!(session = sid, error = %e, "the model refused the prompt as too long; compacting");
-                        overflowed = true;
-                    }
-                    Err(e) if e.is_context_overflow() => {
-                        let text = compact::refused_again(&e);
-                        return self
-                            .context_full(sid, turn_id, text, usage, iteration)
-                            .await;
-                    }
-                    other => break other,
+                Answered::Interrupted => {
+                    return self.interrupted(sid, turn_id, &[], usage, iteration).await;
                 }
             };
-            let answer = answer?;
             if let Some(u) = &answer.usage {
                 usage.add(u);
             }
-            let stored = self
-                .store
-                .append_message(
-                    sid,
-                    &NewMessage {
-                        role: Some(Role::Assistant),
-                        content: answer.content.clone(),
-                        tool_calls: answer.tool_calls.clone(),
-                        reasoning: answer.reasoning.clone(),
-                        turn_id: Some(turn_id.to_owned()),
-                        prompt_tokens: answer.usage.map(|u| u.prompt_tokens as i64),
-                        completion_tokens: answer.usage.map(|u| u.completion_tokens as i64),
-                        // What answered: the server's name for it, else the one asked for.
-                        model: answer
-                            .model
-                            .clone()
-                            .or_else(|| Some(self.settings.model.clone()))
-                            .filter(|m| !m.is_empty()),
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            transcript.push(self.store_answer(sid, turn_id, &answer).await?);
             emit(AgentEvent::AssistantMessage {
                 content: answer.content.clone(),
                 tool_calls: answer.tool_calls.len(),
             });
-            transcript.push(stored);
             if answer.tool_calls.is_empty() {
                 return Ok(TurnOutcome {
                     turn_id: turn_id.to_owned(),
@@ -696,68 +627,138 @@ impl Agent {
              in config.toml.",
             self.settings.max_iterations
         );
-        let m = self
+        let iterations = self.settings.max_iterations;
+        self.ended(
+            sid,
+            turn_id,
+            TurnStatus::MaxIterations,
+            text,
+            usage,
+            iterations,
+        )
+        .await
+    }
+
+    /// Makes room in the window for the next model call (`compact.rs`), then calls the
+    /// model; a refusal as over the window compacts and calls once more.
+    async fn answer(
+        &self,
+        turn: &Turn<'_>,
+        iteration: u32,
+        transcript: &mut Vec<Message>,
+        on_stream: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<Answered, AgentError> {
+        let call = compact::Call {
+            session_id: &turn.req.session_id,
+            source: turn.source,
+            turn_id: Some(turn.turn_id),
+            toolsets: &turn.req.toolsets,
+            system: &turn.system,
+            tools: &turn.tools,
+            interrupt: &turn.req.interrupt,
+        };
+        let mut overflowed = false;
+        loop {
+            match self
+                .make_room(turn.llm, &call, transcript, overflowed)
+                .await?
+            {
+                compact::Room::Ready => {}
+                compact::Room::Full(text) => {
+                    return Ok(Answered::Ended(TurnStatus::ContextFull, text));
+                }
+                compact::Room::Interrupted => return Ok(Answered::Interrupted),
+            }
+            let Some(answer) = self
+                .call_model(turn, iteration, transcript, on_stream)
+                .await
+            else {
+                return Ok(Answered::Interrupted);
+            };
+            match answer {
+                Err(e) if e.is_context_overflow() && !overflowed => {
+                    tracing::warn!(session = %turn.req.session_id, error = %e, "the model refused the prompt as too long; compacting");
+                    overflowed = true;
+                }
+                Err(e) if e.is_context_overflow() => {
+                    return Ok(Answered::Ended(
+                        TurnStatus::ContextFull,
+                        compact::refused_again(&e),
+                    ));
+                }
+                other => return Ok(Answered::Answer(other?)),
+            }
+        }
+    }
+
+    /// Stores the model's answer (text, reasoning, tool calls, token usage), committed before
+    /// anything else happens.
+    async fn store_answer(
+        &self,
+        sid: &str,
+        turn_id: &str,
+        answer: &tern_llm::ChatResponse,
+    ) -> Result<Message, AgentError> {
+        Ok(self
             .store
             .append_message(
                 sid,
-                &NewMessage::new(Role::Assistant, text.clone()).turn(turn_id),
+                &NewMessage {
+                    role: Some(Role::Assistant),
+                    content: answer.content.clone(),
+                    tool_calls: answer.tool_calls.clone(),
+                    reasoning: answer.reasoning.clone(),
+                    turn_id: Some(turn_id.to_owned()),
+                    prompt_tokens: answer.usage.map(|u| u.prompt_tokens as i64),
+                    completion_tokens: answer.usage.map(|u| u.completion_tokens as i64),
+                    // What answered: the server's name for it, else the one asked for.
+                    model: answer
+                        .model
+                        .clone()
+                        .or_else(|| Some(self.settings.model.clone()))
+                        .filter(|m| !m.is_empty()),
+                    ..Default::default()
+                },
             )
-            .await?;
-        transcript.push(m);
-        Ok(TurnOutcome {
-            turn_id: turn_id.to_owned(),
-            status: TurnStatus::MaxIterations,
-            text: Some(text),
-            usage,
-            iterations: self.settings.max_iterations,
-        })
+            .await?)
     }
 
     /// One model call with its hook events; `None` when the turn was interrupted.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the turn's own state, passed as it is rather than bundled for one call"
-    )]
     async fn call_model(
         &self,
-        llm: &Client,
-        req: &TurnRequest,
-        turn_id: &str,
-        source: &str,
+        turn: &Turn<'_>,
         iteration: u32,
-        system: &str,
-        tools: &[serde_json::Value],
         transcript: &[Message],
         on_stream: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Option<Result<tern_llm::ChatResponse, LlmError>> {
-        let sid = req.session_id.as_str();
+        let sid = turn.req.session_id.as_str();
         let mut messages = Vec::with_capacity(transcript.len() + 1);
-        messages.push(RequestMessage::text(Role::System, system));
+        messages.push(RequestMessage::text(Role::System, turn.system.as_str()));
         messages.extend(transcript.iter().map(Message::to_request));
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages,
-            tools: tools.to_vec(),
+            tools: turn.tools.clone(),
             stream: self.settings.stream,
             stream_options: None,
         };
         self.hooks.emit(HookEvent::PreLlmCall(PreLlmCall {
             session_id: sid.to_owned(),
-            source: source.to_owned(),
-            turn_id: turn_id.to_owned(),
+            source: turn.source.to_owned(),
+            turn_id: turn.turn_id.to_owned(),
             iteration,
             model: self.settings.model.clone(),
             message_count: request.messages.len(),
         }));
         let t0 = Instant::now();
         let answer = tokio::select! {
-            r = llm.chat(request, on_stream) => r,
-            () = req.interrupt.token().cancelled() => return None,
+            r = turn.llm.chat(request, on_stream) => r,
+            () = turn.req.interrupt.token().cancelled() => return None,
         };
         self.hooks.emit(HookEvent::PostLlmCall(PostLlmCall {
             session_id: sid.to_owned(),
-            source: source.to_owned(),
-            turn_id: turn_id.to_owned(),
+            source: turn.source.to_owned(),
+            turn_id: turn.turn_id.to_owned(),
             iteration,
             model: self.settings.model.clone(),
             duration_ms: t0.elapsed().as_millis() as u64,
@@ -772,11 +773,13 @@ impl Agent {
         Some(answer)
     }
 
-    /// Ends a turn whose transcript no longer fits the window, with a message that says so.
-    async fn context_full(
+    /// Ends a turn with a message that says why (the window is full, the iteration limit),
+    /// stored as its final answer. An interrupted turn ends through [`Agent::interrupted`].
+    async fn ended(
         &self,
         sid: &str,
         turn_id: &str,
+        status: TurnStatus,
         text: String,
         usage: Usage,
         iterations: u32,
@@ -789,7 +792,7 @@ impl Agent {
             .await?;
         Ok(TurnOutcome {
             turn_id: turn_id.to_owned(),
-            status: TurnStatus::ContextFull,
+            status,
             text: Some(text),
             usage,
             iterations,

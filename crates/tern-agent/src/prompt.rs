@@ -106,6 +106,48 @@ pub fn project_instructions(workdir: &Path, home: Option<&Path>) -> Option<Strin
     Some(out)
 }
 
+impl crate::Agent {
+    /// The system prompt of a turn: the session's (or the configured, or the default) base,
+    /// the project instructions where they are read (`tern chat`), the prompt lines of the
+    /// enabled toolsets, and what their `SessionContext`s keep outside the transcript (the
+    /// todo list, the memory), read from the store at the start of the turn: a compaction
+    /// cannot lose it.
+    pub(crate) async fn system_prompt(
+        &self,
+        req: &crate::TurnRequest,
+        session_prompt: Option<String>,
+    ) -> String {
+        let mut system = session_prompt
+            .or_else(|| self.settings().system_prompt.clone())
+            .unwrap_or_else(|| default_system_prompt(&req.workdir));
+        if let Some(home) = &self.project_instructions {
+            let (workdir, home) = (req.workdir.clone(), home.clone());
+            let found = tokio::task::spawn_blocking(move || {
+                project_instructions(&workdir, home.as_deref())
+            })
+            .await
+            .unwrap_or_default();
+            if let Some(text) = found {
+                system.push_str("\n\n");
+                system.push_str(&text);
+            }
+        }
+        // Whatever the base prompt, an enabled toolset's own line comes with its tools (the
+        // inbox's: after asking, end the turn); a disabled toolset's does not.
+        for line in self.registry().prompt_lines(&req.toolsets) {
+            system.push_str("\n\n");
+            system.push_str(line);
+        }
+        for context in self.registry().contexts(&req.toolsets) {
+            if let Some(section) = context.prompt(&req.session_id).await {
+                system.push_str("\n\n");
+                system.push_str(&section);
+            }
+        }
+        system
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
