@@ -114,125 +114,10 @@ pub async fn run(home: Option<PathBuf>, cmd: SessionsCommand) -> anyhow::Result<
             }
         }
         SessionsCommand::Show { id, json, all } => {
-            let s = resolve(&store, &id).await?;
-            let msgs = if all {
-                store.messages_all(&s.id).await?
-            } else {
-                store.messages(&s.id).await?
-            };
-            let compactions = if all {
-                store.compactions(&s.id).await?
-            } else {
-                Vec::new()
-            };
-            let agent = context::build_agent(&home, &eff, store.clone())?;
-            let status = agent
-                .context_status(&s.id, &eff.config.agent.toolsets)
-                .await?;
-            // The open waits: what the session is `waiting` for.
-            let waits = store.session_waits(&s.id, true).await?;
-            // The sessions it handed tasks to (`delegate_task`), or its reset's successor.
-            let children = store.children(&s.id).await?;
-            if json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&json!({
-                        "session": s,
-                        "waits": waits,
-                        "children": children.iter().map(child_json).collect::<Vec<_>>(),
-                        "context": status,
-                        "messages": msgs,
-                        "compactions": compactions,
-                    }))?
-                )?;
-            } else {
-                writeln!(out, "session {}", s.id)?;
-                writeln!(
-                    out,
-                    "title    {}",
-                    s.title.as_deref().unwrap_or("(untitled)")
-                )?;
-                writeln!(
-                    out,
-                    "status   {}   source {}   model {}",
-                    s.status.as_str(),
-                    s.source,
-                    models_used(&s, &msgs)
-                )?;
-                writeln!(
-                    out,
-                    "created  {}   updated {}",
-                    when(s.created_at),
-                    when(s.updated_at)
-                )?;
-                writeln!(
-                    out,
-                    "tokens   {} prompt, {} completion   messages {}",
-                    s.prompt_tokens,
-                    s.completion_tokens,
-                    msgs.len()
-                )?;
-                writeln!(
-                    out,
-                    "context  ~{} of {} tokens ({}), compacts at {}; {} compaction(s)",
-                    status.prompt_tokens,
-                    status.context_length,
-                    status.source.describe(),
-                    status.compact_at_tokens,
-                    status.compactions
-                )?;
-                write_links(&mut out, &store, &s, &children).await?;
-                if !waits.is_empty() {
-                    writeln!(out, "waiting for {} decision(s):", waits.len())?;
-                    for w in &waits {
-                        write_wait(&mut out, w)?;
-                    }
-                }
-                for m in &msgs {
-                    writeln!(out)?;
-                    write_message(&mut out, m)?;
-                }
-                for c in &compactions {
-                    writeln!(out)?;
-                    write_compaction(&mut out, c)?;
-                }
-            }
+            show(&home, &eff, &store, &mut out, &id, json, all).await?;
         }
         SessionsCommand::Compact { id, json } => {
-            let s = resolve(&store, &id).await?;
-            let outcome = match compact_through_gateway(&home, &s.id).await? {
-                Some(v) => v,
-                None => {
-                    let agent = context::build_agent(&home, &eff, store.clone())?;
-                    let outcome = agent.compact(&s.id, &eff.config.agent.toolsets).await?;
-                    serde_json::to_value(&outcome)?
-                }
-            };
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&outcome)?)?;
-            }
-            match outcome["status"].as_str() {
-                Some("compacted") => eprintln!(
-                    "compacted session {}: {} message(s) summarised, {} old output(s) cut; \
-                     ~{} → ~{} tokens (everything stays stored: `tern sessions show --all`)",
-                    s.id,
-                    outcome["messages_compacted"],
-                    outcome["outputs_elided"],
-                    outcome["tokens_before"],
-                    outcome["tokens_after"]
-                ),
-                Some("nothing_to_compact") => eprintln!(
-                    "session {} has nothing to compact: it is the task and its latest \
-                     exchange (~{} tokens)",
-                    s.id, outcome["tokens"]
-                ),
-                _ => bail!(
-                    "the compaction of session {} failed and nothing changed: {}",
-                    s.id,
-                    outcome["error"].as_str().unwrap_or("no reason given")
-                ),
-            }
+            compact(&home, &eff, &store, &mut out, &id, json).await?;
         }
         SessionsCommand::Search { text, limit, json } => {
             let hits = store.search(&text.join(" "), limit.max(1)).await?;
@@ -340,6 +225,149 @@ async fn delete_through_gateway(home: &Home, id: &str) -> anyhow::Result<Option<
             f.message()
         ),
     }
+}
+
+/// `tern sessions show`: the session, how full its window is, its links and waits, and its
+/// messages (`all`: the compacted ones and the summaries too).
+async fn show(
+    home: &Home,
+    eff: &tern_config::Effective,
+    store: &Store,
+    out: &mut impl Write,
+    id: &str,
+    json: bool,
+    all: bool,
+) -> anyhow::Result<()> {
+    let s = resolve(store, id).await?;
+    let msgs = if all {
+        store.messages_all(&s.id).await?
+    } else {
+        store.messages(&s.id).await?
+    };
+    let compactions = if all {
+        store.compactions(&s.id).await?
+    } else {
+        Vec::new()
+    };
+    let agent = context::build_agent(home, eff, store.clone())?;
+    let status = agent
+        .context_status(&s.id, &eff.config.agent.toolsets)
+        .await?;
+    // The open waits: what the session is `waiting` for.
+    let waits = store.session_waits(&s.id, true).await?;
+    // The sessions it handed tasks to (`delegate_task`), or its reset's successor.
+    let children = store.children(&s.id).await?;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "session": s,
+                "waits": waits,
+                "children": children.iter().map(child_json).collect::<Vec<_>>(),
+                "context": status,
+                "messages": msgs,
+                "compactions": compactions,
+            }))?
+        )?;
+    } else {
+        writeln!(out, "session {}", s.id)?;
+        writeln!(
+            out,
+            "title    {}",
+            s.title.as_deref().unwrap_or("(untitled)")
+        )?;
+        writeln!(
+            out,
+            "status   {}   source {}   model {}",
+            s.status.as_str(),
+            s.source,
+            models_used(&s, &msgs)
+        )?;
+        writeln!(
+            out,
+            "created  {}   updated {}",
+            when(s.created_at),
+            when(s.updated_at)
+        )?;
+        writeln!(
+            out,
+            "tokens   {} prompt, {} completion   messages {}",
+            s.prompt_tokens,
+            s.completion_tokens,
+            msgs.len()
+        )?;
+        writeln!(
+            out,
+            "context  ~{} of {} tokens ({}), compacts at {}; {} compaction(s)",
+            status.prompt_tokens,
+            status.context_length,
+            status.source.describe(),
+            status.compact_at_tokens,
+            status.compactions
+        )?;
+        write_links(out, store, &s, &children).await?;
+        if !waits.is_empty() {
+            writeln!(out, "waiting for {} decision(s):", waits.len())?;
+            for w in &waits {
+                write_wait(out, w)?;
+            }
+        }
+        for m in &msgs {
+            writeln!(out)?;
+            write_message(out, m)?;
+        }
+        for c in &compactions {
+            writeln!(out)?;
+            write_compaction(out, c)?;
+        }
+    }
+    Ok(())
+}
+
+/// `tern sessions compact`: through the gateway running on `home`, else in this process.
+async fn compact(
+    home: &Home,
+    eff: &tern_config::Effective,
+    store: &Store,
+    out: &mut impl Write,
+    id: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    let s = resolve(store, id).await?;
+    let outcome = match compact_through_gateway(home, &s.id).await? {
+        Some(v) => v,
+        None => {
+            let agent = context::build_agent(home, eff, store.clone())?;
+            let outcome = agent.compact(&s.id, &eff.config.agent.toolsets).await?;
+            serde_json::to_value(&outcome)?
+        }
+    };
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&outcome)?)?;
+    }
+    match outcome["status"].as_str() {
+        Some("compacted") => eprintln!(
+            "compacted session {}: {} message(s) summarised, {} old output(s) cut; \
+             ~{} → ~{} tokens (everything stays stored: `tern sessions show --all`)",
+            s.id,
+            outcome["messages_compacted"],
+            outcome["outputs_elided"],
+            outcome["tokens_before"],
+            outcome["tokens_after"]
+        ),
+        Some("nothing_to_compact") => eprintln!(
+            "session {} has nothing to compact: it is the task and its latest \
+             exchange (~{} tokens)",
+            s.id, outcome["tokens"]
+        ),
+        _ => bail!(
+            "the compaction of session {} failed and nothing changed: {}",
+            s.id,
+            outcome["error"].as_str().unwrap_or("no reason given")
+        ),
+    }
+    Ok(())
 }
 
 /// Compacts the session through the gateway running on `home`, if one answers: it knows
