@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use tern_channels::pairing::Pairing;
+use tern_channels::pairing::{MAX_FAILED_APPROVALS, Pairing, PairingError};
 use tern_inbox::reviewers::Reviewers;
 
 use crate::context;
@@ -109,7 +109,8 @@ pub async fn run(home: Option<PathBuf>, cmd: PairingCommand) -> anyhow::Result<E
             }
             let a = pairing
                 .approve(&platform, &code, reviewer.as_deref(), now)
-                .await?;
+                .await
+                .map_err(explain)?;
             eprintln!(
                 "approved {} ({}) on {}{}",
                 a.user_id,
@@ -124,4 +125,19 @@ pub async fn run(home: Option<PathBuf>, cmd: PairingCommand) -> anyhow::Result<E
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pairing errors in the words of this command line: times as dates, not milliseconds.
+fn explain(e: PairingError) -> anyhow::Error {
+    match e {
+        PairingError::LockedOut {
+            platform,
+            locked_until,
+        } => anyhow::anyhow!(
+            "pairing on {platform} is locked after {MAX_FAILED_APPROVALS} wrong codes, until {} \
+             UTC; no code can be approved there before then",
+            when(locked_until)
+        ),
+        other => anyhow::Error::new(other),
+    }
 }

@@ -118,7 +118,12 @@ async fn approve_is_locked_after_five_wrong_codes() {
     }
     let out = e.run(&["pairing", "approve", "telegram", &code]);
     assert_exit(&out, 1);
-    assert!(stderr(&out).contains("locked"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is locked after 5 wrong codes, until"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("UTC"), "{}", stderr(&out));
     assert!(!p.is_allowed("telegram", "7", &[]).await.unwrap());
 }
 
