@@ -53,6 +53,8 @@ pub enum Command {
     },
     /// Background processes: list them, read or follow their output, kill, attach
     Ps(crate::ps::PsArgs),
+    /// Who may talk to the agent from a chat app: list, approve and revoke DM pairings
+    Pairing(crate::pairing::PairingArgs),
     /// Show or edit the agent's memory: notes it keeps across sessions
     Memory(crate::memory::MemoryArgs),
     /// Is a gateway running on this home? Its address, sessions, inbox and processes

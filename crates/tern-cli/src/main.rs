@@ -17,6 +17,7 @@ mod exit;
 mod gateway;
 mod inbox;
 mod memory;
+mod pairing;
 mod ps;
 mod render;
 mod reviewers;
@@ -105,6 +106,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sessions { command } => sessions::run(home, command).await,
         Command::Ps(args) => ps::run(home, args).await,
         Command::Memory(args) => memory::run(home, args).await,
+        Command::Pairing(args) => pairing::run(home, args.command).await,
         Command::Status(args) => status::run(home, args).await,
         Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,

@@ -1129,6 +1129,7 @@ pub(crate) async fn insert_messages(
 pub mod compaction;
 pub use compaction::{Compaction, CompactionReason, Elision, NewCompaction, NewSummary};
 pub mod grants;
+pub mod pairing;
 pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
 pub mod waits;
 pub use waits::{NewWait, Wait, WaitKind, WaitStatus};

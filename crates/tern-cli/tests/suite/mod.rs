@@ -11,6 +11,7 @@ mod interactive;
 mod loop_guard;
 mod memory;
 mod output;
+mod pairing;
 mod procs;
 mod procs_gateway;
 mod procs_notify;
