@@ -41,6 +41,9 @@ use tern_hooks::{CompactReason, HookEvent, PostCompact, PreCompact};
 use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role};
 use tern_store::{CompactionReason, Elision, Message, NewCompaction, NewSummary, WaitKind};
 use tern_util::Backoff;
+// A line of critical context stays one line: a newline in a todo item or a command could
+// otherwise start what reads as another of tern's lines.
+use tern_util::text::one_line;
 
 use crate::window::{self, Window, WindowSource, estimate_message, estimate_text, next_prompt};
 use crate::{Agent, AgentError, Interrupt};
@@ -253,7 +256,7 @@ impl Agent {
         overflow: bool,
     ) -> Result<Room, AgentError> {
         let window = self.window(llm).await;
-        let fixed = fixed_tokens(call);
+        let fixed = fixed_tokens(call.system, call.tools);
         let stale = self
             .store
             .compaction(call.session_id)
@@ -341,11 +344,7 @@ impl Agent {
             .or_else(|| self.settings.system_prompt.clone())
             .unwrap_or_default();
         let tools = self.registry.schemas(toolsets);
-        let fixed = estimate_text(&system)
-            + tools
-                .iter()
-                .map(|t| estimate_text(&t.to_string()))
-                .sum::<u64>();
+        let fixed = fixed_tokens(&system, &tools);
         let window = Window::new(Some(context_length), self.settings.compaction.threshold);
         Ok(ContextStatus {
             context_length,
@@ -390,7 +389,7 @@ impl Agent {
             interrupt: &interrupt,
         };
         let window = self.window(llm).await;
-        let fixed = fixed_tokens(&call);
+        let fixed = fixed_tokens(call.system, call.tools);
         let stale = self
             .store
             .compaction(session_id)
@@ -812,11 +811,11 @@ fn placeholder(m: &Message, content: &str) -> String {
     )
 }
 
-/// What is sent besides the transcript: the system prompt and the tool schemas.
-fn fixed_tokens(call: &Call<'_>) -> u64 {
-    estimate_text(call.system)
-        + call
-            .tools
+/// The estimate of what a call sends besides the transcript: the system prompt and the
+/// tools' schemas.
+fn fixed_tokens(system: &str, tools: &[serde_json::Value]) -> u64 {
+    estimate_text(system)
+        + tools
             .iter()
             .map(|t| estimate_text(&t.to_string()))
             .sum::<u64>()
@@ -889,34 +888,11 @@ fn render_message(m: &Message) -> String {
 /// The tags tern frames summaries and summary requests with.
 const FRAME_TAGS: [&str; 3] = ["previous-summary", "summary", "messages"];
 
-/// `text` unable to open or close one of tern's frames ([`FRAME_TAGS`], in any case, with
-/// any spacing): a tool output or a summary that writes `</summary>` must not end the frame
-/// and pass what follows as tern's own words. Such a `<` becomes `‹`.
+/// `text` unable to open or close one of tern's frames ([`FRAME_TAGS`]): a tool output or a
+/// summary that writes `</summary>` must not end the frame and pass what follows as tern's
+/// own words.
 pub(crate) fn defang(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for (i, c) in text.char_indices() {
-        if c == '<' {
-            let rest = text[i + 1..].trim_start_matches(|c: char| c == '/' || c.is_whitespace());
-            let tag = FRAME_TAGS.iter().any(|t| {
-                rest.get(..t.len())
-                    .is_some_and(|head| head.eq_ignore_ascii_case(t))
-            });
-            if tag {
-                out.push('‹');
-                continue;
-            }
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A line of critical context as one line: control characters (a newline in a todo item
-/// or a command) could otherwise start what reads as another of tern's lines.
-fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    tern_util::text::defang_tags(text, &FRAME_TAGS)
 }
 
 const SUMMARY_SYSTEM: &str = "You are tern's context compactor. An agent's working session \

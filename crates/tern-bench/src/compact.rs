@@ -19,7 +19,7 @@ use serde_json::Value;
 use tern_agent::compact::COMPACTOR_MARKER;
 use tern_agent::{Agent, AgentSettings, CompactOutcome, Interrupt, TurnRequest, TurnStatus};
 use tern_fake_model::{FakeModel, Reply};
-use tern_llm::{Client, ClientConfig, Role, ToolCall};
+use tern_llm::{Client, ClientConfig, Role};
 use tern_store::{NewMessage, NewSession, Store};
 use tern_tools::{DenyAll, Registry, ToolLimits};
 
@@ -120,36 +120,7 @@ async fn fill_turns(store: &Store, id: &str, turns: usize) -> anyhow::Result<()>
 
 /// 2,500 rounds with a tool call: 10,000 messages, as `tern-bench load` writes them.
 async fn fill_tool_rounds(store: &Store, id: &str) -> anyhow::Result<()> {
-    let mut batch = Vec::new();
-    for i in 0..2500 {
-        batch.push(NewMessage::new(
-            Role::User,
-            format!("Read file {i} please."),
-        ));
-        batch.push(NewMessage {
-            role: Some(Role::Assistant),
-            tool_calls: vec![ToolCall::new(
-                format!("call_{i}"),
-                "read_file",
-                format!(r#"{{"path":"src/file_{i}.rs"}}"#),
-            )],
-            prompt_tokens: Some(1200),
-            completion_tokens: Some(40),
-            ..Default::default()
-        });
-        batch.push(NewMessage::tool_result(
-            &format!("call_{i}"),
-            "read_file",
-            format!(
-                r#"{{"path":"src/file_{i}.rs","content":"{}","total_lines":40}}"#,
-                "fn main() {} ".repeat(30)
-            ),
-        ));
-        batch.push(NewMessage::new(
-            Role::Assistant,
-            format!("File {i} defines an empty main function, repeated."),
-        ));
-    }
+    let batch: Vec<NewMessage> = (0..2500).flat_map(crate::tool_round).collect();
     for chunk in batch.chunks(2000) {
         store.append_messages(id, chunk).await?;
     }

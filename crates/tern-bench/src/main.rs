@@ -171,6 +171,41 @@ async fn bench_one_shot(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One round of a working session as `load` and `compact` write it: the user's request, an
+/// answer calling `read_file`, its result, the answer in text.
+pub(crate) fn tool_round(i: usize) -> [NewMessage; 4] {
+    [
+        NewMessage::new(
+            Role::User,
+            format!("please look at file number {i} and summarise it"),
+        ),
+        NewMessage {
+            role: Some(Role::Assistant),
+            tool_calls: vec![ToolCall::new(
+                format!("call_{i}"),
+                "read_file",
+                format!(r#"{{"path":"src/file_{i}.rs"}}"#),
+            )],
+            reasoning: Some("I should read the file first.".into()),
+            prompt_tokens: Some(1200),
+            completion_tokens: Some(40),
+            ..Default::default()
+        },
+        NewMessage::tool_result(
+            &format!("call_{i}"),
+            "read_file",
+            format!(
+                r#"{{"path":"src/file_{i}.rs","content":"{}","total_lines":40}}"#,
+                "fn main() {} ".repeat(30)
+            ),
+        ),
+        NewMessage::new(
+            Role::Assistant,
+            format!("File {i} defines an empty main function, repeated."),
+        ),
+    ]
+}
+
 async fn bench_load() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(&dir.path().join("tern.db")).await?;
@@ -183,34 +218,7 @@ async fn bench_load() -> anyhow::Result<()> {
     // A realistic mix: user, assistant with a tool call, tool result, assistant text.
     let mut batch = Vec::new();
     for i in 0..2_500 {
-        batch.push(NewMessage::new(
-            Role::User,
-            format!("please look at file number {i} and summarise it"),
-        ));
-        batch.push(NewMessage {
-            role: Some(Role::Assistant),
-            tool_calls: vec![ToolCall::new(
-                format!("call_{i}"),
-                "read_file",
-                format!(r#"{{"path":"src/file_{i}.rs"}}"#),
-            )],
-            reasoning: Some("I should read the file first.".into()),
-            prompt_tokens: Some(1200),
-            completion_tokens: Some(40),
-            ..Default::default()
-        });
-        batch.push(NewMessage::tool_result(
-            &format!("call_{i}"),
-            "read_file",
-            format!(
-                r#"{{"path":"src/file_{i}.rs","content":"{}","total_lines":40}}"#,
-                "fn main() {} ".repeat(30)
-            ),
-        ));
-        batch.push(NewMessage::new(
-            Role::Assistant,
-            format!("File {i} defines an empty main function, repeated."),
-        ));
+        batch.extend(tool_round(i));
         if batch.len() >= 1000 {
             store.append_messages(&s.id, &batch).await?;
             batch.clear();

@@ -356,24 +356,9 @@ pub fn render_prompt(files: &MemoryFiles) -> Option<String> {
     ))
 }
 
-/// `text` unable to open or close a `<memory>` section (any case, any spacing after `<` or
-/// `</`): such a `<` becomes `‹`.
+/// `text` unable to open or close a `<memory>` section (any case, any spacing).
 fn defang_memory_tags(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for (i, c) in text.char_indices() {
-        if c == '<' {
-            let rest = text[i + 1..].trim_start_matches(|c: char| c == '/' || c.is_whitespace());
-            if rest
-                .get(..6)
-                .is_some_and(|head| head.eq_ignore_ascii_case("memory"))
-            {
-                out.push('‹');
-                continue;
-            }
-        }
-        out.push(c);
-    }
-    out
+    tern_util::text::defang_tags(text, &["memory"])
 }
 
 #[cfg(test)]

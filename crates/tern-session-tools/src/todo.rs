@@ -10,6 +10,7 @@ use tern_store::{
     MAX_TODO_CHARS, MAX_TODO_ID_CHARS, MAX_TODOS, Store, Todo, TodoError, TodoStatus, TodoWrite,
 };
 use tern_tools::{BoxFuture, SessionContext, Tool, ToolContext, ToolError, ToolResult};
+use tern_util::text::one_line;
 
 use crate::TODO_TOOLSET;
 
@@ -187,14 +188,6 @@ impl SessionContext for TodoContext {
             }
         })
     }
-}
-
-/// An item's text on one line: a newline in it must not start what reads as another line
-/// of the list (or of tern's own text around it).
-fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
 }
 
 /// The list for the system prompt: open items one a line, in order, finished ones by id only

@@ -18,7 +18,7 @@ use crate::{DenyAll, DynTool, Registry, Tool, ToolContext, ToolLimits, ToolResul
 
 /// Every file tool test runs under the default policy (`workspace-write`) where the
 /// kernel has Landlock, so the confined threads do all the work the tests check.
-fn ctx_in(dir: &Path) -> ToolContext {
+pub(super) fn ctx_in(dir: &Path) -> ToolContext {
     let mut limits = ToolLimits::default();
     if landlock() {
         limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(tern_sandbox::Policy::new(
@@ -40,7 +40,7 @@ fn ctx_in(dir: &Path) -> ToolContext {
     }
 }
 
-fn landlock() -> bool {
+pub(super) fn landlock() -> bool {
     matches!(
         tern_sandbox::Support::probe(),
         tern_sandbox::Support::Landlock { .. }

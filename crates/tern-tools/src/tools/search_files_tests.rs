@@ -3,7 +3,6 @@
 //! Landlock, as the other file tools' tests.
 
 use std::fs;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -13,36 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::search_files::{Plan, SearchError, SearchFiles, SearchFilesArgs};
 use crate::tool::parse_args;
-use crate::{DenyAll, DynTool, ToolContext, ToolLimits, Typed};
+use crate::{DynTool, ToolContext, Typed};
 
-fn landlock() -> bool {
-    matches!(
-        tern_sandbox::Support::probe(),
-        tern_sandbox::Support::Landlock { .. }
-    )
-}
-
-fn ctx_in(dir: &Path) -> ToolContext {
-    let mut limits = ToolLimits::default();
-    if landlock() {
-        limits.sandbox = Arc::new(tern_sandbox::Sandbox::new(tern_sandbox::Policy::new(
-            tern_sandbox::Mode::WorkspaceWrite,
-        )));
-    }
-    ToolContext {
-        session_id: "test".into(),
-        call_id: "call-1".into(),
-        call_seq: 0,
-        workdir: dir.to_path_buf(),
-        cancel: CancellationToken::new(),
-        approver: Arc::new(DenyAll {
-            reason: "tests never approve".into(),
-        }),
-        limits,
-        preapproved: false,
-        subagents: None,
-    }
-}
+use super::file_tests::{ctx_in, landlock};
 
 /// A temporary tree with `files` (path, content) written, and a context working in it.
 fn tree(files: &[(&str, &str)]) -> (TempDir, ToolContext) {
