@@ -1,4 +1,10 @@
-//! Chat channels: who may talk to the agent ([`pairing`]). The channel trait and the
-//! Telegram and Matrix adapters (issue 15) come next and build on this.
+//! Chat channels: talking to the agent from a chat app (issue 15).
+//!
+//! - [`platform`]: the seam every platform adapter implements ([`platform::Platform`]);
+//! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent.
+//!
+//! The Telegram and Matrix adapters and the runtime that connects them to sessions, the
+//! inbox and the gateway come next and build on these.
 
 pub mod pairing;
+pub mod platform;
