@@ -1,10 +1,13 @@
 //! Chat channels: talking to the agent from a chat app (issue 15).
 //!
 //! - [`platform`]: the seam every platform adapter implements ([`platform::Platform`]);
-//! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent.
-//!
-//! The Telegram and Matrix adapters and the runtime that connects them to sessions, the
-//! inbox and the gateway come next and build on these.
+//! - [`runtime`]: one configured channel connected to sessions, the inbox and the gateway;
+//! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent;
+//! - [`format`]: markdown to each platform's formatting, split at its length limit;
+//! - [`signing`]: signed callback data for buttons.
 
+pub mod format;
 pub mod pairing;
 pub mod platform;
+pub mod runtime;
+pub mod signing;

@@ -280,6 +280,7 @@ impl GatewayBuilder {
             procs,
             idle_reset: eff.config.gateway.idle_reset(),
             local_addr: Some(addr),
+            channels: None,
         });
 
         let upkeep = gw.spawn_upkeep(CancellationToken::new());

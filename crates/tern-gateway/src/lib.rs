@@ -22,6 +22,7 @@ pub mod admin_file;
 mod api;
 pub mod auth;
 pub mod boot;
+pub mod channels;
 pub mod error;
 mod idle;
 mod inbox_api;
@@ -102,6 +103,8 @@ pub struct Gateway {
     /// public_url` is unset. Links never follow the request's `Host`, which the client
     /// chooses.
     pub(crate) local_addr: Option<std::net::SocketAddr>,
+    /// The chat channels, until [`Gateway::spawn_upkeep`] starts them.
+    pub(crate) channels: std::sync::Mutex<Option<channels::ChannelsSetup>>,
 }
 
 /// Everything a [`Gateway`] is made of. [`GatewayParts::new`] leaves the optional parts off;
@@ -124,6 +127,8 @@ pub struct GatewayParts {
     pub idle_reset: Option<Duration>,
     /// The address the server is bound to.
     pub local_addr: Option<std::net::SocketAddr>,
+    /// Chat channels (`[[channels.*]]`), started with the upkeep.
+    pub channels: Option<channels::ChannelsSetup>,
 }
 
 impl GatewayParts {
@@ -146,6 +151,7 @@ impl GatewayParts {
             procs: None,
             idle_reset: None,
             local_addr: None,
+            channels: None,
         }
     }
 }
@@ -260,6 +266,7 @@ impl Gateway {
             procs,
             idle_reset,
             local_addr,
+            channels,
         } = parts;
         let waits = waits.unwrap_or_else(|| WaitsSetup::embedded(&inbox));
         // The resumer runs its turns through this gateway, which holds the resumer: a weak
@@ -273,6 +280,7 @@ impl Gateway {
             }),
             idle_reset,
             local_addr,
+            channels: std::sync::Mutex::new(channels),
             inbox,
             inbox_settings,
             closing: tokio_util::sync::CancellationToken::new(),
@@ -301,6 +309,8 @@ impl Gateway {
         self.spawn_procs_upkeep(&upkeep);
         // Sessions idle for `[gateway] idle_reset` are reset (see `idle`).
         self.spawn_idle_reset(&upkeep);
+        // Chat channels: their long polls, chat queues and deliveries (see `channels`).
+        self.spawn_channels(&upkeep);
         upkeep
             .tasks
             .spawn(self.turns.clone().trim_when_idle(upkeep.stop.clone()));

@@ -92,6 +92,11 @@ impl GatewayWaits {
     fn setup(&self) -> &WaitsSetup {
         &self.setup
     }
+
+    /// Whether the waits use this gateway's own inbox.
+    pub(crate) fn follows_embedded(&self) -> bool {
+        self.setup.follow_embedded
+    }
 }
 
 impl Gateway {

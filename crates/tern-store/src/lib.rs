@@ -1126,6 +1126,7 @@ pub(crate) async fn insert_messages(
     Ok(out)
 }
 
+pub mod channels;
 pub mod compaction;
 pub use compaction::{Compaction, CompactionReason, Elision, NewCompaction, NewSummary};
 pub mod grants;

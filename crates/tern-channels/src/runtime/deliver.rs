@@ -1,0 +1,227 @@
+//! The outbound task: everything the channel's sessions send to their chats.
+//!
+//! Woken by the hook subscriber (a turn started, a tool was called, a turn ended, a wait was
+//! created or resolved) and every few seconds, it:
+//!
+//! 1. sends the assistant messages after each session's delivery cursor, split at the
+//!    platform's limit, and moves the cursor past each one sent — the answer of any turn,
+//!    whoever started it (a chat message, a decision, a background process), reaches the
+//!    chat, and a restart resends nothing already sent (a crash between a send and its cursor
+//!    update sends that one message again: at-least-once, the best a chat API allows);
+//! 2. posts the open requests of its sessions, and edits the settled ones ([`super::posts`]);
+//! 3. sends tool progress (per [`ProgressMode`]) and keeps "typing…" alive while a turn runs.
+//!
+//! A platform that asks to wait (429) is waited for; one that is unreachable leaves the
+//! rest for the next round.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{Inner, ProgressMode, Signal, posts};
+use crate::platform::{ChatRef, OutMessage, PlatformError};
+
+/// How often "typing…" is renewed (Telegram shows it for 5 s) and pending work retried.
+const TICK: Duration = Duration::from_secs(4);
+/// The longest wait a platform's 429 is honoured for in one go.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How much of a tool's arguments a progress line shows.
+const PREVIEW_CHARS: usize = 80;
+
+pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<Signal>) {
+    // Sessions with a running turn → the last tool announced in it.
+    let mut active: HashMap<String, Option<String>> = HashMap::new();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = inner.outbound.notified() => {}
+            s = signals.recv() => {
+                let Some(s) = s else { return };
+                match s {
+                    Signal::TurnStarted(session) => {
+                        active.insert(session.clone(), None);
+                        if let Some(chat) = inner.route(&session) {
+                            let _ = inner.platform.typing(&chat).await;
+                        }
+                        continue;
+                    }
+                    Signal::Tool { session, tool, arguments } => {
+                        // What the model said before calling the tool comes first.
+                        flush(&inner).await;
+                        let last = active.entry(session.clone()).or_default();
+                        let show = match inner.settings.progress {
+                            ProgressMode::Off => false,
+                            ProgressMode::All => true,
+                            ProgressMode::New => last.as_deref() != Some(tool.as_str()),
+                        };
+                        *last = Some(tool.clone());
+                        if show && let Some(chat) = inner.route(&session) {
+                            let _ = send(&inner, &chat, &progress_line(&tool, &arguments)).await;
+                        }
+                        continue;
+                    }
+                    Signal::TurnEnded(session) => {
+                        active.remove(&session);
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                for session in active.keys() {
+                    if let Some(chat) = inner.route(session) {
+                        let _ = inner.platform.typing(&chat).await;
+                    }
+                }
+            }
+        }
+        flush(&inner).await;
+    }
+}
+
+/// One round: answers, new requests, settled requests.
+async fn flush(inner: &Inner) {
+    let channel = &inner.settings.name;
+    match inner.store.channel_undelivered(channel).await {
+        Ok(list) => {
+            for m in list {
+                let chat = ChatRef {
+                    chat_id: m.chat_id.clone(),
+                    thread_id: (!m.thread_id.is_empty()).then(|| m.thread_id.clone()),
+                };
+                match send(inner, &chat, &m.content).await {
+                    Ok(()) => {}
+                    // The platform will not take it (a deleted chat, a blocked bot): skip it
+                    // rather than retry forever.
+                    Err(PlatformError::Rejected(e)) => {
+                        tracing::warn!(channel, session = %m.session_id, error = %e, "the platform refused a message; skipped");
+                    }
+                    Err(e) => {
+                        tracing::warn!(channel, error = %e, "cannot deliver to the chat; retried later");
+                        let _ = inner
+                            .store
+                            .channel_error(channel, inner.platform_name(), &e.to_string())
+                            .await;
+                        return;
+                    }
+                }
+                if let Err(e) = inner.store.channel_delivered(&m.session_id, m.seq).await {
+                    tracing::error!(channel, error = %e, "cannot record a delivery");
+                    return;
+                }
+            }
+        }
+        Err(e) => tracing::error!(channel, error = %e, "cannot read what to deliver"),
+    }
+    if inner.host.inbox().is_some() {
+        match inner.store.channel_posts_unsent(channel).await {
+            Ok(list) => {
+                for p in list {
+                    if let (Ok(Some(w)), Some(chat)) = (
+                        inner.store.wait(&p.wait_id).await,
+                        inner.route(&p.session_id),
+                    ) && w.status == tern_store::WaitStatus::Pending
+                    {
+                        posts::post(inner, &w, &chat).await;
+                    }
+                }
+            }
+            Err(e) => tracing::error!(channel, error = %e, "cannot read unsent posts"),
+        }
+        match inner.store.channel_unposted_waits(channel).await {
+            Ok(ids) => {
+                for id in ids {
+                    if let Ok(Some(w)) = inner.store.wait(&id).await
+                        && let Some(chat) = inner.route(&w.session_id)
+                    {
+                        posts::post(inner, &w, &chat).await;
+                    }
+                }
+            }
+            Err(e) => tracing::error!(channel, error = %e, "cannot read the waits to post"),
+        }
+    }
+    match inner.store.channel_posts_to_settle(channel).await {
+        Ok(list) => {
+            for p in list {
+                posts::settle(inner, &p).await;
+            }
+        }
+        Err(e) => tracing::error!(channel, error = %e, "cannot read the posts to settle"),
+    }
+}
+
+/// Sends `markdown` split at the platform's limit, waiting out its rate limits.
+async fn send(inner: &Inner, chat: &ChatRef, markdown: &str) -> Result<(), PlatformError> {
+    let limit = inner.platform.limits().max_message_chars;
+    for chunk in crate::format::split(markdown, limit) {
+        let msg = OutMessage {
+            markdown: chunk,
+            ..OutMessage::default()
+        };
+        let mut attempts = 0;
+        loop {
+            match inner.platform.send(chat, &msg).await {
+                Ok(_) => break,
+                Err(PlatformError::RetryAfter(d)) if attempts < 5 => {
+                    attempts += 1;
+                    tracing::info!(channel = %inner.settings.name, retry_after = ?d, "the platform asks to wait");
+                    tokio::select! {
+                        () = tokio::time::sleep(d.min(MAX_RETRY_AFTER)) => {}
+                        () = inner.stop.cancelled() => return Err(PlatformError::Cancelled),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// "⚙️ terminal: ls -la" — the tool and the start of its main argument.
+fn progress_line(tool: &str, arguments: &str) -> String {
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
+    let main = [
+        "command", "path", "pattern", "query", "url", "summary", "task",
+    ]
+    .iter()
+    .find_map(|k| args.get(*k).and_then(|v| v.as_str()))
+    .map(|s| {
+        let line = tern_util::text::one_line(s);
+        let mut cut: String = line.chars().take(PREVIEW_CHARS).collect();
+        if line.chars().count() > PREVIEW_CHARS {
+            cut.push('…');
+        }
+        cut
+    });
+    match main {
+        Some(m) if !m.is_empty() => format!("⚙️ `{tool}`: {}", m.replace('`', "'")),
+        _ => format!("⚙️ `{tool}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_show_the_tool_and_its_main_argument() {
+        assert_eq!(
+            progress_line("terminal", r#"{"command":"ls -la"}"#),
+            "⚙️ `terminal`: ls -la"
+        );
+        assert_eq!(progress_line("todo", "{}"), "⚙️ `todo`");
+        assert_eq!(progress_line("x", "not json"), "⚙️ `x`");
+        let long = progress_line(
+            "terminal",
+            &format!(r#"{{"command":"{}"}}"#, "a".repeat(500)),
+        );
+        assert!(long.chars().count() < 100, "{long}");
+        assert_eq!(
+            progress_line("terminal", r#"{"command":"echo `id`"}"#),
+            "⚙️ `terminal`: echo 'id'"
+        );
+    }
+}

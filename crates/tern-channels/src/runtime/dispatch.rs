@@ -1,0 +1,437 @@
+//! Handling recorded events, in the order they came.
+//!
+//! - A command (`/stop`, `/new`, …) is handled at once, even while the chat's turn runs.
+//! - A tap, a reaction, or a reply to a posted request decides it ([`super::posts`]).
+//! - Any other message joins its chat's queue: one task per chat takes them one by one, so
+//!   a message sent during a turn waits behind it. Its turn is admitted by the host like any
+//!   other; once at the head of the session's queue, the message is appended to the
+//!   transcript in the transaction that marks the event appended, and the turn runs.
+//!
+//! After a crash, a `pending` event is handled again from the start (nothing of it was
+//! stored), and an `appended` one is not: its message is in the transcript and its turn was
+//! cut short, which the chat is told.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tern_agent::TurnRequest;
+use tern_llm::Role;
+use tern_store::NewMessage;
+use tern_store::channels::ChannelEvent;
+use tokio::sync::mpsc;
+
+use super::{Inner, commands, posts};
+use crate::platform::{ChatRef, FileRef, OutMessage};
+
+/// A message event as stored by the poll loop.
+#[derive(Debug, Deserialize)]
+pub(super) struct StoredMessage {
+    pub text: String,
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    #[serde(default)]
+    pub files: Vec<StoredFile>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct StoredFile {
+    pub id: String,
+    pub name: Option<String>,
+    pub mime_type: Option<String>,
+    #[serde(default)]
+    pub is_image: bool,
+    pub size: Option<u64>,
+}
+
+/// A tap or a reaction as stored.
+#[derive(Debug, Deserialize)]
+pub(super) struct StoredTap {
+    #[serde(default)]
+    pub callback_id: Option<String>,
+    pub message_id: String,
+    #[serde(default)]
+    pub data: Option<String>,
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+pub(super) fn chat_of(ev: &ChannelEvent) -> ChatRef {
+    ChatRef {
+        chat_id: ev.chat_id.clone(),
+        thread_id: (!ev.thread_id.is_empty()).then(|| ev.thread_id.clone()),
+    }
+}
+
+pub(super) async fn run(inner: Arc<Inner>) {
+    let channel = inner.settings.name.clone();
+    let mut queues: HashMap<ChatRef, mpsc::UnboundedSender<ChannelEvent>> = HashMap::new();
+    let mut queued: HashSet<i64> = HashSet::new();
+    let mut first = true;
+    loop {
+        let notified = inner.events.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match inner.store.channel_open_events(&channel).await {
+            Ok(events) => {
+                let open: HashSet<i64> = events.iter().map(|e| e.id).collect();
+                queued.retain(|id| open.contains(id));
+                for ev in events {
+                    if queued.contains(&ev.id) {
+                        continue;
+                    }
+                    if ev.status == "appended" {
+                        if first {
+                            cut_short(&inner, &ev).await;
+                        }
+                        continue;
+                    }
+                    if let Some(ev) = handle_now(&inner, ev).await {
+                        queued.insert(ev.id);
+                        let chat = chat_of(&ev);
+                        let tx = queues.entry(chat.clone()).or_insert_with(|| {
+                            let (tx, rx) = mpsc::unbounded_channel();
+                            inner.tasks.spawn(chat_queue(inner.clone(), rx));
+                            tx
+                        });
+                        let _ = tx.send(ev);
+                    }
+                }
+            }
+            Err(e) => tracing::error!(channel, error = %e, "cannot read the channel's events"),
+        }
+        first = false;
+        tokio::select! {
+            () = notified => {}
+            () = inner.stop.cancelled() => return,
+        }
+    }
+}
+
+/// Handles what does not wait for the chat's queue; gives back a message for the queue.
+async fn handle_now(inner: &Arc<Inner>, ev: ChannelEvent) -> Option<ChannelEvent> {
+    match ev.kind.as_str() {
+        "callback" | "reaction" => {
+            match serde_json::from_str::<StoredTap>(&ev.payload) {
+                Ok(tap) => posts::tap(inner, &ev, &tap).await,
+                Err(e) => tracing::warn!(event = ev.id, error = %e, "an unreadable tap"),
+            }
+            done(inner, ev.id).await;
+            None
+        }
+        "message" => {
+            let msg = match serde_json::from_str::<StoredMessage>(&ev.payload) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(event = ev.id, error = %e, "an unreadable message");
+                    done(inner, ev.id).await;
+                    return None;
+                }
+            };
+            if commands::handle(inner, &ev, &msg.text).await || posts::reply(inner, &ev, &msg).await
+            {
+                done(inner, ev.id).await;
+                return None;
+            }
+            Some(ev)
+        }
+        other => {
+            tracing::warn!(event = ev.id, kind = other, "an event of an unknown kind");
+            done(inner, ev.id).await;
+            None
+        }
+    }
+}
+
+async fn done(inner: &Inner, id: i64) {
+    if let Err(e) = inner.store.channel_event_done(id).await {
+        tracing::warn!(event = id, error = %e, "cannot mark a channel event handled");
+    }
+}
+
+/// An event whose message was appended before the last stop, and whose turn therefore did
+/// not finish here.
+async fn cut_short(inner: &Inner, ev: &ChannelEvent) {
+    let text = "The gateway restarted while I was answering your last message, so that answer \
+                was cut short. Send it again, or tell me to continue.";
+    send_text(inner, &chat_of(ev), text).await;
+    done(inner, ev.id).await;
+}
+
+pub(super) async fn send_text(inner: &Inner, chat: &ChatRef, text: &str) {
+    let msg = OutMessage {
+        markdown: text.to_owned(),
+        ..OutMessage::default()
+    };
+    if let Err(e) = inner.platform.send(chat, &msg).await {
+        tracing::warn!(channel = %inner.settings.name, error = %e, "cannot send to the chat");
+    }
+}
+
+/// One chat's messages, one turn after the other.
+async fn chat_queue(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<ChannelEvent>) {
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => match ev { Some(ev) => ev, None => return },
+            () = inner.stop.cancelled() => return,
+        };
+        let id = ev.id;
+        match message_turn(&inner, ev).await {
+            Ok(()) => done(&inner, id).await,
+            // Left pending: handled again after the restart.
+            Err(TurnError::Stopping) => return,
+            Err(e) => {
+                tracing::warn!(channel = %inner.settings.name, event = id, error = %e, "a chat message could not be handled");
+                done(&inner, id).await;
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TurnError {
+    #[error("the channel is stopping")]
+    Stopping,
+    #[error(transparent)]
+    Host(#[from] super::HostError),
+    #[error(transparent)]
+    Store(#[from] tern_store::StoreError),
+    #[error(transparent)]
+    Agent(#[from] tern_agent::AgentError),
+}
+
+/// The chat's current session, or a new one.
+pub(super) async fn current_session(
+    inner: &Inner,
+    chat: &ChatRef,
+    title: Option<String>,
+) -> Result<String, super::HostError> {
+    let thread = chat.thread_id.as_deref().unwrap_or("");
+    if let Some(s) = inner
+        .store
+        .channel_current_session(&inner.settings.name, &chat.chat_id, thread)
+        .await?
+    {
+        return Ok(s);
+    }
+    new_session(inner, chat, title).await
+}
+
+/// A new session for the chat, made its current one.
+pub(super) async fn new_session(
+    inner: &Inner,
+    chat: &ChatRef,
+    title: Option<String>,
+) -> Result<String, super::HostError> {
+    let thread = chat.thread_id.as_deref().unwrap_or("");
+    let id = inner
+        .host
+        .create_session(inner.platform_name(), title)
+        .await?;
+    inner
+        .store
+        .channel_bind_session(&inner.settings.name, &chat.chat_id, thread, &id)
+        .await?;
+    inner.set_route(&id, chat);
+    Ok(id)
+}
+
+async fn message_turn(inner: &Arc<Inner>, ev: ChannelEvent) -> Result<(), TurnError> {
+    let chat = chat_of(&ev);
+    let msg: StoredMessage = serde_json::from_str(&ev.payload)
+        .map_err(|e| tern_store::StoreError::Corrupt(format!("channel event: {e}")))?;
+    let title: String = msg.text.chars().take(60).collect();
+    let session = current_session(inner, &chat, Some(title)).await?;
+    let defaults = inner.host.turn_defaults();
+    let mut input = msg.text.clone();
+    for f in &msg.files {
+        input.push_str("\n\n");
+        input.push_str(&receive_file(inner, &defaults.workdir, f).await);
+    }
+    if input.trim().is_empty() {
+        return Ok(());
+    }
+    let admission = tokio::select! {
+        a = inner.host.admit(&session) => a?,
+        () = inner.stop.cancelled() => return Err(TurnError::Stopping),
+    };
+    let ticket = tokio::select! {
+        t = admission.ticket.ready() => t,
+        () = admission.interrupt.token().cancelled() => {
+            let _ = inner.store.channel_event_done(ev.id).await;
+            return Ok(());
+        }
+    };
+    let appended = inner
+        .store
+        .channel_append_event(ev.id, &session, &NewMessage::new(Role::User, input.clone()))
+        .await?;
+    if appended.is_none() {
+        // Appended already (a second delivery of the same event): its turn ran then.
+        return Ok(());
+    }
+    inner.wake_outbound();
+    let req = TurnRequest {
+        session_id: session.clone(),
+        input,
+        input_appended: true,
+        interrupt: admission.interrupt.clone(),
+        system_prompt: None,
+        approver: defaults.approver,
+        workdir: defaults.workdir,
+        toolsets: defaults.toolsets,
+        events: Some(admission.events.clone()),
+        ticket: Some(ticket),
+    };
+    let agent = inner.host.agent().clone();
+    let guard = admission.guard;
+    // On a task of its own, so a turn is never dropped half-way when this queue stops: the
+    // gateway's drain interrupts it properly.
+    let turn = tokio::spawn(async move {
+        let r = agent.run_turn(req).await;
+        drop(guard);
+        r
+    });
+    let outcome = turn
+        .await
+        .map_err(|e| tern_store::StoreError::Corrupt(format!("the turn's task failed: {e}")))?;
+    inner.wake_outbound();
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            send_text(inner, &chat, &format!("The turn failed: {e}")).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Saves an inbound file in the working directory; the line that tells the model about it.
+async fn receive_file(inner: &Inner, workdir: &Path, f: &StoredFile) -> String {
+    let file = FileRef {
+        id: f.id.clone(),
+        name: f.name.clone(),
+        mime_type: f.mime_type.clone(),
+        is_image: f.is_image,
+        size: f.size,
+    };
+    let what = if f.is_image { "an image" } else { "a file" };
+    let bytes = match inner
+        .platform
+        .download(&file, inner.settings.max_file_bytes)
+        .await
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(channel = %inner.settings.name, error = %e, "cannot download a file from the chat");
+            return format!("[The user sent {what} that could not be received: {e}]");
+        }
+    };
+    let name = safe_name(f.name.as_deref(), f.is_image, f.mime_type.as_deref());
+    let dir = workdir.join(&inner.settings.files_dir);
+    let rel = match save_unique(&dir, &name, &bytes).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(channel = %inner.settings.name, error = %e, "cannot save a file from the chat");
+            return format!("[The user sent {what} that could not be saved: {e}]");
+        }
+    };
+    let shown = inner.settings.files_dir.join(rel);
+    format!(
+        "[The user sent {what}: {} ({} bytes{})]",
+        shown.display(),
+        bytes.len(),
+        f.mime_type
+            .as_deref()
+            .map(|m| format!(", {m}"))
+            .unwrap_or_default()
+    )
+}
+
+/// A file name without directories or odd characters.
+fn safe_name(name: Option<&str>, is_image: bool, mime: Option<&str>) -> String {
+    let base = name
+        .and_then(|n| Path::new(n).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let cleaned: String = base
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.').to_owned();
+    if !cleaned.is_empty() {
+        return cleaned;
+    }
+    let ext = match mime {
+        Some("image/png") => "png",
+        Some("image/jpeg") | None if is_image => "jpg",
+        Some("application/pdf") => "pdf",
+        Some("text/plain") => "txt",
+        _ => "bin",
+    };
+    format!("{}.{ext}", if is_image { "photo" } else { "file" })
+}
+
+/// Writes `bytes` as `dir/name`, or `dir/name-2`… when taken; the name used.
+async fn save_unique(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    tokio::fs::create_dir_all(dir).await?;
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((s, e)) if !s.is_empty() => (s.to_owned(), format!(".{e}")),
+        _ => (name.to_owned(), String::new()),
+    };
+    for n in 1..1000 {
+        let candidate = if n == 1 {
+            name.to_owned()
+        } else {
+            format!("{stem}-{n}{ext}")
+        };
+        let path = dir.join(&candidate);
+        match tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+        {
+            Ok(mut f) => {
+                use tokio::io::AsyncWriteExt as _;
+                f.write_all(bytes).await?;
+                f.sync_all().await?;
+                return Ok(PathBuf::from(candidate));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many files with that name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_lose_directories_and_odd_characters() {
+        assert_eq!(safe_name(Some("../../etc/passwd"), false, None), "passwd");
+        assert_eq!(safe_name(Some(".bashrc"), false, None), "bashrc");
+        assert_eq!(safe_name(Some("a b;c.txt"), false, None), "a_b_c.txt");
+        assert_eq!(safe_name(None, true, Some("image/png")), "photo.png");
+        assert_eq!(safe_name(None, true, None), "photo.jpg");
+        assert_eq!(safe_name(Some(""), false, None), "file.bin");
+    }
+
+    #[tokio::test]
+    async fn saving_never_overwrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = save_unique(dir.path(), "x.txt", b"1").await.unwrap();
+        let b = save_unique(dir.path(), "x.txt", b"2").await.unwrap();
+        assert_eq!(a, PathBuf::from("x.txt"));
+        assert_eq!(b, PathBuf::from("x-2.txt"));
+        assert_eq!(std::fs::read(dir.path().join("x.txt")).unwrap(), b"1");
+    }
+}
