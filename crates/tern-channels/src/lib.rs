@@ -4,10 +4,12 @@
 //! - [`runtime`]: one configured channel connected to sessions, the inbox and the gateway;
 //! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent;
 //! - [`format`]: markdown to each platform's formatting, split at its length limit;
-//! - [`signing`]: signed callback data for buttons.
+//! - [`signing`]: signed callback data for buttons;
+//! - [`tools`]: the model's `send_file`, to send a file to the session's chat.
 
 pub mod format;
 pub mod pairing;
 pub mod platform;
 pub mod runtime;
 pub mod signing;
+pub mod tools;

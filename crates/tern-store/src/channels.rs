@@ -99,6 +99,19 @@ pub struct ChannelHealth {
     pub open_posts: i64,
 }
 
+/// A file queued for a chat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ChannelFile {
+    pub id: i64,
+    pub session_id: String,
+    pub path: String,
+    pub name: String,
+    pub caption: Option<String>,
+    pub is_image: bool,
+    pub chat_id: String,
+    pub thread_id: String,
+}
+
 macro_rules! post_cols {
     () => {
         "p.id, p.channel, p.chat_id, p.thread_id, p.session_id, p.wait_id, p.request_id, \
@@ -512,6 +525,51 @@ impl Store {
 
     pub async fn channel_post_settled(&self, id: i64) -> Result<()> {
         sqlx::query("UPDATE channel_posts SET status = 'settled', settled_at = ? WHERE id = ?")
+            .bind(now_ms())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Queues a file (already copied to `path`) for the session's chat.
+    pub async fn channel_file_queue(
+        &self,
+        session_id: &str,
+        path: &str,
+        name: &str,
+        caption: Option<&str>,
+        is_image: bool,
+    ) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO channel_files (session_id, path, name, caption, is_image, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(session_id)
+        .bind(path)
+        .bind(name)
+        .bind(caption)
+        .bind(is_image)
+        .bind(now_ms())
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// The channel's queued files not sent yet, oldest first.
+    pub async fn channel_files_unsent(&self, channel: &str) -> Result<Vec<ChannelFile>> {
+        Ok(sqlx::query_as(
+            "SELECT f.id, f.session_id, f.path, f.name, f.caption, f.is_image, c.chat_id, \
+               c.thread_id \
+             FROM channel_files f JOIN channel_sessions c ON c.session_id = f.session_id \
+             WHERE c.channel = ? AND f.sent_at IS NULL ORDER BY f.id",
+        )
+        .bind(channel)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    pub async fn channel_file_sent(&self, id: i64) -> Result<()> {
+        sqlx::query("UPDATE channel_files SET sent_at = ? WHERE id = ?")
             .bind(now_ms())
             .bind(id)
             .execute(self.pool())

@@ -149,6 +149,39 @@ where
         .map_err(|_| ToolError::new("internal error in a file tool: its thread ended early"))?
 }
 
+/// Reads a whole file the model names, as the file tools do: confined by the session's
+/// sandbox (so `$TERN_HOME` and anything else outside the policy stays out of reach, symlinks
+/// included), refusing files over `max_bytes`. The path resolved, and the bytes. For tools of
+/// other crates that hand a file on (`send_file`).
+pub async fn read_bytes(
+    ctx: &ToolContext,
+    shown: &str,
+    max_bytes: u64,
+) -> Result<(std::path::PathBuf, Vec<u8>), ToolError> {
+    use std::io::Read as _;
+    check_cancel(ctx)?;
+    let path = ctx.resolve(shown);
+    let p = path.clone();
+    let read = run_blocking(ctx, move || -> io::Result<Option<Vec<u8>>> {
+        let f = fs::File::open(&p)?;
+        let meta = f.metadata()?;
+        if meta.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+        }
+        let mut bytes = Vec::new();
+        f.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes)?;
+        Ok((bytes.len() as u64 <= max_bytes).then_some(bytes))
+    })
+    .await?;
+    match read {
+        Ok(Some(bytes)) => Ok((path, bytes)),
+        Ok(None) => Err(ToolError::new(format!(
+            "{shown} is larger than {max_bytes} bytes, the most that can be sent"
+        ))),
+        Err(e) => Err(io_error("read", shown, ctx, &e)),
+    }
+}
+
 pub(crate) fn binary_error(shown: &str) -> ToolError {
     ToolError::new(format!("not valid UTF-8 text (binary file?): {shown}"))
 }

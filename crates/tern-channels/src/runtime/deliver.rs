@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Inner, ProgressMode, Signal, posts};
-use crate::platform::{ChatRef, OutMessage, PlatformError};
+use crate::platform::{ChatRef, OutFile, OutMessage, PlatformError};
 
 /// How often "typing…" is renewed (Telegram shows it for 5 s) and pending work retried.
 const TICK: Duration = Duration::from_secs(4);
@@ -115,6 +115,7 @@ async fn flush(inner: &Inner) {
         }
         Err(e) => tracing::error!(channel, error = %e, "cannot read what to deliver"),
     }
+    send_files(inner).await;
     if inner.host.inbox().is_some() {
         match inner.store.channel_posts_unsent(channel).await {
             Ok(list) => {
@@ -150,6 +151,49 @@ async fn flush(inner: &Inner) {
             }
         }
         Err(e) => tracing::error!(channel, error = %e, "cannot read the posts to settle"),
+    }
+}
+
+/// Sends the files `send_file` queued, and removes their copies.
+async fn send_files(inner: &Inner) {
+    let channel = &inner.settings.name;
+    let files = match inner.store.channel_files_unsent(channel).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(channel, error = %e, "cannot read the files to send");
+            return;
+        }
+    };
+    for f in files {
+        let chat = ChatRef {
+            chat_id: f.chat_id.clone(),
+            thread_id: (!f.thread_id.is_empty()).then(|| f.thread_id.clone()),
+        };
+        let bytes = match tokio::fs::read(&f.path).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(channel, file = f.id, error = %e, "a queued file is gone; skipped");
+                let _ = inner.store.channel_file_sent(f.id).await;
+                continue;
+            }
+        };
+        let out = OutFile {
+            name: f.name.clone(),
+            bytes,
+            mime_type: None,
+            is_image: f.is_image,
+            caption: f.caption.clone(),
+        };
+        match inner.platform.send_file(&chat, &out).await {
+            Ok(_) | Err(PlatformError::Rejected(_)) => {
+                let _ = inner.store.channel_file_sent(f.id).await;
+                let _ = tokio::fs::remove_file(&f.path).await;
+            }
+            Err(e) => {
+                tracing::warn!(channel, error = %e, "cannot send a file to the chat; retried later");
+                return;
+            }
+        }
     }
 }
 

@@ -296,6 +296,7 @@ impl Subscriber for ChannelHooks {
             HookEvent::WaitCreated(_)
             | HookEvent::WaitResolved(_)
             | HookEvent::PostLlmCall(_)
+            | HookEvent::PostToolCall(_)
             | HookEvent::PostCompact(_) => {
                 inner.wake_outbound();
                 return;

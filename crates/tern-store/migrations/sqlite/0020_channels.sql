@@ -77,3 +77,17 @@ CREATE TABLE channel_posts (
     UNIQUE (channel, wait_id)
 );
 CREATE INDEX channel_posts_open ON channel_posts (channel, status);
+
+-- Files a session's `send_file` queued for its chat: copied out of the workspace (read under
+-- the sandbox) to `path` in tern's home, sent, then removed.
+CREATE TABLE channel_files (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id  TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    caption     TEXT,
+    is_image    BOOLEAN NOT NULL,
+    created_at  BIGINT NOT NULL,
+    sent_at     BIGINT
+);
+CREATE INDEX channel_files_unsent ON channel_files (session_id) WHERE sent_at IS NULL;
