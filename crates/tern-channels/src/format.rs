@@ -1,20 +1,129 @@
-//! TEMPORARY stub until the formatting module lands (same signatures).
+//! The agent's markdown as a chat platform shows it, in pieces the platform accepts.
+//!
+//! - [`telegram_html`]: Telegram's HTML subset (`parse_mode: "HTML"`);
+//! - [`matrix_html`]: the `org.matrix.custom.html` subset (a message's `formatted_body`);
+//! - [`plain_text`]: readable text, for Matrix's `body` and for when a platform refuses the
+//!   formatting;
+//! - [`split`]: a long reply cut into messages of at most a platform's length, at the best
+//!   boundary available, each of which renders on its own.
+//!
+//! The markdown is the model's, so it is untrusted: raw HTML in it is shown as text, never
+//! passed through (a reply must not be able to inject tags), `& < > "` are escaped, and only
+//! `http(s)`, `tg` and `mailto` links become links (a `javascript:` link is its text). The
+//! parse is `pulldown-cmark`'s (CommonMark with tables, strikethrough and task lists), so
+//! unbalanced markup such as a lone `*` is text, as any CommonMark renderer shows it.
+
+mod render;
+mod split;
+
+use render::Flavor;
+
+/// Markdown as Telegram's HTML: only `<b> <i> <s> <code> <pre> <pre><code class="language-x">
+/// <a href> <blockquote>`. Headings become bold lines, list items `• ` / `1. ` lines, tables a
+/// `<pre>` block, images links, rules a line of `─`.
 pub fn telegram_html(markdown: &str) -> String {
-    markdown
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    render::render(markdown, Flavor::Telegram)
 }
+
+/// Markdown as Matrix's `org.matrix.custom.html` subset (`<p> <h1>…<h6> <strong> <em> <del>
+/// <code> <pre> <a href> <blockquote> <ul> <ol> <li> <table> <hr> <br>`); images become links
+/// (Matrix clients show only `mxc://` images).
 pub fn matrix_html(markdown: &str) -> String {
-    telegram_html(markdown)
+    render::render(markdown, Flavor::Matrix)
 }
+
+/// Markdown as readable plain text: markup dropped, links as `text (url)`, list items as
+/// `• ` / `1. ` lines, quotes as `> ` lines, tables as aligned columns.
 pub fn plain_text(markdown: &str) -> String {
-    markdown.to_owned()
+    render::render(markdown, Flavor::Plain)
 }
+
+/// Cuts `markdown` into chunks of at most `max_chars` characters (not bytes) — between
+/// paragraphs when it can, else between lines, else after a sentence or between words, and
+/// only as a last resort in the middle of a word. A fenced code block cut in two is closed at
+/// the end of one chunk and reopened (same fence and language) at the start of the next, so
+/// each chunk renders on its own. The whitespace at a cut is dropped; nothing else is. Never
+/// returns an empty chunk: blank input gives no chunks. A `max_chars` of 0 counts as 1.
 pub fn split(markdown: &str, max_chars: usize) -> Vec<String> {
-    let chars: Vec<char> = markdown.chars().collect();
-    chars
-        .chunks(max_chars.max(1))
-        .map(|c| c.iter().collect())
-        .collect()
+    split::split(markdown, max_chars)
+}
+
+/// Escapes text for HTML, in element content and in double-quoted attributes alike. These
+/// four are the entities Telegram knows.
+fn escape_html(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The link target to use for a markdown link, or `None` when it must not be a link: only
+/// `http`, `https`, `tg` and `mailto` URLs are kept (`javascript:`, `data:`, relative paths
+/// and anything with control characters are not). `email` is an `<a@b.example>` autolink.
+fn safe_href(url: &str, email: bool) -> Option<String> {
+    let url = url.trim();
+    if url.is_empty() || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return None;
+    }
+    if email {
+        return Some(format!("mailto:{url}"));
+    }
+    let (scheme, rest) = url.split_once(':')?;
+    let scheme = scheme.to_ascii_lowercase();
+    let allowed = match scheme.as_str() {
+        "http" | "https" => rest.starts_with("//") && rest.len() > 2,
+        "tg" | "mailto" => !rest.is_empty(),
+        _ => false,
+    };
+    allowed.then(|| url.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_web_telegram_and_mail_links_are_kept() {
+        for url in [
+            "https://example.org/a?b=c",
+            "HTTP://example.org",
+            "tg://user?id=1",
+            "mailto:a@b.example",
+        ] {
+            assert_eq!(safe_href(url, false).as_deref(), Some(url), "{url}");
+        }
+        for url in [
+            "javascript:alert(1)",
+            "JavaScript:alert(1)",
+            " javascript:alert(1)",
+            "java\tscript:alert(1)",
+            "data:text/html,<script>",
+            "vbscript:x",
+            "file:///etc/passwd",
+            "/relative/path",
+            "example.org",
+            "http:",
+            "https://",
+            "http://a b",
+            "",
+        ] {
+            assert_eq!(safe_href(url, false), None, "{url:?}");
+        }
+        assert_eq!(
+            safe_href("a@b.example", true).as_deref(),
+            Some("mailto:a@b.example")
+        );
+    }
+
+    #[test]
+    fn escaping_covers_the_four_entities() {
+        let mut out = String::new();
+        escape_html("<a href=\"x\">&amp;</a>", &mut out);
+        assert_eq!(out, "&lt;a href=&quot;x&quot;&gt;&amp;amp;&lt;/a&gt;");
+    }
 }
