@@ -141,6 +141,8 @@ struct Data {
     /// file_id → (file_path, bytes).
     files: HashMap<String, (String, Vec<u8>)>,
     faults: HashMap<String, VecDeque<Fault>>,
+    /// `getFile` leaves out `file_size` (Telegram may), and downloads come chunked.
+    hide_file_sizes: bool,
     sent: Vec<Sent>,
     edits: Vec<Edit>,
     chat_actions: Vec<ChatAction>,
@@ -442,6 +444,12 @@ impl FakeTelegram {
         q.extend(std::iter::repeat_n(fault, n));
     }
 
+    /// From now on `getFile` does not say how large a file is, and downloads come without a
+    /// `Content-Length`, so only reading them shows their size.
+    pub fn hide_file_sizes(&self) {
+        self.shared.lock().hide_file_sizes = true;
+    }
+
     // --- internals ---
 
     fn add_file(&self, dir: &str, ext: &str, bytes: &[u8]) -> String {
@@ -727,6 +735,11 @@ async fn download(
         return err(401, "Unauthorized");
     }
     match s.files.values().find(|(p, _)| *p == path) {
+        Some((_, bytes)) if s.hide_file_sizes => {
+            let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+                bytes.chunks(1024).map(|c| Ok(c.to_vec())).collect();
+            axum::body::Body::from_stream(futures_util::stream::iter(chunks)).into_response()
+        }
         Some((_, bytes)) => bytes.clone().into_response(),
         None => err(404, "Not Found"),
     }
@@ -880,8 +893,8 @@ fn deliverable(update: &Value, allowed: Option<&[String]>) -> bool {
     }
 }
 
-fn chat_id(p: &Params) -> Result<i64, Response> {
-    p.int("chat_id").ok_or_else(|| bad("chat not found"))
+fn chat_id(p: &Params) -> Result<i64, String> {
+    p.int("chat_id").ok_or_else(|| "chat not found".to_owned())
 }
 
 fn reply_to(p: &Params) -> Option<i64> {
@@ -890,14 +903,14 @@ fn reply_to(p: &Params) -> Option<i64> {
         .or_else(|| p.int("reply_to_message_id"))
 }
 
-/// The text Telegram would show: HTML parsed when `parse_mode` is HTML.
-fn visible_text(text: &str, parse_mode: Option<&str>) -> Result<String, Response> {
+/// The text Telegram would show, or what its "Bad Request" says.
+fn visible_text(text: &str, parse_mode: Option<&str>) -> Result<String, String> {
     match parse_mode {
         None | Some("") => Ok(text.to_owned()),
         Some(m) if m.eq_ignore_ascii_case("html") => {
-            parse_html(text).map_err(|e| bad(&format!("can't parse entities: {e}")))
+            parse_html(text).map_err(|e| format!("can't parse entities: {e}"))
         }
-        Some(m) => Err(bad(&format!("unsupported parse_mode {m:?}"))),
+        Some(m) => Err(format!("unsupported parse_mode {m:?}")),
     }
 }
 
@@ -1002,7 +1015,7 @@ fn parse_html(html: &str) -> Result<String, String> {
 fn send_message(shared: &Shared, p: &Params) -> Response {
     let chat = match chat_id(p) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(e) => return bad(&e),
     };
     let Some(text) = p.str("text") else {
         return bad("message text is empty");
@@ -1010,7 +1023,7 @@ fn send_message(shared: &Shared, p: &Params) -> Response {
     let parse_mode = p.str("parse_mode");
     let visible = match visible_text(&text, parse_mode.as_deref()) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(e) => return bad(&e),
     };
     if visible.trim().is_empty() {
         return bad("message text is empty");
@@ -1080,7 +1093,7 @@ fn message_result(
 fn send_file(shared: &Shared, method: &str, p: &Params) -> Response {
     let chat = match chat_id(p) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(e) => return bad(&e),
     };
     let field = if method == "sendPhoto" {
         "photo"
@@ -1100,7 +1113,7 @@ fn send_file(shared: &Shared, method: &str, p: &Params) -> Response {
         match visible_text(c, parse_mode.as_deref()) {
             Ok(v) if v.chars().count() > 1024 => return bad("message caption is too long"),
             Ok(_) => {}
-            Err(r) => return r,
+            Err(e) => return bad(&e),
         }
     }
     let markup = normal_markup(p.json("reply_markup"));
@@ -1155,7 +1168,7 @@ fn send_file(shared: &Shared, method: &str, p: &Params) -> Response {
 fn edit(shared: &Shared, method: &str, p: &Params) -> Response {
     let chat = match chat_id(p) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(e) => return bad(&e),
     };
     let Some(message_id) = p.int("message_id") else {
         return bad("message identifier is not specified");
@@ -1170,7 +1183,7 @@ fn edit(shared: &Shared, method: &str, p: &Params) -> Response {
             Ok(v) if v.chars().count() > MAX_TEXT_CHARS => return bad("message is too long"),
             Ok(v) if v.trim().is_empty() => return bad("text must be non-empty"),
             Ok(_) => {}
-            Err(r) => return r,
+            Err(e) => return bad(&e),
         }
         Some(text)
     } else {
@@ -1211,7 +1224,7 @@ fn edit(shared: &Shared, method: &str, p: &Params) -> Response {
 fn chat_action(shared: &Shared, p: &Params) -> Response {
     let chat = match chat_id(p) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(e) => return bad(&e),
     };
     let Some(action) = p.str("action") else {
         return bad("wrong parameter action in request");
@@ -1245,12 +1258,14 @@ fn get_file(shared: &Shared, p: &Params) -> Response {
     let id = p.str("file_id").unwrap_or_default();
     let s = shared.lock();
     match s.files.get(&id) {
-        Some((path, bytes)) => ok(json!({
-            "file_id": id,
-            "file_unique_id": format!("u{id}"),
-            "file_size": bytes.len(),
-            "file_path": path,
-        })),
+        Some((path, bytes)) => {
+            let mut file = json!({"file_id": id, "file_unique_id": format!("u{id}"),
+                                  "file_path": path});
+            if !s.hide_file_sizes {
+                file["file_size"] = json!(bytes.len());
+            }
+            ok(file)
+        }
         None => bad("invalid file_id"),
     }
 }
