@@ -141,6 +141,9 @@ struct Data {
     /// file_id → (file_path, bytes).
     files: HashMap<String, (String, Vec<u8>)>,
     faults: HashMap<String, VecDeque<Fault>>,
+    /// A webhook set (by another deployment of the bot): `getUpdates` refuses until
+    /// `deleteWebhook`.
+    webhook: Option<String>,
     /// `getFile` leaves out `file_size` (Telegram may), and downloads come chunked.
     hide_file_sizes: bool,
     sent: Vec<Sent>,
@@ -213,6 +216,17 @@ impl FakeTelegram {
     pub fn revoke_token(&self) {
         self.shared.lock().revoked = true;
         self.shared.wake.notify_waiters();
+    }
+
+    /// Sets a webhook, as another deployment of the same bot might have: `getUpdates`
+    /// answers 409 until `deleteWebhook` removes it.
+    pub fn set_webhook(&self, url: &str) {
+        self.shared.lock().webhook = Some(url.to_owned());
+    }
+
+    /// The webhook set, if any.
+    pub fn webhook(&self) -> Option<String> {
+        self.shared.lock().webhook.clone()
     }
 
     // --- the users ---
@@ -764,7 +778,10 @@ async fn method(
     match method.as_str() {
         "getUpdates" => get_updates(&shared, &bot, &p).await,
         "getMe" => ok(bot_user()),
-        "deleteWebhook" => ok(json!(true)),
+        "deleteWebhook" => {
+            shared.lock().webhook = None;
+            ok(json!(true))
+        }
         "sendMessage" => send_message(&shared, &p),
         "sendDocument" | "sendPhoto" => send_file(&shared, &method, &p),
         "editMessageText" | "editMessageReplyMarkup" => edit(&shared, &method, &p),
@@ -815,6 +832,13 @@ async fn get_updates(shared: &Shared, bot: &str, p: &Params) -> Response {
     let generation = {
         let mut s = shared.lock();
         s.get_updates_calls += 1;
+        if s.webhook.is_some() {
+            return err(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; use \
+                 deleteWebhook to delete the webhook first",
+            );
+        }
         s.poll_generation += 1;
         if let Some(allowed) = p.json("allowed_updates") {
             let list: Vec<String> = allowed

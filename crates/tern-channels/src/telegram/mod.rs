@@ -8,7 +8,8 @@
 //!   `["message", "callback_query"]`: tern acts on new messages and button taps; edits of
 //!   messages already handled cannot change a turn, so `edited_message` is not asked for.
 //!   Updates tern ignores (service messages, stickers, bots, inline-mode taps) still advance
-//!   the cursor.
+//!   the cursor. A webhook left on the bot is deleted (Telegram refuses `getUpdates` while
+//!   one is set), keeping its pending updates.
 //! - Events: `key` is the `update_id`; users and chats are the numeric ids as text; a message
 //!   in a forum topic carries the topic's `message_thread_id` as its thread; a photo is its
 //!   largest size.
@@ -168,6 +169,35 @@ impl Telegram {
         }
         .await;
         result.map_err(|e| self.scrub_err(e))
+    }
+
+    /// The bot itself (`getMe`): its id and name, or why the token does not work. What a
+    /// start-up check or a status line shows.
+    pub async fn me(&self) -> Result<UserRef, PlatformError> {
+        let me: api::User = self
+            .call("getMe", &json!({}), self.settings.request_timeout)
+            .await?;
+        Ok(user(&me))
+    }
+
+    /// One `getUpdates`. A webhook (set by another deployment of the bot) makes Telegram
+    /// refuse it; the channel was configured to poll, so the webhook is removed (its pending
+    /// updates kept) and the poll repeated once.
+    async fn get_updates(&self, body: &Value) -> Result<Vec<Value>, PlatformError> {
+        let timeout = self.settings.poll_timeout + self.settings.request_timeout;
+        match self.call("getUpdates", body, timeout).await {
+            Err(PlatformError::Conflict(why)) if why.contains("webhook") => {
+                tracing::warn!("the bot had a webhook; deleting it to poll for updates");
+                self.call::<Value>(
+                    "deleteWebhook",
+                    &json!({ "drop_pending_updates": false }),
+                    self.settings.request_timeout,
+                )
+                .await?;
+                self.call("getUpdates", body, timeout).await
+            }
+            other => other,
+        }
     }
 
     /// Calls a method that sends `text` as HTML; on "can't parse entities" calls it again
@@ -412,11 +442,10 @@ impl Platform for Telegram {
                 Some(Err(_)) => tracing::warn!(?cursor, "ignoring a cursor that is not an offset"),
                 None => {}
             }
-            let timeout = self.settings.poll_timeout + self.settings.request_timeout;
-            let updates: Vec<Value> = tokio::select! {
+            let updates = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(PlatformError::Cancelled),
-                r = self.call("getUpdates", &body, timeout) => r?,
+                r = self.get_updates(&body) => r?,
             };
             let mut batch = Batch::default();
             let mut last = None;

@@ -432,3 +432,43 @@ async fn send_file_uploads_documents_and_photos() {
     assert_eq!(sent[1].method, "sendPhoto");
     assert_eq!(sent[1].file.as_ref().unwrap().1, png.bytes);
 }
+
+#[tokio::test]
+async fn a_second_poller_makes_the_first_a_conflict() {
+    let tg = Arc::new(FakeTelegram::start().await);
+    let first = Arc::new(adapter(&tg, Duration::from_secs(50)));
+    let second = adapter(&tg, Duration::from_secs(1));
+    let cancel = CancellationToken::new();
+    let held = tokio::spawn({
+        let (first, cancel) = (first.clone(), cancel.clone());
+        async move { first.poll(None, &cancel).await }
+    });
+    tg.wait_held_poll().await;
+    second.poll(None, &cancel).await.unwrap();
+    assert!(matches!(
+        held.await.unwrap(),
+        Err(PlatformError::Conflict(why)) if why.contains("terminated by other getUpdates")
+    ));
+}
+
+#[tokio::test]
+async fn a_leftover_webhook_is_deleted_and_the_poll_goes_on() {
+    let tg = FakeTelegram::start().await;
+    let t = adapter(&tg, Duration::from_secs(1));
+    tg.set_webhook("https://old.example.org/hook");
+    tg.user_sends(ANN, ANN, "still here");
+    let batch = t.poll(None, &CancellationToken::new()).await.unwrap();
+    assert_eq!(texts(&batch), ["still here"]);
+    assert_eq!(tg.webhook(), None);
+}
+
+#[tokio::test]
+async fn me_names_the_bot_or_says_the_token_is_bad() {
+    let tg = FakeTelegram::start().await;
+    let t = adapter(&tg, Duration::from_secs(1));
+    let me = t.me().await.unwrap();
+    assert_eq!(me.id, tern_test_support::telegram::BOT_ID.to_string());
+    assert!(me.name.contains("@tern_test_bot"), "{me:?}");
+    tg.revoke_token();
+    assert!(matches!(t.me().await, Err(PlatformError::Unauthorized(_))));
+}

@@ -188,3 +188,49 @@ async fn edits_callbacks_and_tokens_behave_like_telegram() {
     assert_eq!(status, 401);
     assert_eq!(body["description"], "Unauthorized");
 }
+
+#[tokio::test]
+async fn parameters_come_as_a_query_or_a_form_too() {
+    let tg = FakeTelegram::start().await;
+    let base = format!("{}/bot{}", tg.api_url(), tg.token());
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{base}/sendMessage"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            "chat_id=5&text=a%20b&reply_markup=%7B%22inline_keyboard%22%3A%5B%5B%7B%22text%22%3A%22Y%22%2C%22callback_data%22%3A%22y%22%7D%5D%5D%7D",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = tg.sent();
+    assert_eq!(sent[0].text.as_deref(), Some("a b"));
+    assert_eq!(sent[0].button_data(), ["y"]);
+    tg.user_sends(5, 5, "hi");
+    let r = http
+        .get(format!("{base}/getUpdates?timeout=0&limit=1"))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["result"][0]["message"]["text"], "hi");
+}
+
+#[tokio::test]
+async fn a_webhook_blocks_get_updates_until_deleted() {
+    let tg = FakeTelegram::start().await;
+    tg.set_webhook("https://example.org/hook");
+    let (status, body) = call(&tg, "getUpdates", json!({})).await;
+    assert_eq!(status, 409);
+    assert!(
+        body["description"]
+            .as_str()
+            .unwrap()
+            .contains("webhook is active")
+    );
+    let (status, _) = call(&tg, "deleteWebhook", json!({})).await;
+    assert_eq!(status, 200);
+    let (status, _) = call(&tg, "getUpdates", json!({})).await;
+    assert_eq!(status, 200);
+}
