@@ -5,11 +5,13 @@
 //! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent;
 //! - [`format`]: markdown to each platform's formatting, split at the platform's length limit;
 //! - [`signing`]: signed callback data, so a tap on a button can be trusted;
-//! - [`tools`]: the model's `send_file`, to send a file to the session's chat.
+//! - [`tools`]: the model's `send_file`, to send a file to the session's chat;
+//! - [`telegram`]: the Telegram adapter (Bot API, long polling).
 
 pub mod format;
 pub mod pairing;
 pub mod platform;
 pub mod runtime;
 pub mod signing;
+pub mod telegram;
 pub mod tools;
