@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
+use crate::channels::ChannelsConfig;
 use crate::compaction::CompactionConfig;
 use crate::delegate::DelegateConfig;
 use crate::error::ConfigError;
@@ -42,6 +43,8 @@ pub struct Config {
     pub compaction: CompactionConfig,
     /// `[memory]`: the limits of the `memory` tool's stores.
     pub memory: MemoryConfig,
+    /// `[channels]`: the chat channels (`[[channels.telegram]]`, `[[channels.matrix]]`).
+    pub channels: ChannelsConfig,
 }
 
 impl Config {

@@ -30,13 +30,15 @@
 //! environment. Callers pass `&|k| std::env::var(k).ok()`.
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
-//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`), [`Config`] which holds them,
+//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`,
+//! `channels`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
 mod address;
 mod agent;
 mod allowlist;
+mod channels;
 mod compaction;
 mod config;
 mod delegate;
@@ -63,6 +65,10 @@ mod validate;
 
 pub use agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
 pub use allowlist::add_to_allowlist;
+pub use channels::{
+    ChannelSecret, ChannelsConfig, MAX_POLL_TIMEOUT, MatrixChannelConfig, ProgressMode,
+    TELEGRAM_API_URL, TelegramChannelConfig,
+};
 pub use compaction::CompactionConfig;
 pub use config::Config;
 pub use delegate::DelegateConfig;

@@ -200,7 +200,10 @@ fn collect_keys(table: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
 #[cfg(unix)]
 fn warn_if_key_readable(config: &Config, path: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    if config.model.api_key.is_none() && config.inbox.key.is_none() {
+    if config.model.api_key.is_none()
+        && config.inbox.key.is_none()
+        && !config.channels.has_inline_secret()
+    {
         return;
     }
     if let Ok(meta) = fs::metadata(path)
@@ -208,7 +211,7 @@ fn warn_if_key_readable(config: &Config, path: &Path) {
     {
         tracing::warn!(
             path = %path.display(),
-            "config file contains an API key and is readable by other users; consider chmod 600"
+            "config file contains an API key or token and is readable by other users; consider chmod 600"
         );
     }
 }

@@ -12,7 +12,14 @@ use crate::mask::{mask_secret, mask_url};
 use crate::tree::Node;
 
 /// Keys whose string values are secrets: shown as [`mask_secret`] does.
-const SECRET_KEYS: &[&str] = &["api_key", "key", "secret", "token", "password"];
+const SECRET_KEYS: &[&str] = &[
+    "api_key",
+    "key",
+    "secret",
+    "token",
+    "access_token",
+    "password",
+];
 /// Keys whose values are URLs, which may carry a password: shown as [`mask_url`] does.
 const URL_KEYS: &[&str] = &["url", "base_url", "public_url"];
 
@@ -120,11 +127,25 @@ fn inline(key: &str, value: &Node) -> String {
             let fields: Vec<String> = fields
                 .iter()
                 .filter(|(_, v)| *v != Node::Unset)
-                .map(|(k, v)| format!("{k} = {}", inline(k, v)))
+                .map(|(k, v)| format!("{} = {}", table_key(k), inline(k, v)))
                 .collect();
-            format!("{{ {} }}", fields.join(", "))
+            if fields.is_empty() {
+                "{}".to_owned()
+            } else {
+                format!("{{ {} }}", fields.join(", "))
+            }
         }
     }
+}
+
+/// A key of an inline table: bare when TOML allows it (`alice`, `12345`), else quoted
+/// (`"@alice:example.org"`).
+fn table_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare { key.to_owned() } else { quote(key) }
 }
 
 /// A TOML basic string; always one line, unlike a multi-line string literal,
@@ -452,6 +473,26 @@ mod tests {
             out.contains("initial_step = \"triage\"\nsteps = [{ name = \"triage\""),
             "{out}"
         );
+        // User ids as strings, whatever the file wrote; a key TOML cannot leave bare, quoted.
+        assert!(
+            out.contains(
+                "allowed_users = [\"123456789\", \"987654321\"]\n\
+                 reviewers = { 123456789 = \"alice\" }\nprogress = \"all\"\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("reviewers = { \"@alice:example.org\" = \"alice\" }\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "token_env = \"WORK_BOT_TOKEN\"\napi_url = \"https://api.telegram.org\"\n\
+                 allowed_users = []\nreviewers = {}\nprogress = \"new\"\npoll_timeout = \"50s\"\n\
+                 enabled = true\n"
+            ),
+            "{out}"
+        );
     }
 
     fn table_array_len(table: &toml::Table, path: &str) -> usize {
@@ -476,6 +517,8 @@ mod tests {
             "webhookpass-1234",
             "inbox-agent-key-0123456789",
             "notify-secret-0123456789",
+            "telegram-bot-token",
+            "matrix-access-token",
         ] {
             assert!(!out.contains(secret), "{secret} shown:\n{out}");
         }
@@ -486,6 +529,13 @@ mod tests {
             "url = \"https://user:****@ops.example/in\"",
             "key = \"inb…6789\"",
             "secret = \"not…6789\"",
+            "token = \"123…6789\"",
+            "access_token = \"syt…6789\"",
+            // Where a secret comes from is no secret: the names are shown.
+            "token_env = \"WORK_BOT_TOKEN\"",
+            "token_file = \"secrets/telegram.token\"",
+            "access_token_env = \"MATRIX_TOKEN\"",
+            "access_token_file = \"/run/secrets/matrix.token\"",
         ] {
             assert!(out.contains(masked), "{masked} not in:\n{out}");
         }
@@ -507,6 +557,7 @@ mod tests {
     fn no_config_type_skips_a_field_when_serialized() {
         for (file, text) in [
             ("agent.rs", include_str!("agent.rs")),
+            ("channels.rs", include_str!("channels.rs")),
             ("config.rs", include_str!("config.rs")),
             ("delegate.rs", include_str!("delegate.rs")),
             ("gateway.rs", include_str!("gateway.rs")),

@@ -192,4 +192,43 @@ user_char_limit = 1000
 threshold_percent = 75
 keep_recent_percent = 20
 elide_tool_output_chars = 4000
+
+[[channels.telegram]]
+name = "home"
+token = "123456:telegram-bot-token-0123456789"
+api_url = "http://127.0.0.1:8081"
+allowed_users = [123456789, "987654321"]
+reviewers = { 123456789 = "alice" }
+progress = "all"
+poll_timeout = "20s"
+enabled = false
+
+[[channels.telegram]]
+name = "work"
+token_env = "WORK_BOT_TOKEN"
+
+[[channels.telegram]]
+token_file = "secrets/telegram.token"
+
+[[channels.matrix]]
+name = "synapse"
+homeserver = "https://matrix.example.org"
+user_id = "@bot:example.org"
+access_token = "syt_matrix-access-token-0123456789"
+allowed_users = ["@alice:example.org"]
+reviewers = { "@alice:example.org" = "alice" }
+progress = "off"
+poll_timeout = "10s"
+enabled = false
+
+[[channels.matrix]]
+name = "lab"
+homeserver = "http://127.0.0.1:8008"
+user_id = "@bot:localhost"
+access_token_env = "MATRIX_TOKEN"
+
+[[channels.matrix]]
+homeserver = "http://127.0.0.1:8009"
+user_id = "@bot:other.localhost"
+access_token_file = "/run/secrets/matrix.token"
 "#;
