@@ -226,6 +226,15 @@ impl GatewayBuilder {
         // `todo`, `memory` (an API key's sessions keep a memory of their own) and
         // `session_search` (the same key's other sessions).
         tern_session_tools::register(&mut registry, store.clone(), &home.root, &eff.config.memory);
+        // Chat channels (`[[channels.*]]`) and their `send_file`.
+        let channels = if inbox_only {
+            None
+        } else {
+            crate::channels::from_config(&home, &eff.config.channels, &store).await
+        };
+        if channels.is_some() {
+            tern_channels::tools::register(&mut registry, store.clone(), &home.root);
+        }
         // Background processes (`terminal` with `background: true`, `process`): supervised
         // apart from this process, so they outlive it; every live one is adopted here.
         let procs = if inbox_only {
@@ -257,7 +266,13 @@ impl GatewayBuilder {
                 max_body_bytes: g.max_body_bytes,
                 drain_timeout: Duration::from_secs(g.drain_timeout_secs),
                 workdir,
-                toolsets: gateway_toolsets(&eff),
+                toolsets: {
+                    let mut t = gateway_toolsets(&eff);
+                    if channels.is_some() && !t.iter().any(|x| x == tern_channels::tools::TOOLSET) {
+                        t.push(tern_channels::tools::TOOLSET.to_owned());
+                    }
+                    t
+                },
                 model,
             },
             inbox,
@@ -280,7 +295,7 @@ impl GatewayBuilder {
             procs,
             idle_reset: eff.config.gateway.idle_reset(),
             local_addr: Some(addr),
-            channels: None,
+            channels,
         });
 
         let upkeep = gw.spawn_upkeep(CancellationToken::new());

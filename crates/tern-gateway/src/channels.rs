@@ -135,6 +135,105 @@ impl Host for GatewayHost {
     }
 }
 
+/// The enabled channels of `config`, ready to start, and the key that signs their buttons
+/// (`$TERN_HOME/channels.key`). A channel whose secret cannot be read or whose adapter cannot
+/// be built is left out with a clear error in the log (and in `tern channels status`): the
+/// rest of the gateway, and the other channels, start anyway. `None` without channels.
+pub async fn from_config(
+    home: &tern_config::Home,
+    config: &tern_config::ChannelsConfig,
+    store: &tern_store::Store,
+) -> Option<ChannelsSetup> {
+    let env = |k: &str| std::env::var(k).ok();
+    let mut channels = Vec::new();
+    let failed = |name: &str, platform: &str, error: String| {
+        tracing::error!(channel = name, platform, error = %error, "the channel cannot start; the gateway goes on without it");
+        (name.to_owned(), platform.to_owned(), error)
+    };
+    let mut failures = Vec::new();
+    for t in config.telegram.iter().filter(|t| t.enabled) {
+        let token = match t.resolve_secret(&home.root, &env) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(failed(&t.name, "telegram", e.to_string()));
+                continue;
+            }
+        };
+        let mut settings = tern_channels::telegram::TelegramSettings::new(token);
+        settings.api_url = t.api_url().to_owned();
+        settings.poll_timeout = t.poll_timeout();
+        match tern_channels::telegram::Telegram::new(settings) {
+            Ok(platform) => channels.push(ChannelSpec {
+                settings: channel_settings(&t.name, &t.allowed_users, &t.reviewers, t.progress),
+                platform: Arc::new(platform),
+            }),
+            Err(e) => failures.push(failed(&t.name, "telegram", e.to_string())),
+        }
+    }
+    for m in config.matrix.iter().filter(|m| m.enabled) {
+        let token = match m.resolve_secret(&home.root, &env) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(failed(&m.name, "matrix", e.to_string()));
+                continue;
+            }
+        };
+        match matrix_platform(m, token) {
+            Ok(platform) => channels.push(ChannelSpec {
+                settings: channel_settings(&m.name, &m.allowed_users, &m.reviewers, m.progress),
+                platform,
+            }),
+            Err(e) => failures.push(failed(&m.name, "matrix", e)),
+        }
+    }
+    for (name, platform, error) in failures {
+        let _ = store.channel_error(&name, &platform, &error).await;
+    }
+    if channels.is_empty() {
+        return None;
+    }
+    let key_path = home.root.join("channels.key");
+    let key = match tokio::task::spawn_blocking(move || CallbackKey::load_or_create(&key_path))
+        .await
+    {
+        Ok(Ok(k)) => k,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "the chat channels cannot sign their buttons, so none starts");
+            return None;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the chat channels cannot sign their buttons, so none starts");
+            return None;
+        }
+    };
+    Some(ChannelsSetup { channels, key })
+}
+
+fn channel_settings(
+    name: &str,
+    allowed: &[String],
+    reviewers: &std::collections::BTreeMap<String, String>,
+    progress: tern_config::ProgressMode,
+) -> ChannelSettings {
+    let mut s = ChannelSettings::new(name);
+    s.allowed_users = allowed.to_vec();
+    s.reviewers = reviewers.clone();
+    s.progress = match progress {
+        tern_config::ProgressMode::Off => tern_channels::runtime::ProgressMode::Off,
+        tern_config::ProgressMode::New => tern_channels::runtime::ProgressMode::New,
+        tern_config::ProgressMode::All => tern_channels::runtime::ProgressMode::All,
+    };
+    s
+}
+
+/// The Matrix adapter of `m`.
+fn matrix_platform(
+    _m: &tern_config::MatrixChannelConfig,
+    _token: String,
+) -> Result<Arc<dyn Platform>, String> {
+    Err("the Matrix adapter is not built into this gateway yet".to_owned())
+}
+
 impl Gateway {
     /// Starts the configured channels; each stops with the upkeep.
     pub(crate) fn spawn_channels(self: &Arc<Self>, upkeep: &crate::Upkeep) {

@@ -44,6 +44,9 @@ pub const BOT_ID: i64 = 7_000_001;
 /// Telegram's limit on a message's text, in characters after entity parsing.
 pub const MAX_TEXT_CHARS: usize = 4096;
 
+/// The longest notice `answerCallbackQuery` shows.
+pub const MAX_CALLBACK_TEXT_CHARS: usize = 200;
+
 /// A fault the next calls of a method answer with ([`FakeTelegram::fail_next`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
@@ -77,6 +80,11 @@ pub struct Sent {
 }
 
 impl Sent {
+    /// The text as the chat shows it (HTML tags removed, entities decoded).
+    pub fn shown(&self) -> String {
+        shown(self.text.as_deref(), self.parse_mode.as_deref())
+    }
+
     /// Every button's `callback_data`, row by row.
     pub fn button_data(&self) -> Vec<String> {
         keyboard_data(self.reply_markup.as_ref())
@@ -92,6 +100,18 @@ pub struct Edit {
     pub text: Option<String>,
     pub parse_mode: Option<String>,
     pub reply_markup: Option<Value>,
+}
+
+impl Edit {
+    /// The new text as the chat shows it (HTML tags removed, entities decoded).
+    pub fn shown(&self) -> String {
+        shown(self.text.as_deref(), self.parse_mode.as_deref())
+    }
+
+    /// Every button's `callback_data` after the edit.
+    pub fn button_data(&self) -> Vec<String> {
+        keyboard_data(self.reply_markup.as_ref())
+    }
 }
 
 /// One `sendChatAction`.
@@ -186,7 +206,11 @@ impl FakeTelegram {
         let shared = Arc::new(Shared::default());
         {
             let mut s = shared.lock();
-            s.token = format!("{BOT_ID}:AAfake-{}-{:x}", std::process::id(), rand_suffix());
+            s.token = format!(
+                "{BOT_ID}:AAfake-{}-{:x}",
+                std::process::id(),
+                unique_suffix()
+            );
             s.next_update_id = 100_000;
         }
         let app = Router::new()
@@ -528,7 +552,7 @@ impl FakeTelegram {
     }
 }
 
-fn rand_suffix() -> u128 {
+fn unique_suffix() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -583,7 +607,20 @@ fn keyboard_data(markup: Option<&Value>) -> Vec<String> {
 
 /// An empty keyboard is no keyboard, for "not modified" and for what tests read.
 fn normal_markup(markup: Option<Value>) -> Option<Value> {
-    markup.filter(|m| !keyboard_data(Some(m)).is_empty() || m.get("inline_keyboard").is_none())
+    markup.filter(
+        |m| match m.get("inline_keyboard").and_then(Value::as_array) {
+            Some(rows) => rows
+                .iter()
+                .any(|r| r.as_array().is_some_and(|r| !r.is_empty())),
+            None => true,
+        },
+    )
+}
+
+/// What the chat shows of `text`: without the HTML tags when it was sent as HTML.
+fn shown(text: Option<&str>, parse_mode: Option<&str>) -> String {
+    let text = text.unwrap_or("");
+    visible_text(text, parse_mode).unwrap_or_else(|_| text.to_owned())
 }
 
 // --- the HTTP side ---
@@ -734,7 +771,7 @@ fn form_pairs(bytes: &[u8]) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-/// The token part of `bot<TOKEN>` when it is the live one.
+/// Whether the `bot<TOKEN>` path segment carries the live (not revoked) token.
 fn authorized(s: &Data, bot: &str) -> bool {
     bot.strip_prefix("bot")
         .is_some_and(|t| t == s.token && !s.revoked)
@@ -1263,6 +1300,11 @@ fn chat_action(shared: &Shared, p: &Params) -> Response {
 
 fn answer_callback(shared: &Shared, p: &Params) -> Response {
     let id = p.str("callback_query_id").unwrap_or_default();
+    if p.str("text")
+        .is_some_and(|t| t.chars().count() > MAX_CALLBACK_TEXT_CHARS)
+    {
+        return bad("MESSAGE_TOO_LONG");
+    }
     let mut s = shared.lock();
     match s.callbacks.get_mut(&id) {
         Some(answered) if !*answered => *answered = true,

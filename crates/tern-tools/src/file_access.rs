@@ -166,10 +166,14 @@ pub async fn read_bytes(
         let f = fs::File::open(&p)?;
         let meta = f.metadata()?;
         if meta.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            ));
         }
         let mut bytes = Vec::new();
-        f.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes)?;
+        f.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)?;
         Ok((bytes.len() as u64 <= max_bytes).then_some(bytes))
     })
     .await?;

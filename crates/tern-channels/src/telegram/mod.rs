@@ -31,6 +31,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::format;
 use crate::platform::{
     Batch, BoxFuture, Button, ChatRef, Event, EventKind, FileRef, Limits, OutFile, OutMessage,
     Platform, PlatformError, UserRef,
@@ -44,6 +45,9 @@ pub const ALLOWED_UPDATES: &[&str] = &["message", "callback_query"];
 
 /// A caption's limit, in characters.
 const MAX_CAPTION_CHARS: usize = 1024;
+
+/// The longest notice a tap's answer shows, in characters.
+const MAX_NOTICE_CHARS: usize = 200;
 
 /// When a 429 names no `retry_after` (Telegram always does; a proxy might not).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -400,21 +404,6 @@ fn user(u: &api::User) -> UserRef {
     }
 }
 
-// TODO(fmt): replace with `crate::format::{telegram_html, plain_text}` when format.rs lands;
-// until then the markdown goes out as escaped text, which is valid HTML.
-mod format {
-    pub fn telegram_html(markdown: &str) -> String {
-        markdown
-            .replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    }
-
-    pub fn plain_text(markdown: &str) -> String {
-        markdown.to_owned()
-    }
-}
-
 impl Platform for Telegram {
     fn platform(&self) -> &'static str {
         "telegram"
@@ -542,7 +531,7 @@ impl Platform for Telegram {
         Box::pin(async move {
             let mut body = json!({ "callback_query_id": callback_id });
             if let Some(t) = notice {
-                body["text"] = json!(t);
+                body["text"] = json!(cut(t, MAX_NOTICE_CHARS));
             }
             self.call::<Value>("answerCallbackQuery", &body, self.settings.request_timeout)
                 .await
@@ -641,7 +630,7 @@ impl Platform for Telegram {
             }
             if let Some(c) = &file.caption {
                 // Plain text: a caption cut to its limit could break HTML tags.
-                form = form.text("caption", caption(&format::plain_text(c)));
+                form = form.text("caption", cut(&format::plain_text(c), MAX_CAPTION_CHARS));
             }
             let sent = self
                 .http
@@ -656,13 +645,13 @@ impl Platform for Telegram {
     }
 }
 
-/// A caption within Telegram's limit: cut with an ellipsis rather than refused, so the file
-/// still goes.
-fn caption(text: &str) -> String {
-    if text.chars().count() <= MAX_CAPTION_CHARS {
+/// `text` within one of Telegram's limits: cut with an ellipsis rather than refused, so the
+/// file still goes, the tap is still answered.
+fn cut(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
         return text.to_owned();
     }
-    let mut cut: String = text.chars().take(MAX_CAPTION_CHARS - 1).collect();
+    let mut cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
     cut.push('…');
     cut
 }

@@ -82,10 +82,10 @@ fn service_messages_and_bots_are_not_events_but_topics_are_threads() {
 
 #[test]
 fn long_captions_are_cut_not_refused() {
-    let c = caption(&"x".repeat(2000));
+    let c = cut(&"x".repeat(2000), MAX_CAPTION_CHARS);
     assert_eq!(c.chars().count(), MAX_CAPTION_CHARS);
     assert!(c.ends_with('…'));
-    assert_eq!(caption("short"), "short");
+    assert_eq!(cut("short", MAX_CAPTION_CHARS), "short");
 }
 
 #[test]

@@ -219,9 +219,13 @@ async fn send_with_buttons_then_a_tap_is_a_callback_answered_once() {
         }
     );
 
-    t.answer_callback(&cb, Some("Approved")).await.unwrap();
+    // A notice over Telegram's 200 characters is cut, not refused.
+    let long = format!("Approved. {}", "x".repeat(300));
+    t.answer_callback(&cb, Some(&long)).await.unwrap();
     let answer = tg.wait_callback_answer(&cb).await;
-    assert_eq!(answer.text.as_deref(), Some("Approved"));
+    let shown = answer.text.unwrap();
+    assert!(shown.starts_with("Approved. xxx"), "{shown}");
+    assert_eq!(shown.chars().count(), 200);
     assert!(matches!(
         t.answer_callback(&cb, None).await,
         Err(PlatformError::Rejected(why)) if why.contains("query is too old")
@@ -243,7 +247,7 @@ async fn sends_into_a_topic_and_shows_typing_there() {
     assert_eq!(action.thread_id, Some(55));
     let sent = tg.wait_sent(|m| m.chat_id == -100_777).await;
     assert_eq!(sent.thread_id, Some(55));
-    assert_eq!(sent.text.as_deref(), Some("in the topic"));
+    assert_eq!(sent.shown(), "in the topic");
 }
 
 #[tokio::test]
@@ -273,7 +277,7 @@ async fn edit_replaces_text_and_buttons_and_an_unchanged_edit_is_fine() {
     let edits = tg.edits();
     assert_eq!(edits.len(), 1);
     assert_eq!(edits[0].message_id.to_string(), id);
-    assert_eq!(edits[0].text.as_deref(), Some("Approved by Ann"));
+    assert_eq!(edits[0].shown(), "Approved by Ann");
     assert_eq!(edits[0].reply_markup, None, "the buttons are gone");
     // Telegram says "message is not modified"; for tern the edit holds.
     t.edit(&dm(ANN), &id, &decided).await.unwrap();

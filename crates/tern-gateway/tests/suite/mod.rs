@@ -1,5 +1,6 @@
 mod api;
 mod boot;
+mod channels;
 mod compact;
 mod errors;
 mod inbox_api;

@@ -138,6 +138,15 @@ async fn html_is_checked_and_length_counts_visible_text() {
     )
     .await;
     assert_eq!(status, 200, "tags do not count");
+    assert_eq!(tg.sent()[0].shown().len(), MAX_TEXT_CHARS);
+    let (status, _) = call(
+        &tg,
+        "sendMessage",
+        json!({"chat_id": 5, "text": "<i>a</i> &lt;b&gt; &amp; c", "parse_mode": "HTML"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(tg.sent()[1].shown(), "a <b> & c");
     let (status, body) = call(
         &tg,
         "sendMessage",
@@ -233,4 +242,36 @@ async fn a_webhook_blocks_get_updates_until_deleted() {
     assert_eq!(status, 200);
     let (status, _) = call(&tg, "getUpdates", json!({})).await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_client_killed_mid_poll_leaves_everything_to_the_next() {
+    let tg = Arc::new(FakeTelegram::start().await);
+    tg.user_sends(5, 5, "before");
+    let (_, first) = call(&tg, "getUpdates", json!({})).await;
+    let before = ids(&first)[0];
+    // The client dies holding a long poll: its connection goes away.
+    let dying = tokio::spawn({
+        let tg = tg.clone();
+        async move {
+            call(
+                &tg,
+                "getUpdates",
+                json!({"offset": before + 1, "timeout": 50}),
+            )
+            .await
+        }
+    });
+    tg.wait_held_poll().await;
+    dying.abort();
+    crate::eventually("the dead client's poll to end", async || {
+        (tg.held_polls() == 0).then_some(())
+    })
+    .await;
+    tg.user_sends(5, 5, "after");
+    // A new client with the committed offset gets exactly what was not confirmed.
+    let (status, body) = call(&tg, "getUpdates", json!({"offset": before + 1})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["result"].as_array().unwrap().len(), 1);
+    assert_eq!(body["result"][0]["message"]["text"], "after");
 }

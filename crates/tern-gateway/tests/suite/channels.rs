@@ -1,0 +1,404 @@
+//! Chat channels end to end: a gateway booted from a config with `[[channels.telegram]]`,
+//! talking to the scripted fake Bot API on loopback, only the model faked. A conversation
+//! with a tool call, DM pairing, an approval decided by a tap (forged and unauthorised taps
+//! decide nothing), and files both ways.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tern_fake_model::{FakeModel, Reply};
+use tern_gateway::boot::GatewayHandle;
+use tern_test_support::TempHome;
+use tern_test_support::telegram::{FakeTelegram, Sent};
+
+use crate::common::{self, home_for};
+
+/// The owner: allowed and mapped to the inbox reviewer `ann`.
+const OWNER: i64 = 111;
+/// Allowed to talk, not a reviewer.
+const FRIEND: i64 = 222;
+/// Unknown to the bot.
+const STRANGER: i64 = 333;
+
+const DECISION_TAG: &str = "[inbox decision]";
+
+struct Setup {
+    tg: FakeTelegram,
+    model: FakeModel,
+    _home: TempHome,
+    handle: GatewayHandle,
+}
+
+fn content(m: &Value) -> String {
+    m["content"].as_str().unwrap_or_default().to_owned()
+}
+
+fn last_message(body: &Value) -> Value {
+    body["messages"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+async fn start(progress: &str) -> Setup {
+    let tg = FakeTelegram::start().await;
+    let model = FakeModel::start().await.unwrap();
+    let home = home_for(
+        &model,
+        &format!(
+            "[[channels.telegram]]\ntoken = \"{}\"\napi_url = \"{}\"\n\
+             allowed_users = [{OWNER}, {FRIEND}]\nreviewers = {{ {OWNER} = \"ann\" }}\n\
+             progress = \"{progress}\"\npoll_timeout = \"2s\"\n",
+            tg.token(),
+            tg.api_url()
+        ),
+    );
+    // The reviewer the owner decides as.
+    let (store, _) = common::open(&home.home()).await;
+    tern_inbox::Inbox::new(store.clone())
+        .reviewers()
+        .add("ann", false)
+        .await
+        .unwrap();
+    store.close().await;
+    let handle = common::builder(&home).start().await.unwrap().handle;
+    Setup {
+        tg,
+        model,
+        _home: home,
+        handle,
+    }
+}
+
+fn text_of(s: &Sent) -> String {
+    s.text.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_with_a_tool_call_shows_progress_typing_and_the_answer() {
+    let s = start("all").await;
+    s.model.set_responder(|body| {
+        let last = last_message(body);
+        match last["role"].as_str() {
+            Some("tool") => Reply::text("The shell said: **hi**"),
+            _ => Reply::tool_call("c1", "terminal", json!({"command": "echo hi"}).to_string()),
+        }
+    });
+    s.tg.user_sends(OWNER, OWNER, "say hi through the shell");
+    let answer =
+        s.tg.wait_sent(|m| m.chat_id == OWNER && text_of(m).contains("The shell said"))
+            .await;
+    assert_eq!(answer.parse_mode.as_deref(), Some("HTML"), "{answer:?}");
+    assert!(text_of(&answer).contains("<b>hi</b>"), "{answer:?}");
+    let sent = s.tg.sent();
+    let progress = sent
+        .iter()
+        .position(|m| text_of(m).contains("terminal") && text_of(m).contains("echo hi"))
+        .unwrap_or_else(|| panic!("no progress line: {sent:?}"));
+    let final_at = sent.iter().position(|m| m == &answer).unwrap();
+    assert!(progress < final_at, "progress after the answer: {sent:?}");
+    assert!(
+        s.tg.chat_actions()
+            .iter()
+            .any(|a| a.chat_id == OWNER && a.action == "typing"),
+        "no typing indicator"
+    );
+    // The chat's session holds the message once, with the tool call and its result.
+    let store = s.handle.gateway().store.clone();
+    let sessions = store.list_sessions(10, 0).await.unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].source, "telegram");
+    let msgs = store.messages(&sessions[0].id).await.unwrap();
+    let users: Vec<_> = msgs.iter().filter(|m| m.role.as_str() == "user").collect();
+    assert_eq!(users.len(), 1, "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.role.as_str() == "tool"
+        && m.content.as_deref().unwrap_or("").contains("hi")));
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_tap_decides_once_through_the_inbox_and_the_session_resumes() {
+    let s = start("off").await;
+    s.model.set_responder(|body| {
+        let last = last_message(body);
+        let text = content(&last);
+        match last["role"].as_str() {
+            Some("user") if text.starts_with(DECISION_TAG) => Reply::text("Deployed v2."),
+            Some("user") => Reply::tool_call(
+                "c1",
+                "request_approval",
+                json!({"summary": "Deploy v2 to prod?"}).to_string(),
+            ),
+            _ => Reply::text("I asked for approval."),
+        }
+    });
+    s.tg.user_sends(OWNER, OWNER, "deploy v2");
+    let post =
+        s.tg.wait_sent(|m| m.chat_id == OWNER && !m.button_data().is_empty())
+            .await;
+    assert!(text_of(&post).contains("Deploy v2 to prod?"), "{post:?}");
+    let data = post.button_data();
+    assert_eq!(data.len(), 2, "Approve and Reject: {data:?}");
+    assert!(data.iter().all(|d| d.len() <= 64), "{data:?}");
+    let inbox = s.handle.gateway().inbox.clone();
+    let pending = || async { inbox.pending_count().await.unwrap() };
+    assert_eq!(pending().await, 1);
+
+    // A forged tap: the data altered by one character.
+    let mut forged = data[0].clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let id =
+        s.tg.user_taps_forged(OWNER, OWNER, post.message_id, &forged);
+    let answer = s.tg.wait_callback_answer(&id).await;
+    assert!(
+        answer.text.as_deref().unwrap_or("").contains("not valid"),
+        "{answer:?}"
+    );
+    // A tap by someone who may talk to the agent but is no reviewer.
+    let id = s.tg.user_taps(OWNER, FRIEND, post.message_id, &data[0]);
+    let answer = s.tg.wait_callback_answer(&id).await;
+    assert!(
+        answer
+            .text
+            .as_deref()
+            .unwrap_or("")
+            .contains("Only reviewers"),
+        "{answer:?}"
+    );
+    assert_eq!(pending().await, 1, "a forged or unauthorised tap decided");
+
+    // The owner taps Approve.
+    let id = s.tg.user_taps(OWNER, OWNER, post.message_id, &data[0]);
+    let answer = s.tg.wait_callback_answer(&id).await;
+    assert!(
+        answer.text.as_deref().unwrap_or("").contains("done"),
+        "{answer:?}"
+    );
+    s.tg.wait_sent(|m| m.chat_id == OWNER && text_of(m).contains("Deployed v2."))
+        .await;
+    let edit =
+        s.tg.wait_edit(|e| e.message_id == post.message_id && e.text.is_some())
+            .await;
+    assert!(
+        edit.text
+            .as_deref()
+            .unwrap_or("")
+            .contains("Approved by ann"),
+        "{edit:?}"
+    );
+    // The buttons are gone; a replayed callback (a modified client sends the genuine,
+    // signed data again, here Reject's): already decided, nothing resumes twice.
+    let id =
+        s.tg.user_taps_forged(OWNER, OWNER, post.message_id, &data[1]);
+    let answer = s.tg.wait_callback_answer(&id).await;
+    assert!(
+        answer
+            .text
+            .as_deref()
+            .unwrap_or("")
+            .contains("Already decided by ann"),
+        "{answer:?}"
+    );
+    let decisions = |model: &FakeModel| {
+        model
+            .requests()
+            .iter()
+            .filter(|r| content(&last_message(&r.body)).starts_with(DECISION_TAG))
+            .count()
+    };
+    // Give a second resume every chance to happen before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(decisions(&s.model), 1, "the session resumed more than once");
+    let deployed =
+        s.tg.sent()
+            .iter()
+            .filter(|m| text_of(m).contains("Deployed v2."))
+            .count();
+    assert_eq!(deployed, 1);
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_gets_a_pairing_code_nothing_is_stored_and_once_approved_they_talk() {
+    let s = start("off").await;
+    s.model.set_responder(|_| Reply::text("hello, new friend"));
+    s.tg.user_sends(STRANGER, STRANGER, "secret plans");
+    let code_msg =
+        s.tg.wait_sent(|m| m.chat_id == STRANGER && text_of(m).contains("tern pairing approve"))
+            .await;
+    let text = text_of(&code_msg);
+    let code: String = text
+        .split("tern pairing approve telegram ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take(8)
+        .collect();
+    assert_eq!(code.len(), 8, "{text}");
+    // Asking again within 10 minutes: no new code.
+    s.tg.user_sends(STRANGER, STRANGER, "hello?");
+    s.tg.wait_sent(|m| m.chat_id == STRANGER && text_of(m).contains("already"))
+        .await;
+    let store = s.handle.gateway().store.clone();
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM channel_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "a stranger's messages were stored");
+    assert!(store.list_sessions(10, 0).await.unwrap().is_empty());
+    assert!(s.model.requests().is_empty(), "the agent saw a stranger");
+
+    // Wrong codes lock the platform after 5; the right one is refused while locked.
+    let pairing = tern_channels::pairing::Pairing::new(store.clone());
+    let now = tern_util::clock::now_ms();
+    for _ in 0..5 {
+        let _ = pairing.approve("telegram", "ZZZZZZZZ", None, now).await;
+    }
+    assert!(matches!(
+        pairing.approve("telegram", &code, None, now).await,
+        Err(tern_channels::pairing::PairingError::LockedOut { .. })
+    ));
+    // A new stranger is told pairing is paused.
+    s.tg.user_sends(444, 444, "hi");
+    s.tg.wait_sent(|m| m.chat_id == 444 && text_of(m).contains("paused"))
+        .await;
+    // An hour later the lock is gone and the code still valid (its hour from now on).
+    let later = now + 61 * 60 * 1000;
+    sqlx::query("UPDATE channel_pairing_pending SET expires_at = ? WHERE user_id = ?")
+        .bind(later + 1000)
+        .bind(STRANGER.to_string())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    pairing
+        .approve("telegram", &code, None, later)
+        .await
+        .unwrap();
+    s.tg.user_sends(STRANGER, STRANGER, "now may I?");
+    s.tg.wait_sent(|m| m.chat_id == STRANGER && text_of(m).contains("hello, new friend"))
+        .await;
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_code_cannot_be_approved_and_the_user_gets_a_new_one() {
+    let s = start("off").await;
+    s.tg.user_sends(STRANGER, STRANGER, "hi");
+    let first =
+        s.tg.wait_sent(|m| m.chat_id == STRANGER && text_of(m).contains("tern pairing approve"))
+            .await;
+    let code: String = text_of(&first)
+        .split("tern pairing approve telegram ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take(8)
+        .collect();
+    let store = s.handle.gateway().store.clone();
+    // The code was issued over an hour ago.
+    let past = tern_util::clock::now_ms() - 61 * 60 * 1000;
+    sqlx::query(
+        "UPDATE channel_pairing_pending SET created_at = ?, expires_at = ? WHERE user_id = ?",
+    )
+    .bind(past)
+    .bind(past + 60 * 60 * 1000 - 1)
+    .bind(STRANGER.to_string())
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let pairing = tern_channels::pairing::Pairing::new(store.clone());
+    assert!(matches!(
+        pairing
+            .approve("telegram", &code, None, tern_util::clock::now_ms())
+            .await,
+        Err(tern_channels::pairing::PairingError::Expired { .. })
+    ));
+    s.tg.user_sends(STRANGER, STRANGER, "hi again");
+    let second =
+        s.tg.wait_sent(|m| {
+            m.chat_id == STRANGER && text_of(m).contains("tern pairing approve") && *m != first
+        })
+        .await;
+    assert!(!text_of(&second).contains(&code), "the expired code again");
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_stop_new_sessions_and_resume() {
+    let s = start("off").await;
+    let gate = tern_fake_model::Gate::new();
+    let held = gate.clone();
+    s.model.set_responder(move |body| {
+        let text = content(&last_message(body));
+        if text.contains("slow") {
+            Reply::text("slow answer").held(&held)
+        } else {
+            Reply::text(format!("echo: {text}"))
+        }
+    });
+    s.tg.user_sends(OWNER, OWNER, "first session");
+    s.tg.wait_sent(|m| text_of(m).contains("echo: first session"))
+        .await;
+    // A slow turn, a message queued behind it, and /stop.
+    s.tg.user_sends(OWNER, OWNER, "slow please");
+    s.model
+        .wait_requests(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    s.tg.user_sends(OWNER, OWNER, "queued behind");
+    s.tg.user_sends(OWNER, OWNER, "/stop");
+    s.tg.wait_sent(|m| text_of(m) == "Stopped.").await;
+    s.tg.wait_sent(|m| text_of(m).contains("echo: queued behind"))
+        .await;
+    gate.open();
+
+    s.tg.user_sends(OWNER, OWNER, "/new");
+    s.tg.wait_sent(|m| text_of(m).contains("Started a new session"))
+        .await;
+    s.tg.user_sends(OWNER, OWNER, "second session");
+    s.tg.wait_sent(|m| text_of(m).contains("echo: second session"))
+        .await;
+    s.tg.user_sends(OWNER, OWNER, "/sessions");
+    let list =
+        s.tg.wait_sent(|m| text_of(m).contains("This chat's sessions"))
+            .await;
+    assert!(text_of(&list).contains("2. "), "{list:?}");
+    s.tg.user_sends(OWNER, OWNER, "/resume 2");
+    s.tg.wait_sent(|m| text_of(m).contains("Resumed session"))
+        .await;
+    s.tg.user_sends(OWNER, OWNER, "back in the first");
+    s.tg.wait_sent(|m| text_of(m).contains("echo: back in the first"))
+        .await;
+    let store = s.handle.gateway().store.clone();
+    let sessions = store.list_sessions(10, 0).await.unwrap();
+    assert_eq!(sessions.len(), 2);
+    let first = sessions
+        .iter()
+        .find(|x| x.title.as_deref() == Some("first session"))
+        .unwrap();
+    let texts: Vec<String> = store
+        .messages(&first.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.role.as_str() == "user")
+        .map(|m| m.content.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first session",
+            "slow please",
+            "queued behind",
+            "back in the first"
+        ],
+        "one message each, in order"
+    );
+    s.tg.user_sends(OWNER, OWNER, "/status");
+    s.tg.wait_sent(|m| text_of(m).contains("messages;")).await;
+    s.tg.user_sends(OWNER, OWNER, "/help");
+    s.tg.wait_sent(|m| text_of(m).contains("/resume N")).await;
+    s.handle.shutdown().await.unwrap();
+}
