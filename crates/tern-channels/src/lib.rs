@@ -2,7 +2,7 @@
 //!
 //! - [`platform`]: the seam every platform adapter implements ([`platform::Platform`]);
 //! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent;
-//! - [`format`](mod@format): markdown as each platform shows it, split at the platform's length limit;
+//! - [`format`]: markdown as each platform shows it, split at the platform's length limit;
 //! - [`signing`]: signed callback data, so a tap on a button can be trusted.
 //!
 //! The Telegram and Matrix adapters and the runtime that connects them to sessions, the
