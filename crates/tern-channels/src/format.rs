@@ -44,6 +44,10 @@ pub fn plain_text(markdown: &str) -> String {
 /// the end of one chunk and reopened (same fence and language) at the start of the next, so
 /// each chunk renders on its own. The whitespace at a cut is dropped; nothing else is. Never
 /// returns an empty chunk: blank input gives no chunks. A `max_chars` of 0 counts as 1.
+///
+/// The limit is on the markdown. What a platform counts (Telegram: the text left once its HTML
+/// is parsed) is no longer, except where rendering adds characters: a table's padding, and the
+/// ` (url)` after a link in [`plain_text`]. Leave some headroom for those.
 pub fn split(markdown: &str, max_chars: usize) -> Vec<String> {
     split::split(markdown, max_chars)
 }

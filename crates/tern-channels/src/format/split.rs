@@ -224,7 +224,7 @@ pub(super) fn split(markdown: &str, max_chars: usize) -> Vec<String> {
             .or_else(|| next_chunk(&doc, pos, max, false))
             .unwrap_or_else(|| {
                 // Unreached: without fence repair one character always fits.
-                let end = (pos + max).min(n);
+                let end = pos.saturating_add(max).min(n);
                 (doc.text(pos, end), doc.next_start(end))
             });
         if !chunk.trim().is_empty() {
@@ -243,7 +243,7 @@ fn next_chunk(doc: &Doc, pos: usize, max: usize, repair: bool) -> Option<(String
     let reopen_len = reopen.map_or(0, |f| doc.fences[f].open_line.chars().count() + 1);
     let budget = max.checked_sub(reopen_len)?;
     let mut candidates = Vec::new();
-    for cut in (pos + 1)..=n.min(pos + budget) {
+    for cut in (pos + 1)..=n.min(pos.saturating_add(budget)) {
         let end = doc.trimmed_end[cut];
         // Half a fence line breaks the fence it belongs to: no repair can mend that.
         if end <= pos || (repair && doc.inside_fence_line(cut)) {

@@ -36,6 +36,15 @@ mode = "read-only"
 
 [sandbox.env]
 keep = ["GITHUB_TOKEN"]
+
+[[channels.telegram]]
+token = "123456:telegram-bot-token-secret"
+allowed_users = [123456789]
+
+[[channels.matrix]]
+homeserver = "https://matrix.example.org"
+user_id = "@bot:example.org"
+access_token_env = "MATRIX_BOT_TOKEN"
 "#;
 
 fn config_show(home: &std::path::Path) -> (String, String, bool) {
@@ -142,11 +151,31 @@ fn config_show_prints_every_key_that_is_set_with_its_source() {
         "{out}"
     );
 
+    // A channel's inline token is masked; where an indirect one comes from is shown.
+    let telegram = section(&out, "[[channels.telegram]]");
+    for line in [
+        "name = \"telegram\"",
+        "token = \"123…cret\"",
+        "allowed_users = [\"123456789\"]",
+        "poll_timeout = \"50s\"",
+    ] {
+        assert!(
+            telegram.contains(&line),
+            "no {line:?} in {telegram:?}:\n{out}"
+        );
+    }
+    let matrix = section(&out, "[[channels.matrix]]");
+    assert!(
+        matrix.contains(&"access_token_env = \"MATRIX_BOT_TOKEN\""),
+        "{out}"
+    );
+
     for secret in [
         "sk-file-secret-0123456789",
         "sk-env-secret-9876543210",
         "webhook-secret-0123456789",
         "webhookpass",
+        "telegram-bot-token-secret",
     ] {
         assert!(!out.contains(secret), "{secret}:\n{out}");
     }

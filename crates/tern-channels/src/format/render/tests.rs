@@ -266,3 +266,139 @@ fn plain_text_is_readable() {
     assert_eq!(plain_text(""), "");
     assert_eq!(plain_text("a &amp; b"), "a & b");
 }
+
+/// Checks one tag's inside (`a href="…"`, `/b`, …) against what the flavor may emit.
+fn assert_tag_allowed(tag: &str, telegram: bool, html: &str) {
+    let closing = tag.starts_with('/');
+    let tag = tag.trim_start_matches('/');
+    let (name, attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+    let allowed_attr = match name {
+        _ if closing => attrs.is_empty(),
+        "a" => {
+            let href = attrs.trim_start_matches("href=\"").to_ascii_lowercase();
+            attrs.starts_with("href=\"")
+                && attrs.ends_with('"')
+                && ["http://", "https://", "tg:", "mailto:"]
+                    .iter()
+                    .any(|scheme| href.starts_with(scheme))
+        }
+        "code" => attrs.is_empty() || attrs.starts_with("class=\"language-"),
+        "ol" if !telegram => attrs.is_empty() || attrs.starts_with("start=\""),
+        "th" | "td" if !telegram => attrs.is_empty() || attrs.starts_with("align=\""),
+        _ => attrs.is_empty(),
+    };
+    assert!(allowed_attr, "<{tag}> in {html}");
+    // The attribute's value holds no quote of its own: nothing can follow it.
+    if let Some(value) = attrs.split_once('"').map(|(_, v)| v) {
+        assert_eq!(value.matches('"').count(), 1, "<{tag}> in {html}");
+    }
+    let matrix_tags = [
+        "p",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "strong",
+        "em",
+        "del",
+        "code",
+        "pre",
+        "a",
+        "blockquote",
+        "ul",
+        "ol",
+        "li",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "hr",
+        "br",
+    ];
+    let known = if telegram {
+        TELEGRAM_TAGS.contains(&name)
+    } else {
+        matrix_tags.contains(&name)
+    };
+    assert!(known, "<{tag}> in {html}");
+}
+
+/// Generated text full of markup, half-markup and HTML: whatever the model writes, the
+/// output's tags are the renderer's own, well nested, with the attributes it sets.
+#[test]
+fn generated_hostile_inputs_never_inject_tags() {
+    const PIECES: &[&str] = &[
+        "<script>",
+        "</script>",
+        "<b>",
+        "</pre>",
+        "<a href=\"javascript:x\">",
+        "<img src=x>",
+        "<!--",
+        "-->",
+        "&",
+        "&amp;",
+        "&#60;",
+        "\"",
+        "'",
+        "*",
+        "**",
+        "_",
+        "__",
+        "~~",
+        "`",
+        "```",
+        "```js\" x=\"",
+        "[",
+        "]",
+        "(",
+        ")",
+        "](",
+        "](javascript:alert(1))",
+        "](http://a.example/\"x)",
+        "![",
+        "<http://a.example>",
+        "<me@b.example>",
+        "\n",
+        "\n\n",
+        "> ",
+        "- ",
+        "1. ",
+        "# ",
+        "| a | b |\n|---|---|\n",
+        "|",
+        "    ",
+        "\\",
+        "word",
+        "é",
+        "🦀",
+        "[x]: http://ref.example",
+        "[x]",
+        "- [ ] ",
+        "---",
+        "<tg-spoiler>",
+        "||",
+    ];
+    let mut rng = fastrand::Rng::with_seed(1515);
+    for _ in 0..1500 {
+        let md: String = (0..rng.usize(1..40))
+            .map(|_| PIECES[rng.usize(..PIECES.len())])
+            .collect();
+        for (telegram, html) in [(true, telegram_html(&md)), (false, matrix_html(&md))] {
+            tags(&html);
+            let mut rest = html.as_str();
+            while let Some(open) = rest.find('<') {
+                let after = &rest[open + 1..];
+                let close = after.find('>').unwrap();
+                assert_tag_allowed(&after[..close], telegram, &html);
+                rest = &after[close + 1..];
+            }
+        }
+        // Plain text is text: whatever it holds is the model's to show.
+        plain_text(&md);
+    }
+}

@@ -86,6 +86,7 @@ fn short_text_is_one_chunk_and_blank_text_none() {
     assert!(split("", 10).is_empty());
     assert!(split(" \n\n \t", 10).is_empty());
     assert_eq!(split("abc", 0), vec!["a", "b", "c"]);
+    assert_eq!(split("a\n\nb", usize::MAX), vec!["a\n\nb"]);
 }
 
 #[test]
