@@ -3,7 +3,7 @@
 //! - [`platform`]: the seam every platform adapter implements ([`platform::Platform`]);
 //! - [`runtime`]: one configured channel connected to sessions, the inbox and the gateway;
 //! - [`pairing`]: who, besides a channel's `allowed_users`, may talk to the agent;
-//! - [`format`]: markdown to each platform's formatting, split at the platform's length limit;
+//! - [`format`](mod@format): markdown to each platform's formatting, split at the platform's length limit;
 //! - [`signing`]: signed callback data, so a tap on a button can be trusted;
 //! - [`tools`]: the model's `send_file`, to send a file to the session's chat;
 //! - [`telegram`]: the Telegram adapter (Bot API, long polling).

@@ -199,7 +199,9 @@ async fn send_files(inner: &Inner) {
 
 /// Sends `markdown` split at the platform's limit, waiting out its rate limits.
 async fn send(inner: &Inner, chat: &ChatRef, markdown: &str) -> Result<(), PlatformError> {
-    let limit = inner.platform.limits().max_message_chars;
+    // Headroom: the limit counts what the platform shows, which rendering can make a little
+    // longer than the markdown (a table's padding, a fallback's "text (url)" links).
+    let limit = inner.platform.limits().max_message_chars * 95 / 100;
     for chunk in crate::format::split(markdown, limit) {
         let msg = OutMessage {
             markdown: chunk,
