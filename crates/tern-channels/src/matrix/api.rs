@@ -37,9 +37,22 @@ pub(crate) struct JoinedRoom {
 pub(crate) struct Timeline {
     #[serde(default)]
     pub events: Vec<RoomEvent>,
-    /// More events happened than the timeline carries (a gap).
+    /// More events happened than the timeline carries (a gap before its first event).
     #[serde(default)]
     pub limited: bool,
+    /// Where to paginate backwards from to fill that gap.
+    #[serde(default)]
+    pub prev_batch: Option<String>,
+}
+
+/// The answer of `GET /rooms/{roomId}/messages`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct MessagesResponse {
+    #[serde(default)]
+    pub chunk: Vec<RoomEvent>,
+    /// The token to continue from; absent at the end.
+    #[serde(default)]
+    pub end: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,6 +87,9 @@ pub(crate) struct ErrorBody {
     pub retry_after_ms: Option<u64>,
 }
 
+/// The event types the adapter reads from timelines.
+pub(crate) const TIMELINE_TYPES: [&str; 2] = ["m.room.message", "m.reaction"];
+
 /// The sync filter, inline: room timelines with messages and reactions only, the members of
 /// their senders (for display names), and nothing else (no presence, account data, receipts
 /// or typing).
@@ -82,7 +98,7 @@ pub(crate) fn sync_filter() -> String {
         "presence": { "types": [] },
         "account_data": { "types": [] },
         "room": {
-            "timeline": { "types": ["m.room.message", "m.reaction"], "limit": 100 },
+            "timeline": { "types": TIMELINE_TYPES, "limit": 100 },
             "state": {
                 "types": ["m.room.member"],
                 "lazy_load_members": true,

@@ -12,9 +12,10 @@
 //!   names; no presence or account data). The cursor is the sync's `next_batch`, which the
 //!   runtime commits with the events. The first poll (no cursor) does not replay the rooms'
 //!   history: it syncs with `timeout=0` and returns only `next_batch`, with no events, so
-//!   **messages sent before the bot's first start are not answered**. A timeline that Synapse
-//!   cut (`limited`, over 100 new events in a room between two polls) is logged: the events
-//!   in the gap are not fetched.
+//!   **messages sent before the bot's first start are not answered**. A timeline the server
+//!   cut (`limited`: over 100 new events in a room since the cursor) is completed with
+//!   `/messages` back to the cursor, up to 1000 events (beyond that the oldest are skipped,
+//!   and logged).
 //! - **Joining**: the bot joins every room it is invited to (a user opens a DM by inviting
 //!   it); who may talk to the agent is the runtime's business (allowed users and pairing). A
 //!   join that fails for a passing reason fails the poll, so the invite comes again.
@@ -137,6 +138,9 @@ struct Txns {
     pending: HashMap<[u8; 32], String>,
     order: VecDeque<[u8; 32]>,
 }
+
+/// A cut timeline is filled with at most this many pages of 100 events.
+const GAP_PAGES: usize = 10;
 
 /// Sends whose fate is unknown kept for a retry; older ones are forgotten (their retry gets
 /// a fresh id, at worst a duplicate).
@@ -395,12 +399,10 @@ impl Matrix {
         self.join_invites(&sync.rooms).await?;
         let mut events = Vec::new();
         for (room_id, room) in &sync.rooms.join {
-            if room.timeline.limited {
-                tracing::warn!(
-                    room_id,
-                    "matrix: the sync timeline was cut; earlier events in this room are skipped"
-                );
-            }
+            let gap = match (&room.timeline.prev_batch, room.timeline.limited) {
+                (Some(prev), true) => self.fill_gap(room_id, prev, cursor).await?,
+                _ => Vec::new(),
+            };
             let names: HashMap<&str, &str> = room
                 .state
                 .events
@@ -414,7 +416,7 @@ impl Matrix {
                     ))
                 })
                 .collect();
-            for ev in &room.timeline.events {
+            for ev in gap.iter().chain(&room.timeline.events) {
                 if ev.sender == self.settings.user_id || ev.event_id.is_empty() {
                     continue;
                 }
@@ -427,6 +429,60 @@ impl Matrix {
             events,
             next_cursor: Some(sync.next_batch),
         })
+    }
+
+    /// The events a cut timeline left out: `/messages` backwards from the timeline's
+    /// `prev_batch` down to the cursor the sync started at, oldest first. Past
+    /// [`GAP_PAGES`] pages the oldest are left out, and that is logged.
+    async fn fill_gap(
+        &self,
+        room_id: &str,
+        prev_batch: &str,
+        since: &str,
+    ) -> Result<Vec<api::RoomEvent>, PlatformError> {
+        let filter = json!({ "types": api::TIMELINE_TYPES }).to_string();
+        let mut from = prev_batch.to_owned();
+        let mut older = Vec::new();
+        for page in 0.. {
+            if page == GAP_PAGES {
+                tracing::warn!(
+                    room_id,
+                    kept = older.len(),
+                    "matrix: too many events since the last poll; the oldest are skipped"
+                );
+                break;
+            }
+            let mut url = self.client_url(&["rooms", room_id, "messages"]);
+            url.query_pairs_mut()
+                .append_pair("dir", "b")
+                .append_pair("from", &from)
+                .append_pair("to", since)
+                .append_pair("limit", "100")
+                .append_pair("filter", &filter);
+            let bytes = self
+                .request_raw(
+                    Method::GET,
+                    url,
+                    Body::None,
+                    "messages",
+                    self.settings.request_timeout,
+                    None,
+                )
+                .await?;
+            let resp: api::MessagesResponse = serde_json::from_slice(&bytes).map_err(|e| {
+                PlatformError::Unavailable(format!("messages: the answer does not parse: {e}"))
+            })?;
+            if resp.chunk.is_empty() {
+                break;
+            }
+            older.extend(resp.chunk);
+            match resp.end {
+                Some(end) if end != from => from = end,
+                _ => break,
+            }
+        }
+        older.reverse();
+        Ok(older)
     }
 
     /// Sends one event with a transaction id from [`Txns`]; its event id. `digest` names the

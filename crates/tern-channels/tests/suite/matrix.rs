@@ -125,6 +125,9 @@ async fn the_bot_joins_when_invited_and_a_text_message_is_polled_as_an_event() {
     let ev = events.iter().find(|e| e.key == sent).unwrap();
     assert_eq!(ev.chat, dm.chat());
     assert_eq!(ev.user.id, dm.human.user_id);
+    // Synapse gives a new user their localpart as display name.
+    let localpart = dm.human.user_id[1..].split(':').next().unwrap();
+    assert_eq!(ev.user.name, localpart);
     assert_eq!(
         ev.kind,
         EventKind::Message {
@@ -490,4 +493,140 @@ async fn a_rate_limited_send_is_retry_after() {
         matches!(err, PlatformError::RetryAfter(d) if d > Duration::ZERO),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn a_busy_room_is_not_cut_to_the_last_hundred_events() {
+    let mut dm = Dm::open().await;
+    // More than one sync timeline holds (100), all sent before the next poll.
+    let mut sent = Vec::new();
+    for n in 0..130 {
+        sent.push(dm.human.send_text(&dm.room, &format!("message {n}")).await);
+    }
+    let events = poll_until(&dm.m, &mut dm.cursor, "all 130 messages", |ev| {
+        sent.iter().all(|k| has_key(ev, k))
+    })
+    .await;
+    let keys: Vec<&str> = events.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, sent, "each once, in order");
+}
+
+/// A loopback HTTP proxy in front of Synapse that can lose one answer: the request reaches
+/// the server, the client's connection is closed before the answer comes back (a send whose
+/// outcome the adapter cannot know). One request per connection (`Connection: close`
+/// upstream), enough for reqwest.
+struct LossyProxy {
+    url: String,
+    lose_next_send: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LossyProxy {
+    async fn start(upstream: String) -> LossyProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let lose = std::sync::Arc::new(AtomicBool::new(false));
+        let lose2 = lose.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let upstream = upstream.clone();
+                let lose = lose2.clone();
+                tokio::spawn(async move {
+                    // The request's head, then its body by Content-Length.
+                    let mut buf = Vec::new();
+                    let head_end = loop {
+                        let mut chunk = [0u8; 4096];
+                        let n = client.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        let mut chunk = [0u8; 4096];
+                        let n = client.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let is_send = head.starts_with("PUT ") && head.contains("/send/");
+                    let drop_answer = is_send && lose.swap(false, Ordering::SeqCst);
+                    let mut request = head[..head_end - 2].to_owned();
+                    request.push_str("Connection: close\r\n\r\n");
+                    let mut up = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                    up.write_all(request.as_bytes()).await.unwrap();
+                    up.write_all(&buf[head_end..]).await.unwrap();
+                    let mut answer = Vec::new();
+                    up.read_to_end(&mut answer).await.unwrap();
+                    if !drop_answer {
+                        let _ = client.write_all(&answer).await;
+                    }
+                    // Dropped: the client sees the connection close with no answer.
+                });
+            }
+        });
+        LossyProxy {
+            url,
+            lose_next_send: lose,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_send_retried_after_a_lost_answer_is_posted_once() {
+    let dm = Dm::open().await;
+    let proxy = LossyProxy::start(Synapse::shared().url()).await;
+    let m = Matrix::new(MatrixSettings::new(
+        &proxy.url,
+        &dm.bot.user_id,
+        &dm.bot.access_token,
+    ))
+    .unwrap();
+    let msg = OutMessage {
+        markdown: "only once".into(),
+        ..OutMessage::default()
+    };
+    proxy
+        .lose_next_send
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let lost = m.send(&dm.chat(), &msg).await.unwrap_err();
+    assert!(matches!(lost, PlatformError::Unavailable(_)), "{lost:?}");
+    // The server did post it; the retry gets that event back instead of a second one.
+    let first = dm
+        .human
+        .wait_for_message(&dm.room, &dm.bot.user_id, |m| m.body() == "only once")
+        .await;
+    let retried = m.send(&dm.chat(), &msg).await.unwrap();
+    assert_eq!(retried, first.event_id);
+    // Sent again on purpose after that success: a second message.
+    let again = m.send(&dm.chat(), &msg).await.unwrap();
+    assert_ne!(again, first.event_id);
+    let copies: Vec<String> = dm
+        .human
+        .messages(&dm.room)
+        .await
+        .into_iter()
+        .filter(|m| m.sender == dm.bot.user_id && m.body() == "only once")
+        .map(|m| m.event_id)
+        .collect();
+    assert_eq!(copies, vec![first.event_id.clone(), again]);
 }
