@@ -14,7 +14,9 @@
 //!
 //! The process runs in its own process group and is killed (the group) when its [`Synapse`]
 //! is dropped; the shared one, which lives as long as the test binary, is started by a thread
-//! that never ends, with `PR_SET_PDEATHSIG`, so it dies with the test binary however that ends.
+//! that never ends, with `PR_SET_PDEATHSIG`, so it dies with the test binary however that ends;
+//! its directory (`$TMPDIR/tern-synapse-*`, marked with the owner's pid) is removed by the next
+//! start of a server once that pid is gone.
 //!
 //! The clients ([`MatrixUser`]) hold no state across tests' runtimes: each test registers its
 //! users and gets a fresh HTTP client.
@@ -99,7 +101,12 @@ impl Synapse {
              TERN_SYNAPSE_PYTHON at a Python that has it.",
             String::from_utf8_lossy(&probe.stderr).trim()
         );
-        let mut dir = tempfile::tempdir().unwrap();
+        remove_stale_dirs();
+        let mut dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join(OWNER), std::process::id().to_string()).unwrap();
         // The port may be taken between the probe and Synapse's bind: try a few.
         for _ in 0..5 {
             let d = dir.path().to_path_buf();
@@ -537,6 +544,34 @@ impl MatrixUser {
                 })
         })
         .await
+    }
+}
+
+/// The temporary directories of servers start with this.
+const DIR_PREFIX: &str = "tern-synapse-";
+/// In such a directory: the pid of the test binary that owns it.
+const OWNER: &str = "owner.pid";
+
+/// Removes the directories of servers whose test binary has ended: the shared server's is
+/// never dropped (a static), so its binary cannot remove it.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(DIR_PREFIX));
+        let owner = std::fs::read_to_string(path.join(OWNER))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if let (true, Some(pid)) = (ours, owner)
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 

@@ -78,3 +78,23 @@ fn a_retry_after_an_unknown_outcome_reuses_the_txn_id_and_nothing_else_does() {
     assert_ne!(t.take(&a), next);
     assert_ne!(Txns::new().boot, t.boot, "a restart's ids differ");
 }
+
+#[test]
+fn settings_that_cannot_work_are_refused_up_front() {
+    let m = |hs: &str, user: &str| Matrix::new(MatrixSettings::new(hs, user, "secret-token"));
+    assert!(matches!(
+        m("matrix.example.org", "@tern:example.org"),
+        Err(MatrixSetupError::Homeserver(_))
+    ));
+    assert!(matches!(
+        m("https://matrix.example.org", "tern"),
+        Err(MatrixSetupError::UserId(_))
+    ));
+    let ok = m("https://matrix.example.org/", "@tern:example.org").unwrap();
+    assert_eq!(
+        ok.client_url(&["rooms", "!a:b", "send", "m.room.message", "t1"])
+            .as_str(),
+        "https://matrix.example.org/_matrix/client/v3/rooms/!a:b/send/m.room.message/t1"
+    );
+    assert!(!format!("{ok:?}").contains("secret-token"));
+}
