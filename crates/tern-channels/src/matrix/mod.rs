@@ -240,7 +240,8 @@ impl Matrix {
         })
     }
 
-    /// `base` + the path segments (each percent-encoded: room ids hold `!` and `:`).
+    /// `base` + the path segments, each percent-encoded where a path needs it (an id with
+    /// `/`, `?` or `#` stays one segment).
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
