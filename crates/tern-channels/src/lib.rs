@@ -6,9 +6,11 @@
 //! - [`format`](mod@format): markdown to each platform's formatting, split at the platform's length limit;
 //! - [`signing`]: signed callback data, so a tap on a button can be trusted;
 //! - [`tools`]: the model's `send_file`, to send a file to the session's chat;
-//! - [`telegram`]: the Telegram adapter (Bot API, long polling).
+//! - [`telegram`]: the Telegram adapter (Bot API, long polling);
+//! - [`matrix`]: the Matrix adapter (client-server API `/sync` long poll; unencrypted rooms).
 
 pub mod format;
+pub mod matrix;
 pub mod pairing;
 pub mod platform;
 pub mod runtime;

@@ -228,10 +228,15 @@ fn channel_settings(
 
 /// The Matrix adapter of `m`.
 fn matrix_platform(
-    _m: &tern_config::MatrixChannelConfig,
-    _token: String,
+    m: &tern_config::MatrixChannelConfig,
+    token: String,
 ) -> Result<Arc<dyn Platform>, String> {
-    Err("the Matrix adapter is not built into this gateway yet".to_owned())
+    let mut settings =
+        tern_channels::matrix::MatrixSettings::new(m.homeserver(), m.user_id.clone(), token);
+    settings.poll_timeout = m.poll_timeout();
+    tern_channels::matrix::Matrix::new(settings)
+        .map(|p| Arc::new(p) as Arc<dyn Platform>)
+        .map_err(|e| e.to_string())
 }
 
 impl Gateway {

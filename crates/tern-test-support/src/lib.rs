@@ -12,6 +12,7 @@
 
 pub mod http;
 pub mod procs;
+pub mod synapse;
 pub mod telegram;
 pub mod wait;
 

@@ -1,1 +1,2 @@
+mod matrix;
 mod telegram;
