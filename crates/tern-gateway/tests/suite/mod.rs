@@ -1,6 +1,7 @@
 mod api;
 mod boot;
 mod channels;
+mod channels_matrix;
 mod compact;
 mod errors;
 mod inbox_api;
