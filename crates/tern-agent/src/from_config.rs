@@ -21,10 +21,18 @@ pub enum FromConfigError {
 }
 
 /// The sandbox of the agent's commands and file tools, from `[sandbox]`, with `home`
-/// protected.
+/// protected, and the chat channels' secrets too: their token files protected like `home`,
+/// the variables holding their tokens removed from commands whatever their names.
 pub fn sandbox(home: &Home, eff: &Effective) -> tern_sandbox::Sandbox {
     let user_home = std::env::var_os("HOME").map(PathBuf::from);
-    tern_sandbox::Sandbox::new(eff.config.sandbox.policy(home, user_home.as_deref()))
+    let mut policy = eff.config.sandbox.policy(home, user_home.as_deref());
+    let env = |k: &str| std::env::var(k).ok();
+    let channels = &eff.config.channels;
+    policy
+        .protected_paths
+        .extend(channels.secret_files(&home.root, &env));
+    policy.env.remove.extend(channels.secret_env_names());
+    tern_sandbox::Sandbox::new(policy)
 }
 
 /// The limits of the agent's tools, from `[tools]`, with the sandbox of [`sandbox`].
@@ -104,5 +112,39 @@ fn compaction(c: &tern_config::CompactionConfig) -> crate::CompactionSettings {
         tail_share: f64::from(c.keep_recent_percent) / 100.0,
         elide_over_chars: c.elide_tool_output_chars,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    #[test]
+    fn the_sandbox_keeps_channel_secrets_from_the_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = tern_config::Home {
+            root: dir.path().to_path_buf(),
+        };
+        std::fs::write(
+            home.config_path(),
+            "[[channels.telegram]]\ntoken_file = \"/srv/secrets/tg.token\"\n\n\
+             [[channels.matrix]]\nhomeserver = \"https://m.example.org\"\n\
+             user_id = \"@bot:example.org\"\naccess_token_env = \"MX_BOT\"\n",
+        )
+        .unwrap();
+        let eff = tern_config::load(&home, &|_| None).unwrap();
+        let sandbox = super::sandbox(&home, &eff);
+        let policy = sandbox.policy();
+        assert!(
+            policy
+                .protected_paths
+                .iter()
+                .any(|p| p == Path::new("/srv/secrets/tg.token")),
+            "{:?}",
+            policy.protected_paths
+        );
+        assert!(!policy.env.allows(OsStr::new("MX_BOT")));
+        assert!(policy.env.allows(OsStr::new("PATH")));
     }
 }

@@ -55,6 +55,8 @@ pub enum Command {
     Ps(crate::ps::PsArgs),
     /// Who may talk to the agent from a chat app: list, approve and revoke DM pairings
     Pairing(crate::pairing::PairingArgs),
+    /// Chat channels (Telegram, Matrix): how each configured one is doing
+    Channels(crate::channels::ChannelsArgs),
     /// Show or edit the agent's memory: notes it keeps across sessions
     Memory(crate::memory::MemoryArgs),
     /// Is a gateway running on this home? Its address, sessions, inbox and processes

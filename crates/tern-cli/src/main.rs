@@ -9,6 +9,7 @@
 
 mod args;
 mod ask;
+mod channels;
 mod chat;
 mod completions;
 mod context;
@@ -107,6 +108,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ps(args) => ps::run(home, args).await,
         Command::Memory(args) => memory::run(home, args).await,
         Command::Pairing(args) => pairing::run(home, args.command).await,
+        Command::Channels(args) => channels::run(home, args.command).await,
         Command::Status(args) => status::run(home, args).await,
         Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,

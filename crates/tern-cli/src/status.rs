@@ -128,7 +128,7 @@ fn alive(rec: &GatewayRecord) -> bool {
 }
 
 /// The gateway recorded in `home`: `Ok(None)` when none is recorded or it is gone.
-fn running_gateway(home: &Home) -> anyhow::Result<Option<GatewayRecord>> {
+pub(crate) fn running_gateway(home: &Home) -> anyhow::Result<Option<GatewayRecord>> {
     let path = home.root.join(STATE_FILE);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,

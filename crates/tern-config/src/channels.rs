@@ -38,6 +38,41 @@ pub struct ChannelsConfig {
 }
 
 impl ChannelsConfig {
+    /// The files channel secrets are read from (`token_file`, `access_token_file`), as
+    /// resolved: the sandbox keeps them out of the agent's reach, like `$TERN_HOME`.
+    pub fn secret_files(
+        &self,
+        home_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Vec<PathBuf> {
+        self.telegram
+            .iter()
+            .filter_map(|t| t.token_file.as_deref())
+            .chain(
+                self.matrix
+                    .iter()
+                    .filter_map(|m| m.access_token_file.as_deref()),
+            )
+            .map(|f| expand_path(f.trim(), home_dir, env))
+            .collect()
+    }
+
+    /// The environment variables channel secrets are read from (`token_env`,
+    /// `access_token_env`): the sandbox removes them from the agent's commands whatever
+    /// their names.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        self.telegram
+            .iter()
+            .filter_map(|t| t.token_env.as_deref())
+            .chain(
+                self.matrix
+                    .iter()
+                    .filter_map(|m| m.access_token_env.as_deref()),
+            )
+            .map(|v| v.trim().to_owned())
+            .collect()
+    }
+
     /// Whether any channel has its secret inline in `config.toml` (which then should not
     /// be readable by others).
     pub fn has_inline_secret(&self) -> bool {

@@ -21,7 +21,7 @@ const SECRET_KEYS: &[&str] = &[
     "password",
 ];
 /// Keys whose values are URLs, which may carry a password: shown as [`mask_url`] does.
-const URL_KEYS: &[&str] = &["url", "base_url", "public_url"];
+const URL_KEYS: &[&str] = &["url", "base_url", "public_url", "api_url", "homeserver"];
 
 /// Renders the effective configuration as TOML-like text with secrets masked
 /// and each value annotated with its source, e.g.

@@ -163,12 +163,21 @@ pub async fn read_bytes(
     let path = ctx.resolve(shown);
     let p = path.clone();
     let read = run_blocking(ctx, move || -> io::Result<Option<Vec<u8>>> {
-        let f = fs::File::open(&p)?;
-        let meta = f.metadata()?;
-        if meta.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                "is a directory",
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Only regular files: a FIFO or a device would block or never end, and the kernel's
+        // pseudo-files (`/proc/self/environ` is this process's environment, secrets
+        // included) are regular-looking files that no sandbox rule keeps a process from
+        // reading about itself.
+        if !fs::metadata(&p)?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&p)?;
+        if !f.metadata()?.is_file() || is_pseudo_fs(&f) {
+            return Err(io::Error::other(
+                "not a regular file (a kernel pseudo-file, e.g. under /proc or /sys)",
             ));
         }
         let mut bytes = Vec::new();
@@ -183,6 +192,15 @@ pub async fn read_bytes(
             "{shown} is larger than {max_bytes} bytes, the most that can be sent"
         ))),
         Err(e) => Err(io_error("read", shown, ctx, &e)),
+    }
+}
+
+/// Whether `f` lives on procfs or sysfs (or the check itself fails: then it is refused too).
+fn is_pseudo_fs(f: &fs::File) -> bool {
+    use nix::sys::statfs::{PROC_SUPER_MAGIC, SYSFS_MAGIC, fstatfs};
+    match fstatfs(f) {
+        Ok(s) => s.filesystem_type() == PROC_SUPER_MAGIC || s.filesystem_type() == SYSFS_MAGIC,
+        Err(_) => true,
     }
 }
 

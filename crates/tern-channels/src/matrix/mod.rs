@@ -216,6 +216,9 @@ impl Matrix {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(settings.request_timeout)
+            // A redirect would carry the credentials (Telegram's are in the URL) to wherever
+            // it points, and reqwest logs redirect URLs: the API never redirects, so refuse.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| MatrixSetupError::Client(e.to_string()))?;
         Ok(Matrix {

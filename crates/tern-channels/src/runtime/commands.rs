@@ -29,7 +29,7 @@ pub(super) fn utc(ms: i64) -> String {
 }
 
 /// Handles `text` when it is a command; whether it was one.
-pub(super) async fn handle(inner: &Inner, ev: &ChannelEvent, text: &str) -> bool {
+pub(super) async fn handle(inner: &std::sync::Arc<Inner>, ev: &ChannelEvent, text: &str) -> bool {
     let text = text.trim();
     let Some(rest) = text.strip_prefix('/') else {
         return false;
@@ -58,7 +58,18 @@ pub(super) async fn handle(inner: &Inner, ev: &ChannelEvent, text: &str) -> bool
         "status" => status(inner, ev).await,
         "sessions" => sessions(inner, ev).await,
         "resume" => resume(inner, ev, arg).await,
-        "compact" => compact(inner, ev).await,
+        "compact" => {
+            // A compaction is a model call: on a task of its own, so the dispatcher (taps,
+            // /stop) never waits for it.
+            let inner = inner.clone();
+            let ev = ev.clone();
+            let chat = chat.clone();
+            inner.tasks.clone().spawn(async move {
+                let reply = compact(&inner, &ev).await;
+                send_text(&inner, &chat, &reply).await;
+            });
+            return true;
+        }
         _ => format!("Unknown command /{cmd}. {HELP}"),
     };
     send_text(inner, &chat, &reply).await;

@@ -242,8 +242,10 @@ fn progress_line(tool: &str, arguments: &str) -> String {
         }
         cut
     });
+    // The tool's name and arguments are the model's: shown as exactly their text.
+    let tool = tool.replace('`', "'");
     match main {
-        Some(m) if !m.is_empty() => format!("⚙️ `{tool}`: {}", m.replace('`', "'")),
+        Some(m) if !m.is_empty() => format!("⚙️ `{tool}`: {}", crate::format::escape_markdown(&m)),
         _ => format!("⚙️ `{tool}`"),
     }
 }
@@ -256,7 +258,11 @@ mod tests {
     fn progress_lines_show_the_tool_and_its_main_argument() {
         assert_eq!(
             progress_line("terminal", r#"{"command":"ls -la"}"#),
-            "⚙️ `terminal`: ls -la"
+            "⚙️ `terminal`: ls \\-la"
+        );
+        assert_eq!(
+            crate::format::plain_text(&progress_line("terminal", r#"{"command":"ls -la"}"#)),
+            "⚙️ terminal: ls -la"
         );
         assert_eq!(progress_line("todo", "{}"), "⚙️ `todo`");
         assert_eq!(progress_line("x", "not json"), "⚙️ `x`");
@@ -265,9 +271,11 @@ mod tests {
             &format!(r#"{{"command":"{}"}}"#, "a".repeat(500)),
         );
         assert!(long.chars().count() < 100, "{long}");
-        assert_eq!(
-            progress_line("terminal", r#"{"command":"echo `id`"}"#),
-            "⚙️ `terminal`: echo 'id'"
+        let fake_link = progress_line("terminal", r#"{"command":"[click](https://evil.example)"}"#);
+        assert!(
+            !crate::format::telegram_html(&fake_link).contains("<a "),
+            "{fake_link}"
         );
+        assert_eq!(progress_line("a`b", "{}"), "⚙️ `a'b`");
     }
 }

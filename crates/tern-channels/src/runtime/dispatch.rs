@@ -328,8 +328,7 @@ async fn receive_file(inner: &Inner, workdir: &Path, f: &StoredFile) -> String {
         }
     };
     let name = safe_name(f.name.as_deref(), f.is_image, f.mime_type.as_deref());
-    let dir = workdir.join(&inner.settings.files_dir);
-    let rel = match save_unique(&dir, &name, &bytes).await {
+    let rel = match save_unique(workdir, &inner.settings.files_dir, &name, &bytes).await {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(channel = %inner.settings.name, error = %e, "cannot save a file from the chat");
@@ -378,9 +377,54 @@ fn safe_name(name: Option<&str>, is_image: bool, mime: Option<&str>) -> String {
     format!("{}.{ext}", if is_image { "photo" } else { "file" })
 }
 
-/// Writes `bytes` as `dir/name`, or `dir/name-2`… when taken; the name used.
-async fn save_unique(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    tokio::fs::create_dir_all(dir).await?;
+/// Writes `bytes` as `workdir/dir/name`, or `name-2`… when taken; the name used. The agent
+/// controls the working directory, so nothing on the way is followed: `dir` (one component)
+/// is opened with `O_NOFOLLOW` and the file created in it with `O_EXCL | O_NOFOLLOW` — a
+/// symlink planted as `chat-files` (to `~/.ssh`, to tern's home) makes the save fail rather
+/// than write there. The working directory itself is the owner's configuration.
+async fn save_unique(
+    workdir: &Path,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<PathBuf> {
+    let (workdir, dir, name, bytes) = (
+        workdir.to_owned(),
+        dir.to_owned(),
+        name.to_owned(),
+        bytes.to_vec(),
+    );
+    tokio::task::spawn_blocking(move || save_beneath(&workdir, &dir, &name, &bytes))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+fn save_beneath(workdir: &Path, dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    use std::io::Write as _;
+
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+
+    let mut parts = dir.components();
+    let (Some(std::path::Component::Normal(component)), None) = (parts.next(), parts.next()) else {
+        return Err(std::io::Error::other(
+            "the files directory must be one plain name",
+        ));
+    };
+    let wd = std::fs::File::open(workdir)?;
+    match mkdirat(&wd, component, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let dfd = openat(
+        &wd,
+        component,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        std::io::Error::other(format!("{} is not a plain directory ({e})", dir.display()))
+    })?;
     let (stem, ext) = match name.rsplit_once('.') {
         Some((s, e)) if !s.is_empty() => (s.to_owned(), format!(".{e}")),
         _ => (name.to_owned(), String::new()),
@@ -391,21 +435,20 @@ async fn save_unique(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<Pa
         } else {
             format!("{stem}-{n}{ext}")
         };
-        let path = dir.join(&candidate);
-        match tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-        {
-            Ok(mut f) => {
-                use tokio::io::AsyncWriteExt as _;
-                f.write_all(bytes).await?;
-                f.sync_all().await?;
+        match openat(
+            &dfd,
+            candidate.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        ) {
+            Ok(fd) => {
+                let mut f = std::fs::File::from(fd);
+                f.write_all(bytes)?;
+                f.sync_all()?;
                 return Ok(PathBuf::from(candidate));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
+            Err(nix::errno::Errno::EEXIST) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
     Err(std::io::Error::other("too many files with that name"))
@@ -428,10 +471,44 @@ mod tests {
     #[tokio::test]
     async fn saving_never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
-        let a = save_unique(dir.path(), "x.txt", b"1").await.unwrap();
-        let b = save_unique(dir.path(), "x.txt", b"2").await.unwrap();
+        let files = Path::new("chat-files");
+        let a = save_unique(dir.path(), files, "x.txt", b"1").await.unwrap();
+        let b = save_unique(dir.path(), files, "x.txt", b"2").await.unwrap();
         assert_eq!(a, PathBuf::from("x.txt"));
         assert_eq!(b, PathBuf::from("x-2.txt"));
-        assert_eq!(std::fs::read(dir.path().join("x.txt")).unwrap(), b"1");
+        assert_eq!(
+            std::fs::read(dir.path().join("chat-files/x.txt")).unwrap(),
+            b"1"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_planted_in_the_workspace_is_not_followed() {
+        let work = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        // The agent points `chat-files` at a directory it must not write to.
+        std::os::unix::fs::symlink(secret.path(), work.path().join("chat-files")).unwrap();
+        let r = save_unique(
+            work.path(),
+            Path::new("chat-files"),
+            "authorized_keys",
+            b"x",
+        )
+        .await;
+        assert!(r.is_err(), "{r:?}");
+        assert!(!secret.path().join("authorized_keys").exists());
+        // A symlink planted as the file's name is not followed either.
+        std::fs::remove_file(work.path().join("chat-files")).unwrap();
+        std::fs::create_dir(work.path().join("chat-files")).unwrap();
+        std::os::unix::fs::symlink(
+            secret.path().join("config.toml"),
+            work.path().join("chat-files/config.toml"),
+        )
+        .unwrap();
+        let name = save_unique(work.path(), Path::new("chat-files"), "config.toml", b"x")
+            .await
+            .unwrap();
+        assert_eq!(name, PathBuf::from("config-2.toml"));
+        assert!(!secret.path().join("config.toml").exists());
     }
 }

@@ -111,8 +111,12 @@ pub(crate) struct Inner {
     /// Wakes the delivery task: something may be there to send.
     outbound: Notify,
     signals: mpsc::UnboundedSender<Signal>,
-    /// The channel's own tasks beyond the three loops (one per chat queue).
+    /// The channel's own tasks beyond the three loops (one per chat queue, stranger replies).
     tasks: TaskTracker,
+    /// Strangers answered lately (user → when), so a flood gets one answer per window.
+    strangers: std::sync::Mutex<HashMap<String, i64>>,
+    /// Stranger replies in flight at most; more are dropped (they are not the agent's work).
+    stranger_slots: Arc<tokio::sync::Semaphore>,
     stop: CancellationToken,
 }
 
@@ -140,19 +144,25 @@ impl Inner {
         self.outbound.notify_one();
     }
 
-    /// Whether the user may talk to the agent: configured, or paired and not revoked.
+    /// Whether the user may talk to the agent: configured, or paired and not revoked. An
+    /// error of the store counts as "no" (for a decision, refusing is the safe side).
     pub(crate) async fn is_allowed(&self, user_id: &str) -> bool {
-        match self
-            .pairing
-            .is_allowed(self.platform_name(), user_id, &self.settings.allowed_users)
-            .await
-        {
+        match self.check_allowed(user_id).await {
             Ok(allowed) => allowed,
             Err(e) => {
                 tracing::warn!(channel = %self.settings.name, error = %e, "cannot check whether a user is allowed; refusing");
                 false
             }
         }
+    }
+
+    pub(crate) async fn check_allowed(
+        &self,
+        user_id: &str,
+    ) -> Result<bool, crate::pairing::PairingError> {
+        self.pairing
+            .is_allowed(self.platform_name(), user_id, &self.settings.allowed_users)
+            .await
     }
 }
 
@@ -191,6 +201,8 @@ impl Channel {
                 outbound: Notify::new(),
                 signals: tx,
                 tasks: TaskTracker::new(),
+                strangers: std::sync::Mutex::new(HashMap::new()),
+                stranger_slots: Arc::new(tokio::sync::Semaphore::new(4)),
                 stop: CancellationToken::new(),
             }),
             signals: rx,

@@ -78,12 +78,29 @@ pub(super) async fn run(inner: Arc<Inner>) {
             continue;
         }
         let mut kept = Vec::new();
+        let mut strangers = Vec::new();
+        let mut checked = Ok(());
         for event in &batch.events {
-            if inner.is_allowed(&event.user.id).await {
-                kept.push(event);
-            } else {
-                stranger(&inner, event).await;
+            match inner.check_allowed(&event.user.id).await {
+                Ok(true) => kept.push(event),
+                Ok(false) => strangers.push(event.clone()),
+                Err(e) => {
+                    checked = Err(e);
+                    break;
+                }
             }
+        }
+        if let Err(e) = checked {
+            // Nothing committed: the same events come again with the next poll.
+            tracing::error!(channel, error = %e, "cannot check who may talk to the agent");
+            failures = failures.saturating_add(1);
+            if sleep(&inner, RETRY.delay(failures)).await {
+                return;
+            }
+            continue;
+        }
+        for event in strangers {
+            answer_stranger(&inner, event);
         }
         let payloads: Vec<(String, &Event)> = kept.iter().map(|e| (payload(&e.kind), *e)).collect();
         let rows: Vec<NewChannelEvent<'_>> = payloads
@@ -165,8 +182,55 @@ fn payload(kind: &EventKind) -> String {
     v.to_string()
 }
 
-/// Someone who may not talk to the agent: a pairing code (or why none), nothing stored of
-/// what they sent. A tap from them is answered and does nothing.
+/// How long a stranger who got no new code is not told so again.
+const STRANGER_QUIET_MS: i64 = 10 * 60 * 1000;
+/// Strangers remembered at most (the map is cleared past it).
+const MAX_STRANGERS: usize = 10_000;
+
+/// Answers a stranger off the poll loop, so a flood of them cannot delay allowed users; with
+/// every reply slot taken, the message is dropped unanswered.
+fn answer_stranger(inner: &Arc<Inner>, event: Event) {
+    let Ok(permit) = inner.stranger_slots.clone().try_acquire_owned() else {
+        tracing::debug!(channel = %inner.settings.name, "too many strangers at once; one is not answered");
+        return;
+    };
+    let inner2 = inner.clone();
+    inner.tasks.spawn(async move {
+        stranger(&inner2, &event).await;
+        drop(permit);
+    });
+}
+
+/// A display name as shown in logs and `tern pairing list`: no control characters (a newline
+/// could fake a row) and no bidirectional overrides.
+fn clean_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| {
+            !c.is_control()
+                && !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .take(64)
+        .collect()
+}
+
+/// Whether the stranger was told something in the last window (and marks them told now).
+fn told_lately(inner: &Inner, user: &str, now: i64) -> bool {
+    let mut map = inner.strangers.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() > MAX_STRANGERS {
+        map.clear();
+    }
+    match map.get(user) {
+        Some(at) if now - at < STRANGER_QUIET_MS => true,
+        _ => {
+            map.insert(user.to_owned(), now);
+            false
+        }
+    }
+}
+
+/// Someone who may not talk to the agent: a pairing code (a new one at most every 10 minutes,
+/// the pairing rules say), or why none — told once per window, so a flood of messages gets
+/// at most two answers in 10 minutes — and nothing stored of what they sent. A tap from them is answered and does nothing.
 async fn stranger(inner: &Inner, event: &Event) {
     let platform = inner.platform_name();
     match &event.kind {
@@ -182,17 +246,19 @@ async fn stranger(inner: &Inner, event: &Event) {
         EventKind::Message { .. } => {}
     }
     let now = tern_util::now_ms();
+    let name = clean_name(&event.user.name);
     let text = match inner
         .pairing
-        .request(platform, &event.user.id, &event.user.name, now)
+        .request(platform, &event.user.id, &name, now)
         .await
     {
         Ok(CodeRequest::Issued { code, .. }) => {
-            tracing::info!(channel = %inner.settings.name, user = %event.user.id, name = %event.user.name, "a pairing code was issued");
+            tracing::info!(channel = %inner.settings.name, user = %event.user.id, name = %name, "a pairing code was issued");
             format!(
                 "I don't know you yet. Ask the owner to run:\n\n`tern pairing approve {platform} {code}`\n\nThe code is valid for 1 hour."
             )
         }
+        Ok(_) if told_lately(inner, &event.user.id, now) => return,
         Ok(CodeRequest::RateLimited { retry_at }) => format!(
             "A pairing code was sent to you already; ask the owner to approve it, or ask for a new one after {}.",
             crate::runtime::commands::utc(retry_at)

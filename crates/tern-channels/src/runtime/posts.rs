@@ -33,6 +33,7 @@ use tern_store::{Wait, WaitKind};
 
 use super::Inner;
 use super::dispatch::{StoredMessage, StoredTap, chat_of, send_text};
+use crate::format::escape_markdown;
 use crate::platform::{Button, ChatRef, OutMessage};
 use crate::signing::Tap;
 
@@ -104,17 +105,17 @@ fn answering(kind: &str, escalation: bool, view: &RequestView) -> Answering {
         "r",
         "Reject",
         "❌",
-        &["reject", "no", "deny"],
+        &["reject", "rejected", "deny"],
         Action::Reject,
     );
     match kind {
         "approval" => Answering::Buttons(vec![
-            approve("a", "Approve", "✅", &["approve", "yes", "ok"], None),
+            approve("a", "Approve", "✅", &["approve", "approved"], None),
             reject,
         ]),
         "command" => {
             let mut v = vec![
-                approve("o", "Once", "👍", &["once", "approve", "yes"], Some("once")),
+                approve("o", "Once", "👍", &["once", "approve"], Some("once")),
                 approve("s", "This session", "🔁", &["session"], Some("session")),
             ];
             if !escalation {
@@ -187,42 +188,69 @@ fn field_label(f: &Field) -> &str {
     }
 }
 
-/// The post's text: what is asked, and how to answer here.
+/// The longest command a post shows whole; a longer one is cut, and the post says so.
+const MAX_COMMAND_CHARS: usize = 2500;
+/// The longest summary or context value a post shows.
+const MAX_TEXT_CHARS: usize = 300;
+
+/// `text` cut to `max` characters, with a mark when cut.
+fn cut(text: &str, max: usize) -> (String, bool) {
+    if text.chars().count() <= max {
+        return (text.to_owned(), false);
+    }
+    let mut t: String = text.chars().take(max).collect();
+    t.push('…');
+    (t, true)
+}
+
+/// The post's text: what is asked, and how to answer here. Everything the agent wrote (the
+/// command, the summary, the context) is shown as exactly its text: escaped markdown, the
+/// command in a code block no line of it can close — a reviewer sees all of what they approve.
 fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> String {
     let asked: Value = serde_json::from_str(&wait.request).unwrap_or(Value::Null);
+    let mut truncated = false;
+    let (summary, t) = cut(&view.summary.summary, MAX_TEXT_CHARS);
+    truncated |= t;
     let mut out = match wait.kind {
         WaitKind::Command => {
             let command = asked.get("command").and_then(Value::as_str).unwrap_or("");
-            format!(
-                "**{}**\n\n```\n{command}\n```",
-                view.summary
-                    .summary
-                    .split(':')
-                    .next()
-                    .unwrap_or("Run a command?")
-            )
+            let (command, t) = cut(command, MAX_COMMAND_CHARS);
+            truncated |= t;
+            let title = if is_escalation(wait) {
+                "Run outside the sandbox?"
+            } else {
+                "Run a dangerous command?"
+            };
+            format!("**{title}**\n\n{}", crate::format::code_block(&command))
         }
-        WaitKind::Elicitation => format!("**Question**: {}", view.summary.summary),
-        _ => format!("**Approval needed**: {}", view.summary.summary),
+        WaitKind::Elicitation => format!("**Question**: {}", escape_markdown(&summary)),
+        _ => format!("**Approval needed**: {}", escape_markdown(&summary)),
     };
     if let Some(ctx) = &view.key_value_context {
         for (k, v) in ctx {
             if matches!(k.as_str(), "command" | "scope" | "action") {
                 continue;
             }
-            let v: String = v.chars().take(300).collect();
-            out.push_str(&format!("\n• {k}: {v}"));
+            let (v, t) = cut(v, MAX_TEXT_CHARS);
+            truncated |= t;
+            out.push_str(&format!(
+                "\n• {}: {}",
+                escape_markdown(k),
+                escape_markdown(&v)
+            ));
         }
     }
     for f in &view.fields {
-        out.push_str(&format!("\n• {}", field_label(f)));
+        out.push_str(&format!("\n• {}", escape_markdown(field_label(f))));
+    }
+    if truncated {
+        out.push_str("\n\n(Cut short here: the inbox shows the request whole.)");
     }
     match how {
-        Answering::Buttons(_) if !inner.platform.limits().buttons => {}
         Answering::Buttons(_) => {}
         Answering::Reply(f) => out.push_str(&format!(
             "\n\nReply to this message with the {}.",
-            field_label(f).to_lowercase()
+            escape_markdown(&field_label(f).to_lowercase())
         )),
         Answering::Elsewhere => {
             out.push_str("\n\nAnswer it in the web inbox");
@@ -305,8 +333,13 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
                 tracing::warn!(post = post.id, error = %e, "cannot record a sent post");
             }
         }
+        Err(crate::platform::PlatformError::Rejected(e)) => {
+            // Not sent again and again: the request stays in the inbox.
+            tracing::warn!(channel = %inner.settings.name, request = %request_id, error = %e, "the platform refused a post; the request is decided in the inbox");
+            let _ = inner.store.channel_post_settled(post.id).await;
+        }
         Err(e) => {
-            tracing::warn!(channel = %inner.settings.name, request = %request_id, error = %e, "cannot post a request to the chat")
+            tracing::warn!(channel = %inner.settings.name, request = %request_id, error = %e, "cannot post a request to the chat; retried later")
         }
     }
 }

@@ -109,6 +109,9 @@ impl Telegram {
         settings.api_url = settings.api_url.trim_end_matches('/').to_owned();
         let http = reqwest::Client::builder()
             .connect_timeout(settings.request_timeout)
+            // A redirect would carry the credentials (Telegram's are in the URL) to wherever
+            // it points, and reqwest logs redirect URLs: the API never redirects, so refuse.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| PlatformError::Unavailable(format!("HTTP client: {}", e.without_url())))?;
         Ok(Self { settings, http })

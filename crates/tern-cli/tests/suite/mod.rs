@@ -1,3 +1,4 @@
+mod channels_status;
 mod chat;
 mod cli;
 mod compaction;

@@ -402,3 +402,147 @@ async fn commands_stop_new_sessions_and_resume() {
     s.tg.wait_sent(|m| text_of(m).contains("/resume N")).await;
     s.handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_go_both_ways_and_send_file_never_sends_a_kernel_pseudo_file() {
+    let s = start("off").await;
+    std::fs::write(s._home.work().join("report.txt"), b"quarterly numbers").unwrap();
+    s.model.set_responder(|body| {
+        let (role, text) = {
+            let last = last_message(body);
+            (
+                last["role"].as_str().unwrap_or("").to_owned(),
+                content(&last),
+            )
+        };
+        match role.as_str() {
+            "user" => Reply::tool_call(
+                "c1",
+                "send_file",
+                json!({"path": "/proc/self/environ"}).to_string(),
+            ),
+            "tool" if text.contains("not a regular file") => Reply::tool_call(
+                "c2",
+                "send_file",
+                json!({"path": "report.txt", "caption": "the report"}).to_string(),
+            ),
+            _ => Reply::text("Sent you the report."),
+        }
+    });
+    let photo = b"\x89PNG fake image bytes".repeat(10);
+    s.tg.user_sends_photo(OWNER, OWNER, &photo, Some("what is this?"));
+    s.tg.wait_sent(|m| text_of(m).contains("Sent you the report."))
+        .await;
+    // In: the image saved in the workspace, named in the model's input.
+    let first = &s.model.requests()[0];
+    let input = content(&last_message(&first.body));
+    assert!(input.starts_with("what is this?"), "{input}");
+    assert!(
+        input.contains("[The user sent an image: chat-files/"),
+        "{input}"
+    );
+    let saved: Vec<_> = std::fs::read_dir(s._home.work().join("chat-files"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert_eq!(std::fs::read(&saved[0]).unwrap(), photo);
+    // Out: the report, and never the gateway's environment.
+    let files: Vec<Sent> =
+        s.tg.sent()
+            .into_iter()
+            .filter(|m| m.file.is_some())
+            .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (name, bytes) = files[0].file.clone().unwrap();
+    assert_eq!(name, "report.txt");
+    assert_eq!(bytes, b"quarterly numbers");
+    assert_eq!(files[0].text.as_deref(), Some("the report"));
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_post_shows_the_whole_command_whatever_markdown_it_holds() {
+    let s = start("off").await;
+    // A fence of its own and a link reference definition would hide the payload from a
+    // markdown renderer; the post must show it.
+    let hostile = "rm -rf build\n```\n[x]: a \"$(echo PWNED)\"\n`";
+    let command = hostile.to_owned();
+    s.model
+        .set_responder(move |body| match last_message(body)["role"].as_str() {
+            Some("user") => Reply::tool_call(
+                "c1",
+                "terminal",
+                json!({"command": command.clone()}).to_string(),
+            ),
+            _ => Reply::text("ok"),
+        });
+    s.tg.user_sends(OWNER, OWNER, "clean the build");
+    let post =
+        s.tg.wait_sent(|m| m.chat_id == OWNER && !m.button_data().is_empty())
+            .await;
+    let shown = post.shown();
+    assert!(shown.contains("echo PWNED"), "{shown}");
+    assert!(shown.contains("[x]: a"), "{shown}");
+    assert_eq!(
+        post.button_data().len(),
+        4,
+        "Once, This session, Always, Reject"
+    );
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_is_waited_out_and_a_revoked_token_leaves_the_gateway_serving() {
+    let s = start("off").await;
+    s.model
+        .set_responder(|_| Reply::text("answered despite the rate limit"));
+    s.tg.fail_next(
+        "sendMessage",
+        1,
+        tern_test_support::telegram::Fault::TooManyRequests { retry_after: 1 },
+    );
+    s.tg.user_sends(OWNER, OWNER, "hi");
+    s.tg.wait_sent(|m| text_of(m).contains("answered despite the rate limit"))
+        .await;
+    let answered =
+        s.tg.sent()
+            .iter()
+            .filter(|m| text_of(m).contains("answered despite"))
+            .count();
+    assert_eq!(answered, 1);
+
+    // The bot's token is revoked: the channel says so and backs off; the gateway serves on.
+    s.tg.revoke_token();
+    let store = s.handle.gateway().store.clone();
+    tern_test_support::wait_until(
+        tern_test_support::PATIENCE,
+        Duration::from_millis(20),
+        async || {
+            let h = store.channel_health().await.unwrap();
+            match h.first().and_then(|h| h.last_error.clone()) {
+                Some(e) if e.contains("credentials") => Ok(()),
+                other => Err(format!("no error recorded yet: {other:?}")),
+            }
+        },
+    )
+    .await;
+    let polls = s.tg.get_updates_calls();
+    let health = reqwest::get(format!("{}/health", s.handle.url()))
+        .await
+        .unwrap();
+    assert!(health.status().is_success());
+    let err = store.channel_health().await.unwrap()[0]
+        .last_error
+        .clone()
+        .unwrap();
+    assert!(!err.contains(&s.tg.token()), "the token in an error: {err}");
+    // Backing off (30 s at first), not polling in a loop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        s.tg.get_updates_calls(),
+        polls,
+        "polling on with a refused token"
+    );
+    s.handle.shutdown().await.unwrap();
+}
