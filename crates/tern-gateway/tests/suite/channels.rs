@@ -546,3 +546,135 @@ async fn a_429_is_waited_out_and_a_revoked_token_leaves_the_gateway_serving() {
     );
     s.handle.shutdown().await.unwrap();
 }
+
+/// A model that asks with `tool` and `args` on the user's message, and after the decision
+/// repeats the decision message's first line.
+fn asks(model: &FakeModel, tool: &'static str, args: Value) {
+    let args = args.to_string();
+    model.set_responder(move |body| {
+        let last = last_message(body);
+        let text = content(&last);
+        match last["role"].as_str() {
+            // A command approved: run it again, as the decision says.
+            Some("user") if text.starts_with(DECISION_TAG) && tool == "terminal" => {
+                Reply::tool_call("c2", tool, args.clone())
+            }
+            Some("user") if text.starts_with(DECISION_TAG) => {
+                Reply::text(format!("resumed with: {}", text.replace('\n', " ")))
+            }
+            Some("user") => Reply::tool_call("c1", tool, args.clone()),
+            Some("tool") if tool == "terminal" && !text.contains("not run") => {
+                Reply::text(format!("ran: {text}"))
+            }
+            _ => Reply::text("asked"),
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_answered_by_buttons_and_by_replies() {
+    let s = start("off").await;
+    // Yes/no: buttons.
+    asks(
+        &s.model,
+        "request_elicitation",
+        json!({"summary": "Keep the logs?", "fields": [
+            {"type": "Switch", "id": "keep", "label": "Keep", "required": true}]}),
+    );
+    s.tg.user_sends(OWNER, OWNER, "clean up");
+    let post =
+        s.tg.wait_sent(|m| text_of(m).contains("Keep the logs?") && !m.button_data().is_empty())
+            .await;
+    assert_eq!(post.button_data().len(), 2, "Yes and No");
+    let id =
+        s.tg.user_taps(OWNER, OWNER, post.message_id, &post.button_data()[0]);
+    s.tg.wait_callback_answer(&id).await;
+    let resumed =
+        s.tg.wait_sent(|m| text_of(m).contains("resumed with"))
+            .await;
+    assert!(text_of(&resumed).contains("true"), "{resumed:?}");
+    s.tg.wait_edit(|e| e.message_id == post.message_id && e.shown().contains("Answered by ann"))
+        .await;
+
+    // A number: a reply to the post.
+    s.tg.user_sends(OWNER, OWNER, "/new");
+    s.tg.wait_sent(|m| text_of(m).contains("Started a new session"))
+        .await;
+    asks(
+        &s.model,
+        "request_elicitation",
+        json!({"summary": "How many replicas?", "fields": [
+            {"type": "Number", "id": "n", "label": "Replicas", "required": true,
+             "integerOnly": true, "min": 1, "max": 9}]}),
+    );
+    s.tg.user_sends(OWNER, OWNER, "scale it");
+    let post = s
+        .tg
+        .wait_sent(|m| text_of(m).contains("How many replicas?") && text_of(m).contains("Reply"))
+        .await;
+    assert!(post.button_data().is_empty());
+    s.tg.user_replies(OWNER, OWNER, post.message_id, "many");
+    s.tg.wait_sent(|m| text_of(m).contains("Reply with a number"))
+        .await;
+    s.tg.user_replies(OWNER, OWNER, post.message_id, "3");
+    let resumed =
+        s.tg.wait_sent(|m| {
+            text_of(m).contains("resumed with") && text_of(m).contains("How many replicas")
+        })
+        .await;
+    assert!(text_of(&resumed).contains("n: 3"), "{resumed:?}");
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dangerous_command_approved_for_the_session_runs_and_forum_topics_are_sessions() {
+    let s = start("off").await;
+    std::fs::create_dir_all(s._home.work().join("build")).unwrap();
+    asks(
+        &s.model,
+        "terminal",
+        json!({"command": "rm -rf build && echo cleaned"}),
+    );
+    s.tg.user_sends_in_topic(-100, 7, OWNER, "clean the build");
+    let post =
+        s.tg.wait_sent(|m| m.chat_id == -100 && m.button_data().len() == 4)
+            .await;
+    assert_eq!(post.thread_id, Some(7), "the post goes to the topic");
+    // "This session".
+    let id =
+        s.tg.user_taps(-100, OWNER, post.message_id, &post.button_data()[1]);
+    s.tg.wait_callback_answer(&id).await;
+    s.tg.wait_edit(|e| e.message_id == post.message_id && e.shown().contains("(session)"))
+        .await;
+    s.tg.wait_sent(|m| m.chat_id == -100 && text_of(m).contains("ran:"))
+        .await;
+    let ran =
+        s.tg.sent()
+            .iter()
+            .filter(|m| text_of(m).contains("ran:"))
+            .count();
+    assert_eq!(ran, 1);
+    assert!(
+        !s._home.work().join("build").exists(),
+        "the command did not run: {:#?}",
+        s.tg.sent()
+    );
+    // Another topic of the same chat is another session.
+    s.model.set_responder(|_| Reply::text("topic two here"));
+    s.tg.user_sends_in_topic(-100, 8, OWNER, "hello");
+    let m =
+        s.tg.wait_sent(|m| text_of(m).contains("topic two here"))
+            .await;
+    assert_eq!(m.thread_id, Some(8));
+    assert_eq!(
+        s.handle
+            .gateway()
+            .store
+            .list_sessions(10, 0)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    s.handle.shutdown().await.unwrap();
+}
