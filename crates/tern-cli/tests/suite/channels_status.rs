@@ -1,6 +1,7 @@
 //! `tern channels status` as a real process: the configured channels with their state — one
 //! polling the fake Bot API through a real `tern gateway`, one whose token cannot be read
-//! (the gateway runs on without it), one disabled — and never a secret.
+//! (the gateway runs on without it), one disabled — and never a secret; and a background
+//! process started from a chat telling that chat when it ends.
 
 use crate::common;
 
@@ -92,4 +93,52 @@ async fn channels_status_shows_each_channel_its_failures_and_never_a_secret() {
             "the access token was printed: {out}"
         );
     }
+}
+
+/// A background process started from a chat (supervised by `tern supervise`, so through the
+/// real binary) resumes its session when it ends, and the answer reaches the chat though
+/// no one wrote there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_process_that_ends_resumes_the_session_and_its_chat_hears_of_it() {
+    let tg = FakeTelegram::start().await;
+    let e = Env::with_model().await;
+    e.fake().set_responder(|body| {
+        let last = body["messages"]
+            .as_array()
+            .and_then(|a| a.last())
+            .cloned()
+            .unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        match last["role"].as_str() {
+            Some("user") if text.starts_with("[process exited]") => {
+                Reply::text("The background job has finished.")
+            }
+            Some("user") => Reply::tool_call(
+                "c1",
+                "terminal",
+                serde_json::json!({"command": "echo working; sleep 0.3", "background": true,
+                       "notify_on_complete": true})
+                .to_string(),
+            ),
+            _ => Reply::text("Started it; I will tell you when it ends."),
+        }
+    });
+    e.config(&format!(
+        "[[channels.telegram]]\ntoken = \"{}\"\napi_url = \"{}\"\nallowed_users = [1]\n\
+         poll_timeout = \"1s\"\n",
+        tg.token(),
+        tg.api_url()
+    ));
+    let _gw = e.gateway();
+    tg.user_sends(1, 1, "run the job in the background");
+    tg.wait_sent(|m| m.text.as_deref().unwrap_or("").contains("Started it"))
+        .await;
+    tg.wait_sent(|m| {
+        m.chat_id == 1
+            && m.text
+                .as_deref()
+                .unwrap_or("")
+                .contains("The background job has finished.")
+    })
+    .await;
 }

@@ -678,3 +678,35 @@ async fn a_dangerous_command_approved_for_the_session_runs_and_forum_topics_are_
     );
     s.handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_is_split_within_telegrams_limit_and_nothing_is_lost() {
+    let s = start("off").await;
+    let paragraphs: Vec<String> = (0..60)
+        .map(|i| format!("Paragraph {i}: {}", "lorem ipsum dolor sit amet ".repeat(8)))
+        .collect();
+    let answer = paragraphs.join("\n\n");
+    assert!(answer.chars().count() > 2 * 4096);
+    let reply = answer.clone();
+    s.model.set_responder(move |_| Reply::text(reply.clone()));
+    s.tg.user_sends(OWNER, OWNER, "write a lot");
+    s.tg.wait_sent(|m| text_of(m).contains("Paragraph 59:"))
+        .await;
+    let parts: Vec<String> =
+        s.tg.sent()
+            .iter()
+            .filter(|m| m.chat_id == OWNER)
+            .map(|m| m.shown())
+            .collect();
+    assert!(parts.len() >= 3, "{}", parts.len());
+    assert!(parts.iter().all(|p| p.chars().count() <= 4096));
+    let joined = parts.join("\n\n");
+    for i in 0..60 {
+        assert_eq!(
+            joined.matches(&format!("Paragraph {i}:")).count(),
+            1,
+            "paragraph {i}"
+        );
+    }
+    s.handle.shutdown().await.unwrap();
+}
