@@ -6,7 +6,7 @@ use tern_agent::CompactOutcome;
 use tern_store::channels::ChannelEvent;
 
 use super::Inner;
-use super::dispatch::{chat_of, current_session, new_session, send_text};
+use super::chat::{chat_of, current_session, new_session, send_text};
 
 /// How many sessions `/sessions` lists.
 const LIST: i64 = 10;

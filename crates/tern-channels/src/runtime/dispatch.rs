@@ -15,54 +15,15 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
 use tern_agent::TurnRequest;
 use tern_llm::Role;
 use tern_store::NewMessage;
 use tern_store::channels::ChannelEvent;
 use tokio::sync::mpsc;
 
+use super::chat::{StoredFile, StoredMessage, StoredTap, chat_of, current_session, send_text};
 use super::{Inner, commands, posts};
-use crate::platform::{ChatRef, FileRef, OutMessage};
-
-/// A message event as stored by the poll loop.
-#[derive(Debug, Deserialize)]
-pub(super) struct StoredMessage {
-    pub text: String,
-    #[serde(default)]
-    pub reply_to: Option<String>,
-    #[serde(default)]
-    pub files: Vec<StoredFile>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct StoredFile {
-    pub id: String,
-    pub name: Option<String>,
-    pub mime_type: Option<String>,
-    #[serde(default)]
-    pub is_image: bool,
-    pub size: Option<u64>,
-}
-
-/// A tap or a reaction as stored.
-#[derive(Debug, Deserialize)]
-pub(super) struct StoredTap {
-    #[serde(default)]
-    pub callback_id: Option<String>,
-    pub message_id: String,
-    #[serde(default)]
-    pub data: Option<String>,
-    #[serde(default)]
-    pub key: Option<String>,
-}
-
-pub(super) fn chat_of(ev: &ChannelEvent) -> ChatRef {
-    ChatRef {
-        chat_id: ev.chat_id.clone(),
-        thread_id: (!ev.thread_id.is_empty()).then(|| ev.thread_id.clone()),
-    }
-}
+use crate::platform::{ChatRef, FileRef};
 
 pub(super) async fn run(inner: Arc<Inner>) {
     let channel = inner.settings.name.clone();
@@ -159,16 +120,6 @@ async fn cut_short(inner: &Inner, ev: &ChannelEvent) {
     done(inner, ev.id).await;
 }
 
-pub(super) async fn send_text(inner: &Inner, chat: &ChatRef, text: &str) {
-    let msg = OutMessage {
-        markdown: text.to_owned(),
-        ..OutMessage::default()
-    };
-    if let Err(e) = inner.platform.send(chat, &msg).await {
-        tracing::warn!(channel = %inner.settings.name, error = %e, "cannot send to the chat");
-    }
-}
-
 /// One chat's messages, one turn after the other.
 async fn chat_queue(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<ChannelEvent>) {
     loop {
@@ -199,42 +150,6 @@ enum TurnError {
     Store(#[from] tern_store::StoreError),
     #[error(transparent)]
     Agent(#[from] tern_agent::AgentError),
-}
-
-/// The chat's current session, or a new one.
-pub(super) async fn current_session(
-    inner: &Inner,
-    chat: &ChatRef,
-    title: Option<String>,
-) -> Result<String, super::HostError> {
-    let thread = chat.thread_id.as_deref().unwrap_or("");
-    if let Some(s) = inner
-        .store
-        .channel_current_session(&inner.settings.name, &chat.chat_id, thread)
-        .await?
-    {
-        return Ok(s);
-    }
-    new_session(inner, chat, title).await
-}
-
-/// A new session for the chat, made its current one.
-pub(super) async fn new_session(
-    inner: &Inner,
-    chat: &ChatRef,
-    title: Option<String>,
-) -> Result<String, super::HostError> {
-    let thread = chat.thread_id.as_deref().unwrap_or("");
-    let id = inner
-        .host
-        .create_session(inner.platform_name(), title)
-        .await?;
-    inner
-        .store
-        .channel_bind_session(&inner.settings.name, &chat.chat_id, thread, &id)
-        .await?;
-    inner.set_route(&id, chat);
-    Ok(id)
 }
 
 async fn message_turn(inner: &Arc<Inner>, ev: ChannelEvent) -> Result<(), TurnError> {

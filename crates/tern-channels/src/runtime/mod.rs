@@ -19,6 +19,7 @@
 //!   resends nothing already delivered), the requests asking a human (with signed buttons),
 //!   their outcome once settled, tool progress, and the typing indicator. Hook events wake it.
 
+mod chat;
 mod commands;
 mod deliver;
 mod dispatch;

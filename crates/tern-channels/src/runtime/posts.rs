@@ -32,7 +32,7 @@ use tern_store::channels::{ChannelEvent, ChannelPost};
 use tern_store::{Wait, WaitKind};
 
 use super::Inner;
-use super::dispatch::{StoredMessage, StoredTap, chat_of, send_text};
+use super::chat::{StoredMessage, StoredTap, chat_of, send_text};
 use crate::format::escape_markdown;
 use crate::platform::{Button, ChatRef, OutMessage};
 use crate::signing::Tap;
