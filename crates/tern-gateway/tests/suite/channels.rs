@@ -398,6 +398,9 @@ async fn commands_stop_new_sessions_and_resume() {
     );
     s.tg.user_sends(OWNER, OWNER, "/status");
     s.tg.wait_sent(|m| text_of(m).contains("messages;")).await;
+    s.tg.user_sends(OWNER, OWNER, "/compact");
+    s.tg.wait_sent(|m| text_of(m).contains("Nothing to compact yet"))
+        .await;
     s.tg.user_sends(OWNER, OWNER, "/help");
     s.tg.wait_sent(|m| text_of(m).contains("/resume N")).await;
     s.handle.shutdown().await.unwrap();
