@@ -206,7 +206,7 @@ async fn compact(inner: &Inner, ev: &ChannelEvent) -> String {
     let toolsets = inner.host.turn_defaults().toolsets;
     match inner.host.agent().compact(&id, &toolsets).await {
         Ok(CompactOutcome::Compacted(s)) => format!(
-            "Compacted {} messages: ~{} → ~{} tokens.",
+            "Compacted {} message(s): ~{} → ~{} tokens.",
             s.messages_compacted, s.tokens_before, s.tokens_after
         ),
         Ok(CompactOutcome::NothingToCompact { tokens }) => {
