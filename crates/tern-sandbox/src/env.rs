@@ -24,6 +24,10 @@ pub struct EnvPolicy {
     /// Removed besides the defaults.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub remove: Vec<String>,
+    /// Removed whatever `keep` says, like `TERN_*`: the variables tern itself reads secrets
+    /// from (a chat channel's `token_env`). Not configuration: filled in by tern.
+    #[serde(skip)]
+    pub secrets: Vec<String>,
 }
 
 impl EnvPolicy {
@@ -35,7 +39,12 @@ impl EnvPolicy {
             return false;
         };
         let upper = name.to_ascii_uppercase();
-        if glob_match("TERN_*", &upper) {
+        if glob_match("TERN_*", &upper)
+            || self
+                .secrets
+                .iter()
+                .any(|p| glob_match(&p.to_ascii_uppercase(), &upper))
+        {
             return false;
         }
         let removed = DEFAULT_REMOVED
@@ -120,10 +129,22 @@ mod tests {
     }
 
     #[test]
+    fn secrets_go_whatever_keep_says() {
+        let p = EnvPolicy {
+            keep: vec!["BOT_*".into()],
+            remove: Vec::new(),
+            secrets: vec!["BOT_TOKEN".into()],
+        };
+        assert!(!p.allows(OsStr::new("BOT_TOKEN")));
+        assert!(p.allows(OsStr::new("BOT_NAME")));
+    }
+
+    #[test]
     fn keep_and_remove_are_configurable_but_tern_variables_always_go() {
         let p = EnvPolicy {
             keep: vec!["GITHUB_TOKEN".into(), "TERN_HOME".into()],
             remove: vec!["AWS_*".into(), "SSH_AUTH_SOCK".into()],
+            secrets: Vec::new(),
         };
         assert_eq!(
             names(

@@ -173,7 +173,7 @@ pub async fn read_bytes(
         }
         let f = fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(&p)?;
         if !f.metadata()?.is_file() || is_pseudo_fs(&f) {
             return Err(io::Error::other(

@@ -216,9 +216,8 @@ impl Matrix {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(settings.request_timeout)
-            // A redirect would carry the credentials (Telegram's are in the URL) to wherever
-            // it points, and reqwest logs redirect URLs: the API never redirects, so refuse.
-            .redirect(reqwest::redirect::Policy::none())
+            // Redirects stay on (a homeserver may send media downloads to a CDN): the token
+            // is only in the Authorization header, which reqwest drops on another host.
             .build()
             .map_err(|e| MatrixSetupError::Client(e.to_string()))?;
         Ok(Matrix {
@@ -806,7 +805,8 @@ fn buttons_text(rows: &[Vec<Button>]) -> Option<(String, String)> {
     } else {
         format!("Reply to this message with {}", words.join(" / "))
     };
-    let html = matrix_html(&plain);
+    // The labels may be the agent's words (a question's options): shown as exactly them.
+    let html = matrix_html(&crate::format::escape_markdown(&plain));
     Some((plain, html))
 }
 

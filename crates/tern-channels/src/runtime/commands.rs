@@ -5,6 +5,8 @@ use jiff::Timestamp;
 use tern_agent::CompactOutcome;
 use tern_store::channels::ChannelEvent;
 
+use crate::format::escape_markdown;
+
 use super::Inner;
 use super::chat::{chat_of, current_session, new_session, send_text};
 
@@ -102,7 +104,7 @@ async fn status(inner: &Inner, ev: &ChannelEvent) -> String {
     let mut out = format!(
         "Session {} — {}\n{messages} messages; {}",
         short(&id),
-        session.title.as_deref().unwrap_or("untitled"),
+        escape_markdown(session.title.as_deref().unwrap_or("untitled")),
         if inner.host.is_busy(&id) {
             "a turn is running"
         } else {
@@ -123,7 +125,12 @@ async fn status(inner: &Inner, ev: &ChannelEvent) -> String {
                 .ok()
                 .and_then(|v| v.get("summary").and_then(|s| s.as_str()).map(str::to_owned))
                 .unwrap_or_default();
-            out.push_str(&format!("\n• {}: {summary}", w.kind.as_str()));
+            // The agent's words (a command's summary holds the command): exactly as written.
+            out.push_str(&format!(
+                "\n• {}: {}",
+                w.kind.as_str(),
+                escape_markdown(&summary)
+            ));
         }
     }
     out
@@ -150,9 +157,11 @@ async fn sessions(inner: &Inner, ev: &ChannelEvent) -> String {
             "\n{}. {} — {} ({n} messages, {}){}",
             i + 1,
             short(&r.session_id),
-            s.as_ref()
-                .and_then(|s| s.title.clone())
-                .unwrap_or_else(|| "untitled".into()),
+            escape_markdown(
+                &s.as_ref()
+                    .and_then(|s| s.title.clone())
+                    .unwrap_or_else(|| "untitled".into())
+            ),
             utc(s.map_or(r.created_at, |s| s.updated_at)),
             if now.as_deref() == Some(r.session_id.as_str()) {
                 " ← current"

@@ -243,10 +243,11 @@ fn progress_line(tool: &str, arguments: &str) -> String {
         cut
     });
     // The tool's name and arguments are the model's: shown as exactly their text.
-    let tool = tool.replace('`', "'");
+    let tool: String = tern_util::text::one_line(tool).chars().take(64).collect();
+    let tool = crate::format::escape_markdown(&tool);
     match main {
-        Some(m) if !m.is_empty() => format!("⚙️ `{tool}`: {}", crate::format::escape_markdown(&m)),
-        _ => format!("⚙️ `{tool}`"),
+        Some(m) if !m.is_empty() => format!("⚙️ {tool}: {}", crate::format::escape_markdown(&m)),
+        _ => format!("⚙️ {tool}"),
     }
 }
 
@@ -258,14 +259,18 @@ mod tests {
     fn progress_lines_show_the_tool_and_its_main_argument() {
         assert_eq!(
             progress_line("terminal", r#"{"command":"ls -la"}"#),
-            "⚙️ `terminal`: ls \\-la"
+            "⚙️ terminal: ls \\-la"
         );
         assert_eq!(
             crate::format::plain_text(&progress_line("terminal", r#"{"command":"ls -la"}"#)),
             "⚙️ terminal: ls -la"
         );
-        assert_eq!(progress_line("todo", "{}"), "⚙️ `todo`");
-        assert_eq!(progress_line("x", "not json"), "⚙️ `x`");
+        assert_eq!(
+            crate::format::plain_text(&progress_line("send_file", r#"{"path":"a_b_c.txt"}"#)),
+            "⚙️ send_file: a_b_c.txt"
+        );
+        assert_eq!(progress_line("todo", "{}"), "⚙️ todo");
+        assert_eq!(progress_line("x", "not json"), "⚙️ x");
         let long = progress_line(
             "terminal",
             &format!(r#"{{"command":"{}"}}"#, "a".repeat(500)),
@@ -276,6 +281,9 @@ mod tests {
             !crate::format::telegram_html(&fake_link).contains("<a "),
             "{fake_link}"
         );
-        assert_eq!(progress_line("a`b", "{}"), "⚙️ `a'b`");
+        assert_eq!(
+            crate::format::plain_text(&progress_line("a`b\n\n[x](https://e)", "{}")),
+            "⚙️ a`b  [x](https://e)"
+        );
     }
 }

@@ -128,12 +128,22 @@ async fn chat_queue(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<ChannelEv
             () = inner.stop.cancelled() => return,
         };
         let id = ev.id;
+        let chat = chat_of(&ev);
         match message_turn(&inner, ev).await {
             Ok(()) => done(&inner, id).await,
             // Left pending: handled again after the restart.
             Err(TurnError::Stopping) => return,
             Err(e) => {
                 tracing::warn!(channel = %inner.settings.name, event = id, error = %e, "a chat message could not be handled");
+                // Never silently: the agent's own failures were told already.
+                if !matches!(e, TurnError::Agent(_)) {
+                    send_text(
+                        &inner,
+                        &chat,
+                        &format!("Your message could not be handled ({e}); send it again."),
+                    )
+                    .await;
+                }
                 done(&inner, id).await;
             }
         }

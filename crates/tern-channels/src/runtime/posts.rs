@@ -99,7 +99,42 @@ fn is_escalation(wait: &Wait) -> bool {
         .unwrap_or(false)
 }
 
-fn answering(kind: &str, escalation: bool, view: &RequestView) -> Answering {
+/// Whether a post can show the request whole: nothing cut, nothing that would not show as
+/// itself. Only then may it be approved (or answered) from the chat; otherwise the chat may
+/// only reject it, and the post says where it is shown whole.
+fn shows_whole(wait: Option<&Wait>, view: &RequestView) -> bool {
+    let visible =
+        |t: &str, max: usize| t.chars().count() <= max && !t.chars().any(crate::format::is_hidden);
+    let command = wait
+        .and_then(|w| serde_json::from_str::<Value>(&w.request).ok())
+        .and_then(|v| v.get("command").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    visible(&command, MAX_COMMAND_CHARS)
+        && visible(&view.summary.summary, MAX_SUMMARY_CHARS)
+        && view.key_value_context.as_ref().is_none_or(|c| {
+            c.len() <= MAX_CONTEXT_ENTRIES
+                && c.iter().all(|(k, v)| {
+                    visible(k, MAX_TEXT_CHARS)
+                        && (matches!(k.as_str(), "command" | "scope" | "action")
+                            || visible(v, MAX_TEXT_CHARS))
+                })
+        })
+}
+
+fn answering(kind: &str, wait: Option<&Wait>, view: &RequestView) -> Answering {
+    let escalation = wait.is_some_and(is_escalation);
+    if !shows_whole(wait, view) {
+        return match kind {
+            "approval" | "command" => Answering::Buttons(vec![choice(
+                "r",
+                "Reject",
+                "❌",
+                &["reject", "rejected", "deny"],
+                Action::Reject,
+            )]),
+            _ => Answering::Elsewhere,
+        };
+    }
     let approve = |t, l, r, w: &[&str], code| choice(t, l, r, w, Action::Approve(code));
     let reject = choice(
         "r",
@@ -116,7 +151,13 @@ fn answering(kind: &str, escalation: bool, view: &RequestView) -> Answering {
         "command" => {
             let mut v = vec![
                 approve("o", "Once", "👍", &["once", "approve"], Some("once")),
-                approve("s", "This session", "🔁", &["session"], Some("session")),
+                approve(
+                    "s",
+                    "This session",
+                    "🔁",
+                    &["session", "this session"],
+                    Some("session"),
+                ),
             ];
             if !escalation {
                 v.push(approve("w", "Always", "⭐", &["always"], Some("always")));
@@ -190,8 +231,12 @@ fn field_label(f: &Field) -> &str {
 
 /// The longest command a post shows whole; a longer one is cut, and the post says so.
 const MAX_COMMAND_CHARS: usize = 2500;
-/// The longest summary or context value a post shows.
+/// The longest summary a post shows.
+const MAX_SUMMARY_CHARS: usize = 500;
+/// The longest context key or value a post shows.
 const MAX_TEXT_CHARS: usize = 300;
+/// The most context entries a post shows.
+const MAX_CONTEXT_ENTRIES: usize = 12;
 
 /// `text` cut to `max` characters, with a mark when cut.
 fn cut(text: &str, max: usize) -> (String, bool) {
@@ -209,7 +254,7 @@ fn cut(text: &str, max: usize) -> (String, bool) {
 fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> String {
     let asked: Value = serde_json::from_str(&wait.request).unwrap_or(Value::Null);
     let mut truncated = false;
-    let (summary, t) = cut(&view.summary.summary, MAX_TEXT_CHARS);
+    let (summary, t) = cut(&view.summary.summary, MAX_SUMMARY_CHARS);
     truncated |= t;
     let mut out = match wait.kind {
         WaitKind::Command => {
@@ -227,15 +272,18 @@ fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> St
         _ => format!("**Approval needed**: {}", escape_markdown(&summary)),
     };
     if let Some(ctx) = &view.key_value_context {
-        for (k, v) in ctx {
+        truncated |= ctx.len() > MAX_CONTEXT_ENTRIES;
+        for (k, v) in ctx.iter().take(MAX_CONTEXT_ENTRIES) {
             if matches!(k.as_str(), "command" | "scope" | "action") {
                 continue;
             }
+            let (k, t) = cut(k, MAX_TEXT_CHARS);
+            truncated |= t;
             let (v, t) = cut(v, MAX_TEXT_CHARS);
             truncated |= t;
             out.push_str(&format!(
                 "\n• {}: {}",
-                escape_markdown(k),
+                escape_markdown(&k),
                 escape_markdown(&v)
             ));
         }
@@ -243,8 +291,15 @@ fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> St
     for f in &view.fields {
         out.push_str(&format!("\n• {}", escape_markdown(field_label(f))));
     }
-    if truncated {
-        out.push_str("\n\n(Cut short here: the inbox shows the request whole.)");
+    if truncated || !shows_whole(Some(wait), view) {
+        out.push_str(
+            "\n\nPart of this request is not shown here (too long, or characters that do not \
+             show): it can only be rejected from this chat; the inbox shows it whole",
+        );
+        match inner.host.inbox_link(&view.summary.id) {
+            Some(link) => out.push_str(&format!(": {link}")),
+            None => out.push_str(" (`tern inbox`)."),
+        }
     }
     match how {
         Answering::Buttons(_) => {}
@@ -301,7 +356,7 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
     if post.message_id.is_some() {
         return;
     }
-    let how = answering(&post.kind, is_escalation(wait), &view);
+    let how = answering(&post.kind, Some(wait), &view);
     let buttons = match &how {
         Answering::Buttons(choices) => vec![
             choices
@@ -401,7 +456,7 @@ pub(super) async fn settle(inner: &Inner, post: &ChannelPost) {
     let wait = inner.store.wait(&post.wait_id).await.ok().flatten();
     let body = match &wait {
         Some(w) => render(inner, w, &view, &Answering::Buttons(Vec::new())),
-        None => view.summary.summary.clone(),
+        None => escape_markdown(&cut(&view.summary.summary, MAX_SUMMARY_CHARS).0),
     };
     let chat = ChatRef {
         chat_id: post.chat_id.clone(),
@@ -527,11 +582,8 @@ async fn how_of(inner: &Inner, post: &ChannelPost) -> Option<Answering> {
         .request_view(&post.request_id)
         .await
         .ok()?;
-    let escalation = match inner.store.wait(&post.wait_id).await {
-        Ok(Some(w)) => is_escalation(&w),
-        _ => false,
-    };
-    Some(answering(&post.kind, escalation, &view))
+    let wait = inner.store.wait(&post.wait_id).await.ok().flatten();
+    Some(answering(&post.kind, wait.as_ref(), &view))
 }
 
 /// Decides a post's request as the chat user, through the inbox; what to tell them.
@@ -554,11 +606,8 @@ async fn decide(inner: &Inner, ev: &ChannelEvent, post: &ChannelPost, pick: Pick
         Ok(v) => v,
         Err(e) => return format!("Cannot read the request: {e}"),
     };
-    let escalation = match inner.store.wait(&post.wait_id).await {
-        Ok(Some(w)) => is_escalation(&w),
-        _ => false,
-    };
-    let how = answering(&post.kind, escalation, &view);
+    let wait = inner.store.wait(&post.wait_id).await.ok().flatten();
+    let how = answering(&post.kind, wait.as_ref(), &view);
     let action = match (&how, pick) {
         (Answering::Buttons(cs), Pick::Token(t)) => cs.iter().find(|c| c.token == t),
         (Answering::Buttons(cs), Pick::Text(text)) => {

@@ -714,3 +714,60 @@ async fn a_long_answer_is_split_within_telegrams_limit_and_nothing_is_lost() {
     }
     s.handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_the_post_cannot_show_whole_can_only_be_rejected_from_the_chat() {
+    let s = start("off").await;
+    // Padding pushes the dangerous end past what a post shows; a right-to-left override
+    // would show a command in another order than it runs.
+    let mut floor = 0;
+    for (i, command) in [
+        format!("echo {}; rm -rf build", "x".repeat(3000)),
+        "rm -rf build \u{202e}# harmless".to_owned(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let args = json!({ "command": command }).to_string();
+        s.model.set_responder(move |body| {
+            let last = last_message(body);
+            match last["role"].as_str() {
+                Some("user") if content(&last).starts_with(DECISION_TAG) => {
+                    Reply::text("resumed with the rejection")
+                }
+                Some("user") => Reply::tool_call("c1", "terminal", args.clone()),
+                _ => Reply::text("asked"),
+            }
+        });
+        s.tg.user_sends(OWNER, OWNER, &format!("clean {i}"));
+        let post =
+            s.tg.wait_sent(|m| m.message_id > floor && !m.button_data().is_empty())
+                .await;
+        assert_eq!(post.button_data().len(), 1, "only Reject: {post:?}");
+        assert!(
+            post.shown().contains("only be rejected"),
+            "{}",
+            post.shown()
+        );
+        // "approve" as a reply is refused too.
+        s.tg.user_replies(OWNER, OWNER, post.message_id, "approve");
+        s.tg.wait_sent(|m| {
+            m.message_id > post.message_id && text_of(m).contains("Reply with one of: reject")
+        })
+        .await;
+        assert_eq!(s.handle.gateway().inbox.pending_count().await.unwrap(), 1);
+        let id =
+            s.tg.user_taps(OWNER, OWNER, post.message_id, &post.button_data()[0]);
+        s.tg.wait_callback_answer(&id).await;
+        s.tg.wait_edit(|e| {
+            e.message_id == post.message_id && e.shown().contains("Rejected by ann")
+        })
+        .await;
+        let resumed = s
+            .tg
+            .wait_sent(|m| m.message_id > post.message_id && text_of(m).contains("resumed with"))
+            .await;
+        floor = resumed.message_id;
+    }
+    s.handle.shutdown().await.unwrap();
+}
