@@ -149,3 +149,15 @@ pub fn builder(home: &tern_test_support::TempHome) -> tern_gateway::boot::Gatewa
     let eff = tern_config::load(&tern_home(home), &|_| None).unwrap();
     tern_gateway::boot::GatewayBuilder::new(tern_home(home), eff).workdir(home.work())
 }
+
+/// Adds the inbox reviewer `name` to the home's store (before a gateway starts on it).
+#[allow(dead_code)]
+pub async fn add_reviewer(home: &tern_test_support::TempHome, name: &str) {
+    let (store, _) = open(&home.home()).await;
+    tern_inbox::Inbox::new(store.clone())
+        .reviewers()
+        .add(name, false)
+        .await
+        .unwrap();
+    store.close().await;
+}

@@ -55,13 +55,7 @@ async fn start(progress: &str) -> Setup {
         ),
     );
     // The reviewer the owner decides as.
-    let (store, _) = common::open(&home.home()).await;
-    tern_inbox::Inbox::new(store.clone())
-        .reviewers()
-        .add("ann", false)
-        .await
-        .unwrap();
-    store.close().await;
+    common::add_reviewer(&home, "ann").await;
     let handle = common::builder(&home).start().await.unwrap().handle;
     Setup {
         tg,

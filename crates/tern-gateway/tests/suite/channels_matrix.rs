@@ -66,6 +66,17 @@ fn bodies_from(all: &[RoomMessage], sender: &str, text: &str) -> usize {
         .count()
 }
 
+/// `[[channels.matrix]]` for `bot` on `server`, with `extra` lines.
+fn matrix_config(server: &Synapse, bot: &MatrixUser, extra: &str) -> String {
+    format!(
+        "[[channels.matrix]]\nhomeserver = \"{}\"\nuser_id = \"{}\"\naccess_token = \"{}\"\n\
+         poll_timeout = \"2s\"\n{extra}",
+        server.url(),
+        bot.user_id,
+        bot.access_token
+    )
+}
+
 async fn dm(human: &MatrixUser, bot: &MatrixUser) -> String {
     let room = human.create_room(&[&bot.user_id]).await;
     human.wait_joined(&room, &bot.user_id).await;
@@ -81,23 +92,16 @@ async fn a_matrix_conversation_an_approval_by_reaction_and_a_restart_without_dup
     script(&model);
     let home = home_for(
         &model,
-        &format!(
-            "[[channels.matrix]]\nhomeserver = \"{}\"\nuser_id = \"{}\"\naccess_token = \"{}\"\n\
-             allowed_users = [\"{}\"]\nreviewers = {{ \"{}\" = \"ann\" }}\npoll_timeout = \"2s\"\n",
-            server.url(),
-            bot.user_id,
-            bot.access_token,
-            alice.user_id,
-            alice.user_id
+        &matrix_config(
+            server,
+            &bot,
+            &format!(
+                "allowed_users = [\"{0}\"]\nreviewers = {{ \"{0}\" = \"ann\" }}\n",
+                alice.user_id
+            ),
         ),
     );
-    let (store, _) = common::open(&home.home()).await;
-    tern_inbox::Inbox::new(store.clone())
-        .reviewers()
-        .add("ann", false)
-        .await
-        .unwrap();
-    store.close().await;
+    common::add_reviewer(&home, "ann").await;
     let handle = boot(&home).await;
 
     let room = dm(&alice, &bot).await;
@@ -162,23 +166,8 @@ async fn a_matrix_stranger_pairs_and_a_reply_decides_an_approval() {
     let bob = server.new_user("bob").await;
     let model = FakeModel::start().await.unwrap();
     script(&model);
-    let home = home_for(
-        &model,
-        &format!(
-            "[[channels.matrix]]\nhomeserver = \"{}\"\nuser_id = \"{}\"\naccess_token = \"{}\"\n\
-             poll_timeout = \"2s\"\n",
-            server.url(),
-            bot.user_id,
-            bot.access_token,
-        ),
-    );
-    let (store, _) = common::open(&home.home()).await;
-    tern_inbox::Inbox::new(store.clone())
-        .reviewers()
-        .add("bobs-reviewer", false)
-        .await
-        .unwrap();
-    store.close().await;
+    let home = home_for(&model, &matrix_config(server, &bot, ""));
+    common::add_reviewer(&home, "bobs-reviewer").await;
     let handle = boot(&home).await;
     let room = dm(&bob, &bot).await;
     bob.send_text(&room, "who are you?").await;
