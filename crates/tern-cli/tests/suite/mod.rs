@@ -1,3 +1,4 @@
+mod channels;
 mod chat;
 mod cli;
 mod compaction;
