@@ -10,7 +10,9 @@
 //!   recorded, verified, decided through the inbox) or, the baseline, the same decision is
 //!   made through the inbox directly (`Inbox::decide_approval`). Timed from just before the
 //!   tap or the call to the fake model's arrival time of the resumed turn's first request
-//!   (the one ending with the decision). The two alternate, round after round.
+//!   (the first request after the decision: the session is idle then, and its round is
+//!   checked to make exactly one). The two alternate, round after round, each round in a
+//!   chat of its own (a fresh session), so the figures do not grow with one transcript.
 //! - **Idle cost**: the gateway with the channel (long-polling with `poll_timeout`), then a
 //!   fresh one without a channel, each left alone for the same window; the process's CPU time
 //!   (`getrusage`: the gateway, the fake model and the fake Bot API, all in this process)
@@ -34,7 +36,6 @@ use crate::pct;
 
 /// The chat user who asks and decides (inbox reviewer `ann`).
 const OWNER: i64 = 4242;
-const DECISION_TAG: &str = "[inbox decision]";
 /// How long one step of a round may take before the bench gives up.
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -155,22 +156,6 @@ fn count_sent(tg: &FakeTelegram, text: &str) -> usize {
     tg.sent().iter().filter(|m| text_of(m) == text).count()
 }
 
-/// The model requests that carry a decision (their last message is it).
-fn decision_requests(fake: &FakeModel) -> Vec<Instant> {
-    fake.requests()
-        .iter()
-        .filter(|r| {
-            r.messages().last().is_some_and(|m| {
-                m["role"] == "user"
-                    && m["content"]
-                        .as_str()
-                        .is_some_and(|c| c.starts_with(DECISION_TAG))
-            })
-        })
-        .map(|r| r.at)
-        .collect()
-}
-
 /// One round: ask, wait for the post and the end of the turn, decide (by a tap or through
 /// the inbox), and give the time to the resumed turn's first model request.
 async fn round(
@@ -187,7 +172,9 @@ async fn round(
         .count();
     let waiting = count_sent(tg, "waiting for the decision");
     let resumed = count_sent(tg, "resumed");
-    tg.user_sends(OWNER, OWNER, &format!("ask: deploy build {i}?"));
+    // A group chat of its own: a fresh session, the same work every round.
+    let chat = -1_000_000 - i64::try_from(i)?;
+    tg.user_sends(chat, OWNER, &format!("ask: deploy build {i}?"));
     let post = until("the request posted with buttons", async || {
         tg.sent()
             .into_iter()
@@ -200,11 +187,12 @@ async fn round(
         (count_sent(tg, "waiting for the decision") > waiting).then_some(())
     })
     .await?;
-    let decided = decision_requests(fake).len();
+    // The session is idle: the next model request is the resumed turn's first.
+    let before = fake.requests().len();
     let t0 = if tap {
         let approve = post.button_data().into_iter().next().context("no button")?;
         let t0 = Instant::now();
-        tg.user_taps(OWNER, OWNER, post.message_id, &approve);
+        tg.user_taps(chat, OWNER, post.message_id, &approve);
         t0
     } else {
         let list = inbox
@@ -222,14 +210,23 @@ async fn round(
             .await?;
         t0
     };
-    let at = until("the resumed turn's model request", async || {
-        decision_requests(fake).get(decided).copied()
-    })
-    .await?;
+    // Woken by the arrival itself, not by polling: nothing else runs in the timed window.
+    let at = fake
+        .wait_requests(before + 1, BOUND)
+        .await
+        .and_then(|r| r.get(before).map(|r| r.at))
+        .context("the resumed turn's model request did not come")?;
     until("the resumed turn's answer", async || {
         (count_sent(tg, "resumed") > resumed).then_some(())
     })
     .await?;
+    let after = fake.requests().len();
+    if after != before + 1 {
+        bail!(
+            "the resumed turn made {} model requests, not 1",
+            after - before
+        );
+    }
     Ok(at.saturating_duration_since(t0))
 }
 
@@ -283,6 +280,9 @@ pub(crate) async fn bench_channels() -> anyhow::Result<()> {
     let o = parse()?;
     let fake = FakeModel::start().await?;
     fake.set_responder(responder);
+    // Arrival times only: cloning every growing transcript to look for the decision would
+    // cost more than what is measured (and slow the fake down while it is measured).
+    fake.record_bodies(false);
 
     let dir = tempfile::tempdir()?;
     let tg = FakeTelegram::start().await;
