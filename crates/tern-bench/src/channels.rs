@@ -266,6 +266,9 @@ async fn idle(
         })
         .await?;
     }
+    // The window starts half a long poll after one began, so no poll starts at its edges
+    // (a whole number of polls falls in a window that is a multiple of `poll_timeout`).
+    tokio::time::sleep(Duration::from_secs(o.poll_timeout) / 2).await;
     let (cpu0, calls0, t0) = (cpu_time()?, tg.get_updates_calls(), Instant::now());
     tokio::time::sleep(o.idle).await;
     let (cpu1, calls1, wall) = (cpu_time()?, tg.get_updates_calls(), t0.elapsed());
