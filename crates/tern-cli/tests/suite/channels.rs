@@ -217,13 +217,13 @@ async fn kill_9_mid_conversation_neither_repeats_nor_loses_a_message() {
         tg.api_url()
     ));
     let gate = Gate::new();
-    let gate_ = gate.clone();
+    let holding = gate.clone();
     e.fake().set_responder(move |body| {
         let last = last_message(body);
         let text = content(&last).to_owned();
         let reply = Reply::text(format!("{ANSWER} {text}"));
         if text.contains("hold") {
-            reply.held(&gate_)
+            reply.held(&holding)
         } else {
             reply
         }
@@ -237,9 +237,9 @@ async fn kill_9_mid_conversation_neither_repeats_nor_loses_a_message() {
     conv.round(&tg, "m1");
     until_settled(&tg, &conv, &cut).await;
 
-    // 1. While a model reply is held: one user's turn is running (its message appended), a
-    //    second message of theirs is queued behind it (recorded, not appended), the others'
-    //    messages are answered.
+    // 1. While model replies are held: two users' turns are running (their messages
+    //    appended), a second message of one of them is queued behind its turn (recorded, not
+    //    appended), the third user's message is answered.
     let mut held = BTreeSet::new();
     for u in HELD_USERS {
         let t = format!("u{u} m2 hold");
