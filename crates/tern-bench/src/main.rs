@@ -9,9 +9,10 @@
 //! Usage: `cargo build --release -p tern-cli -p tern-bench && target/release/tern-bench
 //! [gateway|inbox|waits|compact] [--runs N] [--tern PATH]` (`inbox`, `waits`, `compact`: see
 //! their modules;
-//! `procs [--size 1G] [--concurrency 64] [--runs 3]`, `sandbox`, `search [--rg PATH]`: see
-//! their modules)
+//! `procs [--size 1G] [--concurrency 64] [--runs 3]`, `sandbox`, `search [--rg PATH]`,
+//! `channels [--rounds N] [--idle SECS]`: see their modules)
 
+mod channels;
 mod compact;
 mod inbox;
 mod procs;
@@ -51,7 +52,7 @@ fn parse_args_from(skip: usize) -> anyhow::Result<Args> {
             "--tern" => tern = it.next().context("--tern needs a path")?.into(),
             "-h" | "--help" => {
                 println!(
-                    "tern-bench [gateway|inbox|waits|procs|sandbox|search|load|compact|serve] [--runs N] [--tern PATH]"
+                    "tern-bench [gateway|inbox|waits|procs|sandbox|search|load|compact|channels|serve] [--runs N] [--tern PATH]"
                 );
                 std::process::exit(0);
             }
@@ -292,6 +293,7 @@ async fn main() -> anyhow::Result<()> {
         Some("serve") => return serve().await,
         Some("load") => return bench_load().await,
         Some("compact") => return compact::bench_compact().await,
+        Some("channels") => return channels::bench_channels().await,
         Some("search") => return search::bench_search().await,
         Some("gateway") => {
             let args = parse_args_from(2)?;

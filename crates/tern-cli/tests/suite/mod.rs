@@ -1,4 +1,5 @@
 mod channels_status;
+mod channels;
 mod chat;
 mod cli;
 mod compaction;
