@@ -1,5 +1,5 @@
-mod channels_status;
 mod channels;
+mod channels_status;
 mod chat;
 mod cli;
 mod compaction;
