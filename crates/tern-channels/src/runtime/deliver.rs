@@ -1,7 +1,8 @@
 //! The outbound task: everything the channel's sessions send to their chats.
 //!
 //! Woken by the hook subscriber (a turn started, a tool was called, a turn ended, a wait was
-//! created or resolved) and every few seconds, it:
+//! created or resolved), every 4 s while a turn runs or a send waits to be retried, and once a
+//! minute otherwise, it:
 //!
 //! 1. sends the assistant messages after each session's delivery cursor, split at the
 //!    platform's limit, and moves the cursor past each one sent — the answer of any turn,
@@ -25,6 +26,8 @@ use crate::platform::{ChatRef, OutFile, OutMessage, PlatformError};
 
 /// How often "typing…" is renewed (Telegram shows it for 5 s) and pending work retried.
 const TICK: Duration = Duration::from_secs(4);
+/// How often an idle channel looks for work no hook event announced.
+const IDLE_TICK: Duration = Duration::from_secs(60);
 /// The longest wait a platform's 429 is honoured for in one go.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// How much of a tool's arguments a progress line shows.
@@ -33,9 +36,18 @@ const PREVIEW_CHARS: usize = 80;
 pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<Signal>) {
     // Sessions with a running turn → the last tool announced in it.
     let mut active: HashMap<String, Option<String>> = HashMap::new();
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What an earlier run left unsent goes first; then whether a round left something to
+    // send again.
+    let mut retry = !flush(&inner).await;
     loop {
+        // Idle, the task sleeps until woken: a round every few seconds only while a turn
+        // runs (typing…) or a send is to be retried, and a slow one otherwise, for waits
+        // opened without a hook event (a gateway restarted under them).
+        let period = if active.is_empty() && !retry {
+            IDLE_TICK
+        } else {
+            TICK
+        };
         tokio::select! {
             () = inner.stop.cancelled() => return,
             () = inner.outbound.notified() => {}
@@ -51,7 +63,7 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
                     }
                     Signal::Tool { session, tool, arguments } => {
                         // What the model said before calling the tool comes first.
-                        flush(&inner).await;
+                        retry = !flush(&inner).await;
                         let last = active.entry(session.clone()).or_default();
                         let show = match inner.settings.progress {
                             ProgressMode::Off => false,
@@ -69,7 +81,7 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
                     }
                 }
             }
-            _ = tick.tick() => {
+            () = tokio::time::sleep(period) => {
                 for session in active.keys() {
                     if let Some(chat) = inner.route(session) {
                         let _ = inner.platform.typing(&chat).await;
@@ -77,12 +89,13 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
                 }
             }
         }
-        flush(&inner).await;
+        retry = !flush(&inner).await;
     }
 }
 
-/// One round: answers, new requests, settled requests.
-async fn flush(inner: &Inner) {
+/// One round: answers, new requests, settled requests. Whether every answer and file went
+/// out (`false`: the platform could not be reached; the rest waits for the next round).
+async fn flush(inner: &Inner) -> bool {
     let channel = &inner.settings.name;
     match inner.store.channel_undelivered(channel).await {
         Ok(list) => {
@@ -104,18 +117,18 @@ async fn flush(inner: &Inner) {
                             .store
                             .channel_error(channel, inner.platform_name(), &e.to_string())
                             .await;
-                        return;
+                        return false;
                     }
                 }
                 if let Err(e) = inner.store.channel_delivered(&m.session_id, m.seq).await {
                     tracing::error!(channel, error = %e, "cannot record a delivery");
-                    return;
+                    return false;
                 }
             }
         }
         Err(e) => tracing::error!(channel, error = %e, "cannot read what to deliver"),
     }
-    send_files(inner).await;
+    let files_sent = send_files(inner).await;
     if inner.host.inbox().is_some() {
         match inner.store.channel_posts_unsent(channel).await {
             Ok(list) => {
@@ -152,16 +165,17 @@ async fn flush(inner: &Inner) {
         }
         Err(e) => tracing::error!(channel, error = %e, "cannot read the posts to settle"),
     }
+    files_sent
 }
 
-/// Sends the files `send_file` queued, and removes their copies.
-async fn send_files(inner: &Inner) {
+/// Sends the files `send_file` queued, and removes their copies; whether all went out.
+async fn send_files(inner: &Inner) -> bool {
     let channel = &inner.settings.name;
     let files = match inner.store.channel_files_unsent(channel).await {
         Ok(f) => f,
         Err(e) => {
             tracing::error!(channel, error = %e, "cannot read the files to send");
-            return;
+            return false;
         }
     };
     for f in files {
@@ -191,10 +205,11 @@ async fn send_files(inner: &Inner) {
             }
             Err(e) => {
                 tracing::warn!(channel, error = %e, "cannot send a file to the chat; retried later");
-                return;
+                return false;
             }
         }
     }
+    true
 }
 
 /// Sends `markdown` split at the platform's limit, waiting out its rate limits.
