@@ -24,8 +24,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
-use tern_fake_model::{FakeModel, Reply};
+use tern_fake_model::FakeModel;
 use tern_gateway::boot::{GatewayBuilder, GatewayHandle};
 use tern_inbox::review::{RequestFilter, RequestStatus};
 use tern_inbox::{Inbox, Outcome, OutcomeType};
@@ -70,26 +69,6 @@ fn parse() -> anyhow::Result<Opts> {
         bail!("--rounds must be at least 1");
     }
     Ok(o)
-}
-
-fn responder(body: &Value) -> Reply {
-    let msgs = body["messages"].as_array();
-    let last = msgs.and_then(|m| m.last());
-    match last {
-        Some(m) if m["role"] == "user" => {
-            let text = m["content"].as_str().unwrap_or_default();
-            match text.strip_prefix("ask:") {
-                // A fresh call id per message: the request's idempotency key comes from it.
-                Some(summary) => Reply::tool_call(
-                    &format!("call_ask_{}", msgs.map_or(0, Vec::len)),
-                    "request_approval",
-                    json!({ "summary": summary.trim() }).to_string(),
-                ),
-                None => Reply::text("resumed"),
-            }
-        }
-        _ => Reply::text("waiting for the decision"),
-    }
 }
 
 /// A gateway on a fresh home in `dir`, with the Telegram channel when `tg` is given.
@@ -282,7 +261,7 @@ async fn idle(
 pub(crate) async fn bench_channels() -> anyhow::Result<()> {
     let o = parse()?;
     let fake = FakeModel::start().await?;
-    fake.set_responder(responder);
+    fake.set_responder(crate::waits::responder);
     // Arrival times only: cloning every growing transcript to look for the decision would
     // cost more than what is measured (and slow the fake down while it is measured).
     fake.record_bodies(false);

@@ -29,7 +29,9 @@ const TIMED: usize = 100;
 const IDLE_WAITS: usize = 1_000;
 const IDLE_WINDOW: Duration = Duration::from_secs(60);
 
-fn responder(body: &Value) -> Reply {
+/// The model of the decision benchmarks: `ask: …` → `request_approval`, a decision →
+/// `resumed` (also the channels benchmark's).
+pub(crate) fn responder(body: &Value) -> Reply {
     let msgs = body["messages"].as_array();
     let last = msgs.and_then(|m| m.last());
     match last {
