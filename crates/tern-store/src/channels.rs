@@ -261,8 +261,39 @@ impl Store {
         }
         let mut out =
             crate::insert_messages(&mut tx, session_id, std::slice::from_ref(msg)).await?;
+        if let Some(m) = out.last() {
+            sqlx::query("UPDATE channel_events SET message_seq = ? WHERE id = ?")
+                .bind(m.seq)
+                .bind(event_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(out.pop())
+    }
+
+    /// Whether the turn of an appended event ended with an answer: after its message, the
+    /// session's last message is the assistant's, with text, no tool calls, and not the
+    /// `[interrupted]` marker a crash repair appends.
+    pub async fn channel_event_answered(&self, event_id: i64) -> Result<bool> {
+        let row: Option<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT m.role, m.content, m.tool_calls FROM channel_events e \
+             JOIN messages m ON m.session_id = e.session_id \
+             WHERE e.id = ? AND e.message_seq IS NOT NULL AND m.seq > e.message_seq \
+             ORDER BY m.seq DESC LIMIT 1",
+        )
+        .bind(event_id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match row {
+            Some((Some(role), Some(content), calls)) => {
+                role == "assistant"
+                    && !content.is_empty()
+                    && content != crate::waits::INTERRUPTED_MARKER
+                    && calls.is_none_or(|c| c.is_empty() || c == "[]")
+            }
+            _ => false,
+        })
     }
 
     /// Makes `session_id` the chat's current session (and one of its sessions).
@@ -551,6 +582,16 @@ impl Store {
         .bind(caption)
         .bind(is_image)
         .bind(now_ms())
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// How many files the session has queued and not sent yet.
+    pub async fn channel_files_queued(&self, session_id: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM channel_files WHERE session_id = ? AND sent_at IS NULL",
+        )
+        .bind(session_id)
         .fetch_one(self.pool())
         .await?)
     }

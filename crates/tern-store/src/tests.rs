@@ -610,3 +610,68 @@ async fn the_database_and_its_wal_files_are_private() {
         assert_eq!(format!("{mode:o}"), "600", "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_channel_event_is_recorded_once_appended_once_and_known_answered() {
+    use crate::channels::NewChannelEvent;
+    let (_d, s) = store().await;
+    let sid = s
+        .create_session(NewSession {
+            source: "telegram".into(),
+            ..NewSession::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let ev = NewChannelEvent {
+        key: "100",
+        chat_id: "1",
+        thread_id: "",
+        user_id: "1",
+        user_name: "ann",
+        kind: "message",
+        payload: "{}",
+    };
+    let ids = s
+        .channel_record("tg", "telegram", std::slice::from_ref(&ev), Some("101"))
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+    // The same update again (a poll before the cursor was committed): not recorded twice.
+    let again = s
+        .channel_record("tg", "telegram", &[ev], Some("101"))
+        .await
+        .unwrap();
+    assert!(again.is_empty());
+    assert_eq!(
+        s.channel_cursor("tg").await.unwrap().as_deref(),
+        Some("101")
+    );
+    let id = ids[0];
+    let msg = NewMessage::new(Role::User, "hi");
+    assert!(
+        s.channel_append_event(id, &sid, &msg)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        s.channel_append_event(id, &sid, &msg)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.messages(&sid).await.unwrap().len(), 1);
+    assert!(!s.channel_event_answered(id).await.unwrap());
+    s.append_message(
+        &sid,
+        &NewMessage::new(Role::Assistant, crate::waits::INTERRUPTED_MARKER),
+    )
+    .await
+    .unwrap();
+    assert!(!s.channel_event_answered(id).await.unwrap(), "cut short");
+    s.append_message(&sid, &NewMessage::new(Role::Assistant, "hello"))
+        .await
+        .unwrap();
+    assert!(s.channel_event_answered(id).await.unwrap());
+}

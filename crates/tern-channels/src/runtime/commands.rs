@@ -63,14 +63,35 @@ pub(super) async fn handle(inner: &std::sync::Arc<Inner>, ev: &ChannelEvent, tex
         "compact" => {
             // A compaction is a model call: on a task of its own, so the dispatcher (taps,
             // /stop) never waits for it.
-            let inner = inner.clone();
-            let ev = ev.clone();
-            let chat = chat.clone();
-            inner.tasks.clone().spawn(async move {
-                let reply = compact(&inner, &ev).await;
-                send_text(&inner, &chat, &reply).await;
-            });
-            return true;
+            let key = (ev.chat_id.clone(), ev.thread_id.clone());
+            let fresh = inner
+                .compacting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone());
+            if !fresh {
+                "A compaction is already running here.".to_owned()
+            } else {
+                let inner = inner.clone();
+                let ev = ev.clone();
+                let chat = chat.clone();
+                inner.tasks.clone().spawn(async move {
+                    // Ends with the channel: a stopping gateway does not wait for a summary.
+                    let reply = tokio::select! {
+                        r = compact(&inner, &ev) => Some(r),
+                        () = inner.stop.cancelled() => None,
+                    };
+                    inner
+                        .compacting
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&key);
+                    if let Some(reply) = reply {
+                        send_text(&inner, &chat, &reply).await;
+                    }
+                });
+                return true;
+            }
         }
         _ => format!("Unknown command /{cmd}. {HELP}"),
     };

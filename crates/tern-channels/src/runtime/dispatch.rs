@@ -114,6 +114,17 @@ async fn done(inner: &Inner, id: i64) {
 /// An event whose message was appended before the last stop, and whose turn therefore did
 /// not finish here.
 async fn cut_short(inner: &Inner, ev: &ChannelEvent) {
+    // The turn may have ended just before the stop, with only the event's mark left undone:
+    // then its answer is there (and delivered), and there is nothing to tell.
+    if inner
+        .store
+        .channel_event_answered(ev.id)
+        .await
+        .unwrap_or(false)
+    {
+        done(inner, ev.id).await;
+        return;
+    }
     let text = "The gateway restarted while I was answering your last message, so that answer \
                 was cut short. Send it again, or tell me to continue.";
     send_text(inner, &chat_of(ev), text).await;

@@ -118,6 +118,8 @@ pub(crate) struct Inner {
     strangers: std::sync::Mutex<HashMap<String, i64>>,
     /// Stranger replies in flight at most; more are dropped (they are not the agent's work).
     stranger_slots: Arc<tokio::sync::Semaphore>,
+    /// Chats (chat, thread) with a `/compact` running: one at a time each.
+    pub(crate) compacting: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
     stop: CancellationToken,
 }
 
@@ -204,6 +206,7 @@ impl Channel {
                 tasks: TaskTracker::new(),
                 strangers: std::sync::Mutex::new(HashMap::new()),
                 stranger_slots: Arc::new(tokio::sync::Semaphore::new(4)),
+                compacting: std::sync::Mutex::new(std::collections::HashSet::new()),
                 stop: CancellationToken::new(),
             }),
             signals: rx,

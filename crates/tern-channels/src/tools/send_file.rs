@@ -17,6 +17,8 @@ use super::TOOLSET;
 
 /// The largest file sent (Telegram's bots may send up to 50 MB).
 pub const MAX_SEND_BYTES: u64 = 50 * 1024 * 1024;
+/// Files one session may have queued and not yet sent (each a copy in tern's home).
+pub const MAX_QUEUED_PER_SESSION: i64 = 10;
 
 /// The `send_file` tool.
 pub struct SendFile {
@@ -69,6 +71,17 @@ impl Tool for SendFile {
                 "this session is not connected to a chat: send_file works only in sessions \
                  started from a chat channel (Telegram, Matrix)",
             ));
+        }
+        let queued = self
+            .store
+            .channel_files_queued(&ctx.session_id)
+            .await
+            .map_err(|e| ToolError::new(format!("cannot look up the queued files: {e}")))?;
+        if queued >= MAX_QUEUED_PER_SESSION {
+            return Err(ToolError::new(format!(
+                "{queued} files are already waiting to be sent to the chat; wait until they \
+                 have gone out"
+            )));
         }
         let (path, bytes) =
             tern_tools::file_access::read_bytes(&ctx, &args.path, MAX_SEND_BYTES).await?;

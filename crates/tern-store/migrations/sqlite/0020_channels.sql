@@ -30,6 +30,7 @@ CREATE TABLE channel_events (
     payload      TEXT NOT NULL,
     status       TEXT NOT NULL,
     session_id   TEXT,
+    message_seq  BIGINT,
     received_at  BIGINT NOT NULL,
     handled_at   BIGINT,
     UNIQUE (channel, event_key)
