@@ -69,6 +69,14 @@ fn text_of(s: &Sent) -> String {
     s.text.clone().unwrap_or_default()
 }
 
+/// How many messages the bot sent with `text` in them.
+fn sent_with(tg: &FakeTelegram, text: &str) -> usize {
+    tg.sent()
+        .iter()
+        .filter(|m| text_of(m).contains(text))
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_with_a_tool_call_shows_progress_typing_and_the_answer() {
     let s = start("all").await;
@@ -205,11 +213,7 @@ async fn an_approval_tap_decides_once_through_the_inbox_and_the_session_resumes(
     // Give a second resume every chance to happen before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(decisions(&s.model), 1, "the session resumed more than once");
-    let deployed =
-        s.tg.sent()
-            .iter()
-            .filter(|m| text_of(m).contains("Deployed v2."))
-            .count();
+    let deployed = sent_with(&s.tg, "Deployed v2.");
     assert_eq!(deployed, 1);
     s.handle.shutdown().await.unwrap();
 }
@@ -503,11 +507,7 @@ async fn a_429_is_waited_out_and_a_revoked_token_leaves_the_gateway_serving() {
     s.tg.user_sends(OWNER, OWNER, "hi");
     s.tg.wait_sent(|m| text_of(m).contains("answered despite the rate limit"))
         .await;
-    let answered =
-        s.tg.sent()
-            .iter()
-            .filter(|m| text_of(m).contains("answered despite"))
-            .count();
+    let answered = sent_with(&s.tg, "answered despite");
     assert_eq!(answered, 1);
 
     // The bot's token is revoked: the channel says so and backs off; the gateway serves on.
@@ -646,11 +646,7 @@ async fn a_dangerous_command_approved_for_the_session_runs_and_forum_topics_are_
         .await;
     s.tg.wait_sent(|m| m.chat_id == -100 && text_of(m).contains("ran:"))
         .await;
-    let ran =
-        s.tg.sent()
-            .iter()
-            .filter(|m| text_of(m).contains("ran:"))
-            .count();
+    let ran = sent_with(&s.tg, "ran:");
     assert_eq!(ran, 1);
     assert!(
         !s._home.work().join("build").exists(),
