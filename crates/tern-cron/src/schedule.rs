@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use jiff::civil::{Date, DateTime, Time};
 use jiff::fmt::temporal::{DateTimeParser, DateTimePrinter};
-use jiff::tz::TimeZone;
+use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,7 @@ pub const ACCEPTED_FORMS: &str = "a schedule is one of: a delay (\"30m\", \"in 2
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many days ahead a cron search looks before it concludes an expression never fires
-/// again: 8 years hold a 29 February on any weekday.
+/// again: 8 years hold a 29 February (and any date on any weekday).
 const SEARCH_DAYS: i32 = 8 * 366;
 
 /// Why a schedule could not be parsed or restored.
@@ -459,21 +459,25 @@ impl Cron {
 
     /// The first instant after `t` at which a matching wall-clock time occurs in `tz`.
     fn next_after(&self, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
-        // Start a day early: a time shifted forward by a gap can land after `t` though its
-        // wall-clock date is the day before. And keep the best of two consecutive matching
-        // days, for the same reason: a shifted time is not in wall-clock order.
-        let mut date = tz.to_datetime(t).date().yesterday().ok()?;
+        let floor = earliest_civil_after(tz, t)?;
+        let mut date = floor.date();
         let mut best: Option<Timestamp> = None;
-        let mut days_after_first = 0;
+        let mut days_after_gap = 0;
         for _ in 0..SEARCH_DAYS {
-            if self.day_matches(date)
-                && let Some(found) = self.first_on(tz, date, t)
-            {
-                best = Some(best.map_or(found, |b| b.min(found)));
+            if self.day_matches(date) {
+                let (found, certain) = self.first_on(tz, date, floor, t);
+                if let Some(found) = found {
+                    best = Some(best.map_or(found, |b| b.min(found)));
+                }
+                if certain {
+                    return best;
+                }
             }
+            // Only a time shifted forward by a gap can be later than a time of the next day
+            // (a gap across midnight), so a day past it settles the matter.
             if best.is_some() {
-                days_after_first += 1;
-                if days_after_first > 1 {
+                days_after_gap += 1;
+                if days_after_gap > 1 {
                     break;
                 }
             }
@@ -482,26 +486,57 @@ impl Cron {
         best
     }
 
-    fn first_on(&self, tz: &TimeZone, date: Date, t: Timestamp) -> Option<Timestamp> {
+    /// The earliest matching instant after `t` on `date`, from wall-clock times at or after
+    /// `floor`, and whether it is certainly the earliest of all later days too: it is unless it
+    /// came from a time in a gap, since `compatible` keeps wall-clock order for every other time.
+    fn first_on(
+        &self,
+        tz: &TimeZone,
+        date: Date,
+        floor: DateTime,
+        t: Timestamp,
+    ) -> (Option<Timestamp>, bool) {
         let mut best: Option<Timestamp> = None;
         for hour in bits(self.hours) {
             for minute in bits(self.minutes) {
-                let time = Time::new(hour, minute, 0, 0).ok()?;
-                // `compatible`: a time in a gap moves forward by the gap, a repeated time is its
-                // first occurrence.
-                let Ok(at) = tz
-                    .to_ambiguous_timestamp(date.to_datetime(time))
-                    .compatible()
-                else {
+                let Ok(time) = Time::new(hour, minute, 0, 0) else {
                     continue;
                 };
-                if at > t && best.is_none_or(|b| at < b) {
-                    best = Some(at);
+                let civil = date.to_datetime(time);
+                if civil < floor {
+                    continue;
+                }
+                // `compatible`: a time in a gap moves forward by the gap, a repeated time is its
+                // first occurrence.
+                let ambiguous = tz.to_ambiguous_timestamp(civil);
+                let in_gap = matches!(ambiguous.offset(), AmbiguousOffset::Gap { .. });
+                let Ok(at) = ambiguous.compatible() else {
+                    continue;
+                };
+                if at > t {
+                    best = Some(best.map_or(at, |b| b.min(at)));
+                    if !in_gap {
+                        return (best, true);
+                    }
                 }
             }
         }
-        best
+        (best, false)
     }
+}
+
+/// A wall-clock time before this one cannot fall after `t` in `tz`, so the search starts here
+/// rather than testing a whole day of times: `t` read with the smallest offset the zone uses
+/// within two days of it (a time `c` lands at `c - offset` for an offset in force near there).
+fn earliest_civil_after(tz: &TimeZone, t: Timestamp) -> Option<DateTime> {
+    let window = SignedDuration::from_hours(48);
+    let (lo, hi) = (t.checked_sub(window).ok()?, t.checked_add(window).ok()?);
+    let smallest = tz
+        .following(lo)
+        .take_while(|transition| transition.timestamp() <= hi)
+        .map(|transition| transition.offset())
+        .fold(tz.to_offset(lo), |a, b| a.min(b));
+    Some(smallest.to_datetime(t))
 }
 
 fn bits(set: u64) -> impl Iterator<Item = i8> {

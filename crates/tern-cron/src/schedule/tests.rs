@@ -360,3 +360,69 @@ fn errors_say_what_is_wrong_and_show_the_forms() {
         assert!(e.contains("a schedule is one of"), "{text:?}: {e}");
     }
 }
+
+/// What the search must find, the slow way: every matching wall-clock minute around the
+/// window, each mapped with `compatible`, the instants in `(from, to]`, each once.
+fn reference(cron: &Cron, tz: &TimeZone, from: Timestamp, to: Timestamp) -> Vec<Timestamp> {
+    let day = SignedDuration::from_hours(24);
+    let mut civil = tz.to_datetime(from.checked_sub(day * 2).unwrap());
+    let end = tz.to_datetime(to.checked_add(day * 2).unwrap());
+    let mut found = std::collections::BTreeSet::new();
+    while civil <= end {
+        let matches = cron.day_matches(civil.date())
+            && cron.hours & (1 << civil.hour()) != 0
+            && cron.minutes & (1 << civil.minute()) != 0
+            && civil.second() == 0;
+        if matches {
+            let at = tz.to_ambiguous_timestamp(civil).compatible().unwrap();
+            if at > from && at <= to {
+                found.insert(at);
+            }
+        }
+        civil = civil.checked_add(SignedDuration::from_mins(1)).unwrap();
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn cron_search_agrees_with_every_minute_enumerated_across_transitions() {
+    // Zones with 1 h, 30 min, midnight and whole-day transitions, around each.
+    let windows = [
+        ("Europe/Berlin", "2027-03-28T00:00:00Z"),
+        ("Europe/Berlin", "2027-10-31T00:00:00Z"),
+        ("America/New_York", "2026-11-01T06:00:00Z"),
+        ("America/New_York", "2027-03-14T07:00:00Z"),
+        ("Australia/Lord_Howe", "2027-04-03T15:00:00Z"),
+        ("Australia/Lord_Howe", "2026-10-03T15:30:00Z"),
+        ("America/Santiago", "2026-09-06T04:00:00Z"),
+        ("America/Santiago", "2027-04-04T03:00:00Z"),
+        ("Pacific/Apia", "2011-12-30T10:00:00Z"),
+    ];
+    let exprs = [
+        "*/7 * * * *",
+        "30 2 * * *",
+        "0 0 * * *",
+        "15,45 1-3 * * *",
+        "0 * * * *",
+        "59 23 * * *",
+        "0 0 30 * SAT",
+    ];
+    let day = SignedDuration::from_hours(24);
+    for (zone, around) in windows {
+        let zone_tz = tz(zone);
+        let from = ts(around).checked_sub(day * 2).unwrap();
+        let to = ts(around).checked_add(day * 2).unwrap();
+        for expr in exprs {
+            let s = Schedule::parse(expr, from, &zone_tz).unwrap();
+            let ScheduleKind::Cron { cron, .. } = s.kind() else {
+                panic!("{expr} is not cron");
+            };
+            let got: Vec<_> = s.occurrences(from, to).collect();
+            assert_eq!(
+                got,
+                reference(cron, &zone_tz, from, to),
+                "{expr} in {zone} around {around}"
+            );
+        }
+    }
+}
