@@ -11,8 +11,12 @@
 //!   crontab's rule that when both day fields are restricted a day matching either runs. Its
 //!   time zone is a `TZ=Area/City ` (or `CRON_TZ=`) prefix, else the default zone given to
 //!   `parse` (the machine's, `TimeZone::system()`, in the gateway);
-//! - a **timestamp**, one shot: RFC 3339 (`2026-12-01T09:00:00+01:00`) or a civil date-time
-//!   (`2026-12-01 09:00`, `2026-12-01T09:00`) in the default zone; one already past is an error.
+//! - a **timestamp**, one shot: RFC 3339 (`2026-12-01T09:00:00+01:00`), a time in a named zone
+//!   (`2026-12-01T09:00[Europe/Paris]`), or a civil date-time (`2026-12-01 09:00`,
+//!   `2026-12-01T09:00`) in the default zone; one already past is an error.
+//!
+//! Zone names are IANA names (`Europe/Paris`, `UTC`), fixed offsets (`+05:30`) or POSIX TZ
+//! strings, read from the system's tz database; a schedule stores its zone's canonical name.
 //!
 //! **DST.** A cron time names a wall-clock time in its zone, and each wall-clock time of a day
 //! runs once: a time that does not exist on the spring-forward day (02:30 in Europe/Berlin on
@@ -261,6 +265,12 @@ fn parse_kind(
     default_tz: &TimeZone,
 ) -> Result<ScheduleKind, ScheduleError> {
     let lower = spec.to_ascii_lowercase();
+    if lower == "every" || lower == "in" {
+        return Err(invalid(
+            spec,
+            format!("{spec:?} needs a duration after it (\"{spec} 2h\")"),
+        ));
+    }
     if let Some(rest) = lower.strip_prefix("every ") {
         let interval = duration(spec, rest)?;
         return Ok(ScheduleKind::Every {
@@ -280,7 +290,9 @@ fn parse_kind(
             .map(|(_, name)| name)
             .unwrap_or_default();
         let tz = zone(name).map_err(|reason| invalid(spec, reason))?;
-        return cron_kind(spec, expr.trim(), tz, name.to_owned());
+        // Stored by its canonical name (`europe/paris` → `Europe/Paris`).
+        let tz_name = zone_name(&tz).map_err(|reason| invalid(spec, reason))?;
+        return cron_kind(spec, expr.trim(), tz, tz_name);
     }
     if spec.starts_with('@') || spec.split_whitespace().count() == 5 {
         let tz_name = zone_name(default_tz).map_err(|reason| invalid(spec, reason))?;
@@ -289,6 +301,14 @@ fn parse_kind(
     if let Ok(at) = spec.parse::<Timestamp>() {
         return Ok(ScheduleKind::Once { at });
     }
+    // `2026-12-01T09:00[Europe/Paris]`: a time in a named zone (RFC 9557).
+    if let Ok(zoned) = spec.parse::<jiff::ZonedDateTime>() {
+        return Ok(ScheduleKind::Once {
+            at: zoned.timestamp(),
+        });
+    }
+    // A civil time in the default zone; one in a DST gap moves forward by the gap, a repeated
+    // one is its first occurrence, as for cron times.
     if let Ok(civil) = spec.parse::<DateTime>() {
         let at = default_tz
             .to_ambiguous_timestamp(civil)

@@ -7,7 +7,7 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn tz(name: &str) -> TimeZone {
-    TimeZone::get(name).unwrap()
+    zone(name).unwrap()
 }
 
 /// A Thursday, 10:00 UTC.
@@ -85,6 +85,11 @@ fn timestamps_rfc3339_and_civil_in_the_default_zone() {
     assert_eq!(s.next_after(ts(NOW)), Some(ts("2026-12-01T08:00:00Z")));
     let paris = parse_in("2026-12-01 09:00", "Europe/Paris");
     assert_eq!(paris.next_after(ts(NOW)), Some(ts("2026-12-01T08:00:00Z")));
+    let named = parse("2026-12-01T09:00[Europe/Paris]").unwrap();
+    assert_eq!(named.next_after(ts(NOW)), Some(ts("2026-12-01T08:00:00Z")));
+    // A civil time in the spring gap moves forward by the gap, as a cron time does.
+    let gap = parse_in("2027-03-28 02:30", "Europe/Berlin");
+    assert_eq!(gap.next_after(ts(NOW)), Some(ts("2027-03-28T01:30:00Z")));
     let utc = parse("2026-12-01T09:00").unwrap();
     assert_eq!(utc.next_after(ts(NOW)), Some(ts("2026-12-01T09:00:00Z")));
     assert_eq!(utc.next_after(ts("2026-12-01T09:00:00Z")), None);
@@ -283,6 +288,8 @@ fn stored_schedules_round_trip() {
         ("0 9 * * 1-5", "Europe/Berlin"),
         ("TZ=America/New_York 30 1 * * *", "UTC"),
         ("@weekly", "Asia/Tokyo"),
+        ("tz=europe/paris 0 9 * * *", "UTC"),
+        ("0 9 * * *", "+05:30"),
         ("2026-12-01 09:00", "Europe/Paris"),
     ];
     for (text, zone) in specs {
@@ -294,6 +301,8 @@ fn stored_schedules_round_trip() {
         assert_eq!(back.next_after(later), s.next_after(later), "{text}");
         assert_eq!(back.spec(), text);
     }
+    let canonical = parse("tz=europe/paris 0 9 * * *").unwrap().to_stored();
+    assert!(canonical.contains(r#""tz":"Europe/Paris""#), "{canonical}");
     // Restored after its time, a one-shot is not an error: it has simply fired.
     let once = Schedule::from_stored(&parse("30m").unwrap().to_stored()).unwrap();
     assert_eq!(once.next_after(ts("2027-01-01T00:00:00Z")), None);
@@ -325,7 +334,11 @@ fn errors_say_what_is_wrong_and_show_the_forms() {
     for (text, says) in [
         ("", "empty"),
         ("   ", "empty"),
-        ("every", "not a schedule"),
+        (
+            "every",
+            "\"every\" needs a duration after it (\"every 2h\")",
+        ),
+        ("in", "needs a duration"),
         ("every 0s", "shorter than the minimum"),
         ("every 500ms", "shorter than the minimum"),
         ("every fortnight", "not a duration"),
