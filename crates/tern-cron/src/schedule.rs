@@ -53,7 +53,8 @@ pub const ACCEPTED_FORMS: &str = "a schedule is one of: a delay (\"30m\", \"in 2
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many days ahead a cron search looks before it concludes an expression never fires
-/// again: 8 years hold a 29 February (and any date on any weekday).
+/// again: 8 years hold a 29 February, the rarest day a satisfiable expression can need (a day
+/// of the month and a day of the week both given mean either, never both).
 const SEARCH_DAYS: i32 = 8 * 366;
 
 /// Why a schedule could not be parsed or restored.

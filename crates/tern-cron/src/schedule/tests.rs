@@ -301,6 +301,9 @@ fn stored_schedules_round_trip() {
         assert_eq!(back.next_after(later), s.next_after(later), "{text}");
         assert_eq!(back.spec(), text);
     }
+    // The machine's zone, the gateway's default, is stored by its name too.
+    let system = Schedule::parse("0 9 * * *", ts(NOW), &TimeZone::system()).unwrap();
+    assert_eq!(Schedule::from_stored(&system.to_stored()).unwrap(), system);
     let canonical = parse("tz=europe/paris 0 9 * * *").unwrap().to_stored();
     assert!(canonical.contains(r#""tz":"Europe/Paris""#), "{canonical}");
     // Restored after its time, a one-shot is not an error: it has simply fired.
