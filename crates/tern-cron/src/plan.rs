@@ -23,6 +23,10 @@
 //!   plan never count as overlapping each other: the policy asked for them, one after another.
 //! - A one-shot whose occurrence got its step has no next one: the job is **retired**.
 //!
+//! Every time in a plan is a whole millisecond, as the store keeps them: an interval anchored
+//! at an instant with nanoseconds would otherwise see its stored (truncated) `next_run_at` as
+//! a different occurrence from the schedule's own, and plan it twice.
+//!
 //! # Bounds
 //!
 //! A plan holds at most [`MAX_STEPS`] steps. A longer backlog (an every-second job after a
@@ -157,7 +161,7 @@ impl Plan {
 
 /// Plans `job`'s occurrences due by `now` (see the module docs for the rules).
 pub fn plan(job: &Job<'_>, now: Timestamp) -> Plan {
-    let Some(first) = job.next_run_at.filter(|t| *t <= now) else {
+    let Some(first) = job.next_run_at.map(whole_ms).filter(|t| *t <= now) else {
         return Plan {
             steps: Vec::new(),
             next_run_at: job.next_run_at,
@@ -166,13 +170,13 @@ pub fn plan(job: &Job<'_>, now: Timestamp) -> Plan {
     };
     // The due occurrences, at most MAX_STEPS + 1 of them (the extra one says "more").
     let mut due = vec![first];
-    let mut after = job.schedule.next_after(first);
+    let mut after = next_after(job.schedule, first);
     while let Some(t) = after.filter(|t| *t <= now) {
         if due.len() > MAX_STEPS {
             break;
         }
         due.push(t);
-        after = job.schedule.next_after(t);
+        after = next_after(job.schedule, t);
     }
     if due.len() > MAX_STEPS {
         // Too long to classify at once: account for the oldest part only. None of it can be
@@ -231,6 +235,21 @@ pub fn plan(job: &Job<'_>, now: Timestamp) -> Plan {
         next_run_at: after,
         more: false,
     }
+}
+
+/// Times in whole milliseconds, as the store keeps them: an interval anchored at its creation
+/// instant has occurrences with nanoseconds, which the stored `next_run_at` has lost.
+fn whole_ms(t: Timestamp) -> Timestamp {
+    Timestamp::from_millisecond(t.as_millisecond()).unwrap_or(t)
+}
+
+/// The first occurrence after the millisecond `t` (whole) names, in whole milliseconds: an
+/// occurrence that `t` is the truncation of is `t` itself, not the next one.
+fn next_after(schedule: &Schedule, t: Timestamp) -> Option<Timestamp> {
+    let end_of_ms = t
+        .checked_add(SignedDuration::from_nanos(999_999))
+        .unwrap_or(t);
+    schedule.next_after(end_of_ms).map(whole_ms)
 }
 
 fn within_grace(job: &Job<'_>, at: Timestamp, now: Timestamp) -> bool {

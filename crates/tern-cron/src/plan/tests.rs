@@ -395,3 +395,37 @@ fn created(s: &Schedule) -> Timestamp {
         _ => ts("2026-10-31T00:00:00Z"),
     }
 }
+
+#[test]
+fn an_anchor_with_nanoseconds_is_planned_in_the_stores_whole_milliseconds_once_each() {
+    // Created at an instant with sub-millisecond digits (Timestamp::now() in the gateway);
+    // the store keeps next_run_at in milliseconds.
+    let s = Schedule::parse(
+        "every 10s",
+        ts("2026-11-26T09:00:00.123456789Z"),
+        &TimeZone::UTC,
+    )
+    .unwrap();
+    let exact = s.next_after(ts("2026-11-26T09:00:00.2Z")).unwrap();
+    let stored = Timestamp::from_millisecond(exact.as_millisecond()).unwrap();
+    assert_ne!(exact, stored);
+    let j = Job {
+        schedule: &s,
+        next_run_at: Some(stored),
+        catch_up: CatchUp::All,
+        grace: hours(1),
+        overlap: Overlap::Skip,
+        in_flight: false,
+    };
+    let p = plan(&j, ts("2026-11-26T09:00:30.5Z"));
+    assert_eq!(
+        steps(&p),
+        [
+            ("2026-11-26T09:00:10.123Z".into(), "run"),
+            ("2026-11-26T09:00:20.123Z".into(), "run"),
+            ("2026-11-26T09:00:30.123Z".into(), "run"),
+        ]
+    );
+    assert_eq!(p.next_run_at, Some(ts("2026-11-26T09:00:40.123Z")));
+    assert_chained(&p);
+}
