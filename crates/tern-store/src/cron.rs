@@ -231,8 +231,9 @@ pub enum Claim {
     Claimed(CronOccurrence),
     /// The occurrence was claimed or skipped before: do not run it.
     Taken,
-    /// No such job (removed meanwhile): nothing was written.
-    NoJob,
+    /// The job is not due at that occurrence (removed, paused, retired, or its
+    /// `next_run_at` moved past it, e.g. by a resume): nothing was written; plan again.
+    NotDue,
 }
 
 macro_rules! job_cols {
@@ -525,8 +526,8 @@ impl Store {
         let Some(row) = row else {
             return Ok(Claim::Taken);
         };
-        if !advance(&mut tx, job_id, now, next_run_at).await? {
-            return Ok(Claim::NoJob);
+        if !advance(&mut tx, job_id, scheduled_at, now, next_run_at).await? {
+            return Ok(Claim::NotDue);
         }
         let occurrence = occurrence_from_row(&row)?;
         tx.commit().await?;
@@ -535,7 +536,8 @@ impl Store {
 
     /// Records occurrence `scheduled_at` of `job_id` as skipped with `reason`, and moves the
     /// job's `next_run_at` like [`Store::cron_claim`], in one transaction. `false`: the
-    /// occurrence was claimed or skipped before, or the job is gone; nothing was written.
+    /// occurrence was claimed or skipped before, or the job is not due at it; nothing was
+    /// written.
     pub async fn cron_skip(
         &self,
         job_id: &str,
@@ -557,7 +559,7 @@ impl Store {
         .await?
         .rows_affected()
             == 1;
-        if !inserted || !advance(&mut tx, job_id, now, next_run_at).await? {
+        if !inserted || !advance(&mut tx, job_id, scheduled_at, now, next_run_at).await? {
             return Ok(false);
         }
         tx.commit().await?;
@@ -654,22 +656,26 @@ impl Store {
 }
 
 /// Moves a job's `next_run_at` inside the claim's or skip's transaction; `None` retires it.
-/// `false`: no such job.
+/// `false` unless the job is enabled and due at `scheduled_at` (its `next_run_at` not past
+/// it): a plan made before a pause, a resume or an edit does not move `next_run_at` back.
 async fn advance(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     job_id: &str,
+    scheduled_at: i64,
     now: i64,
     next_run_at: Option<i64>,
 ) -> Result<bool> {
     let n = sqlx::query(
         "UPDATE cron_jobs SET next_run_at = ?, updated_at = ?, \
-         retired_at = CASE WHEN ? IS NULL THEN ? END WHERE id = ?",
+         retired_at = CASE WHEN ? IS NULL THEN ? END \
+         WHERE id = ? AND enabled AND next_run_at IS NOT NULL AND next_run_at <= ?",
     )
     .bind(next_run_at)
     .bind(now)
     .bind(next_run_at)
     .bind(now)
     .bind(job_id)
+    .bind(scheduled_at)
     .execute(&mut **tx)
     .await?
     .rows_affected();

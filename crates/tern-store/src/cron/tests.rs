@@ -91,7 +91,7 @@ async fn a_claim_for_a_removed_job_writes_nothing() {
         s.cron_claim(&j.id, 1_000, 1_000, Some(2_000))
             .await
             .unwrap(),
-        Claim::NoJob
+        Claim::NotDue
     );
     assert!(
         !s.cron_skip(&j.id, 1_000, "x", 1_000, Some(2_000))
@@ -100,6 +100,41 @@ async fn a_claim_for_a_removed_job_writes_nothing() {
     );
     // The occurrence inserted before the job's update failed was rolled back with it.
     assert!(s.cron_history(&j.id, 100).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_claim_from_a_plan_made_before_a_pause_or_resume_is_refused_and_writes_nothing() {
+    let (_d, s) = store().await;
+    let j = job(&s, 1_000).await;
+    // Paused after the plan was made.
+    assert!(s.set_cron_enabled(&j.id, false, None).await.unwrap());
+    assert_eq!(
+        s.cron_claim(&j.id, 1_000, 1_000, Some(2_000))
+            .await
+            .unwrap(),
+        Claim::NotDue
+    );
+    // Resumed with next_run_at moved on: the old occurrence is no longer due, and the stale
+    // claim must not move next_run_at back.
+    assert!(s.set_cron_enabled(&j.id, true, Some(5_000)).await.unwrap());
+    assert_eq!(
+        s.cron_claim(&j.id, 1_000, 1_000, Some(2_000))
+            .await
+            .unwrap(),
+        Claim::NotDue
+    );
+    assert!(
+        !s.cron_skip(&j.id, 1_000, "x", 1_000, Some(2_000))
+            .await
+            .unwrap()
+    );
+    assert_eq!(next_run_at(&s, &j.id).await, Some(5_000));
+    assert!(s.cron_history(&j.id, 10).await.unwrap().is_empty());
+    claimed(
+        s.cron_claim(&j.id, 5_000, 5_000, Some(6_000))
+            .await
+            .unwrap(),
+    );
 }
 
 #[tokio::test]
