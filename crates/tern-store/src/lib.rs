@@ -46,6 +46,10 @@ pub enum StoreError {
     /// appended, or another compaction ran): nothing was written; plan again.
     #[error("the transcript of session {0} changed since the compaction was planned")]
     TranscriptChanged(String),
+    /// A scheduled job's definition does not hold together (e.g. a script job without a
+    /// command): nothing was written.
+    #[error("invalid scheduled job: {0}")]
+    InvalidCronJob(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -1128,7 +1132,12 @@ pub(crate) async fn insert_messages(
 
 pub mod channels;
 pub mod compaction;
+pub mod cron;
 pub use compaction::{Compaction, CompactionReason, Elision, NewCompaction, NewSummary};
+pub use cron::{
+    Claim, CronCatchUp, CronCreator, CronJob, CronJobKind, CronOccurrence, CronOverlap, CronTarget,
+    DeliverTo, NewCronJob, OccurrenceState,
+};
 pub mod grants;
 pub mod pairing;
 pub use grants::{CommandGrant, GrantScope, NewCommandGrant};
