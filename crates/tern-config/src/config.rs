@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::{AgentConfig, ApprovalsConfig, ToolsConfig};
 use crate::channels::ChannelsConfig;
 use crate::compaction::CompactionConfig;
+use crate::cron::CronConfig;
 use crate::delegate::DelegateConfig;
 use crate::error::ConfigError;
 use crate::gateway::GatewayConfig;
@@ -45,6 +46,8 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// `[channels]`: the chat channels (`[[channels.telegram]]`, `[[channels.matrix]]`).
     pub channels: ChannelsConfig,
+    /// `[cron]`: scheduled jobs.
+    pub cron: CronConfig,
 }
 
 impl Config {

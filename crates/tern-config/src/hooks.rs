@@ -31,6 +31,8 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "process_exited",
     "pre_compact",
     "post_compact",
+    "cron_run_started",
+    "cron_run_finished",
 ];
 
 /// One `[[hooks]]` entry: a command run with the event's JSON on stdin.

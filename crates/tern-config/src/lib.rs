@@ -30,7 +30,7 @@
 //! environment. Callers pass `&|k| std::env::var(k).ok()`.
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
-//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`,
+//! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`, `cron`,
 //! `channels`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
@@ -41,6 +41,7 @@ mod allowlist;
 mod channels;
 mod compaction;
 mod config;
+mod cron;
 mod delegate;
 mod duration;
 mod effective;
@@ -71,6 +72,7 @@ pub use channels::{
 };
 pub use compaction::CompactionConfig;
 pub use config::Config;
+pub use cron::CronConfig;
 pub use delegate::DelegateConfig;
 pub use duration::parse_duration;
 pub use effective::{Effective, Source};

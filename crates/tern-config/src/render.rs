@@ -559,6 +559,7 @@ mod tests {
             ("agent.rs", include_str!("agent.rs")),
             ("channels.rs", include_str!("channels.rs")),
             ("config.rs", include_str!("config.rs")),
+            ("cron.rs", include_str!("cron.rs")),
             ("delegate.rs", include_str!("delegate.rs")),
             ("gateway.rs", include_str!("gateway.rs")),
             ("hooks.rs", include_str!("hooks.rs")),

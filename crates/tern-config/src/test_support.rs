@@ -188,6 +188,13 @@ max_depth = 2
 memory_char_limit = 3000
 user_char_limit = 1000
 
+[cron]
+enabled = false
+timezone = "Europe/Paris"
+allow_agent_scheduling = true
+allow_runs_to_schedule = true
+max_jobs_per_session = 5
+
 [compaction]
 threshold_percent = 75
 keep_recent_percent = 20

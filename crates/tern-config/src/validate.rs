@@ -60,6 +60,7 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
         ),
     ];
     c.compaction.validate(|key| origin(eff, key))?;
+    c.cron.validate(|key| origin(eff, key))?;
     for (key, value) in at_least_one.into_iter().chain(c.delegate.at_least_one()) {
         if value < 1 {
             return Err(ConfigError::Invalid(format!(

@@ -4,9 +4,13 @@
 //! built on them comes later.
 
 pub mod clock;
+pub mod deliver;
+pub mod jobs;
 pub mod plan;
 pub mod schedule;
+pub mod scheduler;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use plan::{Action, CatchUp, Overlap, Plan, SkipReason, Step, plan};
 pub use schedule::{Schedule, ScheduleError, ScheduleKind};
+pub use scheduler::{RunContext, RunEnd, Runner, Scheduler};

@@ -144,6 +144,10 @@ pub enum StopReason {
     UserInterrupt,
     /// The gateway shut down before the turn finished draining.
     Shutdown,
+    /// `tern cron stop` (or `POST /api/cron/jobs/{id}/stop`) stopped a scheduled run.
+    CronStop,
+    /// A scheduled run passed its job's timeout.
+    Timeout,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -235,6 +239,43 @@ pub struct ProcessExited {
     pub signal: Option<i32>,
 }
 
+/// A scheduled job's run started (its occurrence claimed, its turn or script about to run).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CronRunStarted {
+    /// The session the run goes to.
+    pub session_id: String,
+    pub job_id: String,
+    pub job_name: Option<String>,
+    /// The occurrence's id in `tern cron history`.
+    pub occurrence_id: i64,
+    /// The occurrence's time (ms since the Unix epoch); for a run by hand, when it was asked.
+    pub scheduled_at: i64,
+    /// `agent` or `script`.
+    pub kind: String,
+    /// `schedule` or `manual`.
+    pub trigger: String,
+    /// 1, or 2 for the retry of a run cut short by a crash.
+    pub attempt: i64,
+}
+
+/// A scheduled job's run ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CronRunFinished {
+    pub session_id: String,
+    pub job_id: String,
+    pub job_name: Option<String>,
+    pub occurrence_id: i64,
+    pub scheduled_at: i64,
+    pub kind: String,
+    pub trigger: String,
+    pub attempt: i64,
+    /// `completed`, `waiting` (it asked a human), `failed`, `timed_out`, `stopped`.
+    pub status: String,
+    /// How it ended, in words (the error, the script's exit).
+    pub outcome: String,
+    pub duration_ms: i64,
+}
+
 /// Why a compaction ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -299,6 +340,8 @@ pub enum HookEvent {
     ProcessExited(ProcessExited),
     PreCompact(PreCompact),
     PostCompact(PostCompact),
+    CronRunStarted(CronRunStarted),
+    CronRunFinished(CronRunFinished),
 }
 
 impl HookEvent {
@@ -321,6 +364,8 @@ impl HookEvent {
             HookEvent::ProcessExited(_) => "process_exited",
             HookEvent::PreCompact(_) => "pre_compact",
             HookEvent::PostCompact(_) => "post_compact",
+            HookEvent::CronRunStarted(_) => "cron_run_started",
+            HookEvent::CronRunFinished(_) => "cron_run_finished",
         }
     }
 
@@ -342,6 +387,8 @@ impl HookEvent {
             HookEvent::ProcessExited(e) => &e.session_id,
             HookEvent::PreCompact(e) => &e.session_id,
             HookEvent::PostCompact(e) => &e.session_id,
+            HookEvent::CronRunStarted(e) => &e.session_id,
+            HookEvent::CronRunFinished(e) => &e.session_id,
         }
     }
 }

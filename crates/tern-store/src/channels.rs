@@ -333,6 +333,45 @@ impl Store {
         Ok(())
     }
 
+    /// Sends what `session_id` says from now on to a chat, without making it the chat's
+    /// current session (a scheduled job's run). Its messages so far are not sent. A session
+    /// already routed to a chat keeps its route. Whether it is routed to this chat now.
+    pub async fn channel_attach_session(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: &str,
+        session_id: &str,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO channel_sessions (session_id, channel, chat_id, thread_id, delivered_seq, \
+             created_at) VALUES (?, ?, ?, ?, \
+             (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?), ?) \
+             ON CONFLICT (session_id) DO NOTHING",
+        )
+        .bind(session_id)
+        .bind(channel)
+        .bind(chat_id)
+        .bind(thread_id)
+        .bind(session_id)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        let routed: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM channel_sessions WHERE session_id = ? AND channel = ? \
+             AND chat_id = ? AND thread_id = ?)",
+        )
+        .bind(session_id)
+        .bind(channel)
+        .bind(chat_id)
+        .bind(thread_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(routed)
+    }
+
     /// The chat's current session, if it still exists.
     pub async fn channel_current_session(
         &self,

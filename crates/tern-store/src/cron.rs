@@ -143,8 +143,13 @@ pub enum DeliverTo {
     /// Nowhere: it stays in the session.
     #[default]
     None,
-    /// The session's chat channel.
-    SessionChat,
+    /// A chat: the run's session is attached to it, so what the run says is sent there.
+    Chat {
+        channel: String,
+        chat_id: String,
+        #[serde(default)]
+        thread_id: String,
+    },
     /// POSTed to this URL.
     Webhook(String),
 }
@@ -222,6 +227,12 @@ pub struct CronOccurrence {
     pub finished_at: Option<i64>,
     /// 1, or 2 for the retry of an interrupted run.
     pub attempt: i64,
+    /// Run by hand (`tern cron run`), at the time it was asked.
+    pub manual: bool,
+    /// What the run produced (its last answer, or the script's output), cut to 64 KiB.
+    pub output: Option<String>,
+    /// Webhook delivery: `None` until tried, then `delivered` or `failed: …`.
+    pub delivery: Option<String>,
 }
 
 /// The answer to a claim.
@@ -247,8 +258,23 @@ macro_rules! job_cols {
 macro_rules! occurrence_cols {
     () => {
         "id, job_id, scheduled_at, state, reason, session_id, outcome, started_at, \
-         finished_at, attempt"
+         finished_at, attempt, trigger, output, delivery"
     };
+}
+
+/// The most of a run's output kept with its occurrence.
+pub const MAX_OUTPUT: usize = 64 * 1024;
+
+/// `text` cut to [`MAX_OUTPUT`] bytes on a character boundary, saying so.
+fn cut_output(text: &str) -> String {
+    if text.len() <= MAX_OUTPUT {
+        return text.to_owned();
+    }
+    let mut end = MAX_OUTPUT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[… cut: {} bytes in all]", &text[..end], text.len())
 }
 
 fn corrupt(what: &str, e: serde_json::Error) -> StoreError {
@@ -299,6 +325,9 @@ fn occurrence_from_row(row: &SqliteRow) -> Result<CronOccurrence> {
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
         attempt: row.try_get("attempt")?,
+        manual: row.try_get::<String, _>("trigger")? == "manual",
+        output: row.try_get("output")?,
+        delivery: row.try_get("delivery")?,
     })
 }
 
@@ -524,6 +553,10 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
+            // Accounted for already (a run by hand at the same millisecond, a second
+            // scheduler): still move a job left due at it, or it would stay due forever.
+            advance(&mut tx, job_id, scheduled_at, now, next_run_at).await?;
+            tx.commit().await?;
             return Ok(Claim::Taken);
         };
         if !advance(&mut tx, job_id, scheduled_at, now, next_run_at).await? {
@@ -559,7 +592,12 @@ impl Store {
         .await?
         .rows_affected()
             == 1;
-        if !inserted || !advance(&mut tx, job_id, scheduled_at, now, next_run_at).await? {
+        if !inserted {
+            advance(&mut tx, job_id, scheduled_at, now, next_run_at).await?;
+            tx.commit().await?;
+            return Ok(false);
+        }
+        if !advance(&mut tx, job_id, scheduled_at, now, next_run_at).await? {
             return Ok(false);
         }
         tx.commit().await?;
@@ -576,20 +614,127 @@ impl Store {
         Ok(())
     }
 
-    /// Records how a run ended: `running` → `ran`. `false`: it was not running (marked
-    /// interrupted by a restart meanwhile).
-    pub async fn cron_finish(&self, occurrence_id: i64, outcome: &str) -> Result<bool> {
+    /// Records how a run ended: `running` → `ran`, with what it produced (cut to
+    /// [`MAX_OUTPUT`] bytes). `false`: it was not running (marked interrupted by a restart
+    /// meanwhile).
+    pub async fn cron_finish(
+        &self,
+        occurrence_id: i64,
+        outcome: &str,
+        output: Option<&str>,
+    ) -> Result<bool> {
         let n = sqlx::query(
-            "UPDATE cron_occurrences SET state = 'ran', outcome = ?, finished_at = ? \
+            "UPDATE cron_occurrences SET state = 'ran', outcome = ?, output = ?, finished_at = ? \
              WHERE id = ? AND state = 'running'",
         )
         .bind(outcome)
+        .bind(output.map(cut_output))
         .bind(now_ms())
         .bind(occurrence_id)
         .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(n == 1)
+    }
+
+    /// Claims a run of the job now, by hand (`tern cron run`): an occurrence at `now` (a
+    /// later millisecond if one is recorded there), `manual`, that does not move the
+    /// schedule; a paused job runs too. `None`: no such job.
+    pub async fn cron_claim_manual(
+        &self,
+        job_id: &str,
+        now: i64,
+    ) -> Result<Option<CronOccurrence>> {
+        let mut tx = self.begin_write().await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cron_jobs WHERE id = ?)")
+                .bind(job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !exists {
+            return Ok(None);
+        }
+        let at: i64 = sqlx::query_scalar(
+            "SELECT MAX(?, COALESCE(MAX(scheduled_at) + 1, ?)) FROM cron_occurrences \
+             WHERE job_id = ? AND scheduled_at >= ?",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(job_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let row = sqlx::query(concat!(
+            "INSERT INTO cron_occurrences (job_id, scheduled_at, state, started_at, attempt, \
+             trigger) VALUES (?, ?, 'running', ?, 1, 'manual') RETURNING ",
+            occurrence_cols!()
+        ))
+        .bind(job_id)
+        .bind(at)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let occurrence = occurrence_from_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(occurrence))
+    }
+
+    /// Records how the webhook delivery of a run went (`delivered`, `failed: …`).
+    pub async fn cron_set_delivery(&self, occurrence_id: i64, delivery: &str) -> Result<()> {
+        sqlx::query("UPDATE cron_occurrences SET delivery = ? WHERE id = ?")
+            .bind(delivery)
+            .bind(occurrence_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs that ended but whose webhook delivery was never tried (the gateway stopped
+    /// between the two), with their jobs, oldest first.
+    pub async fn cron_undelivered(&self) -> Result<Vec<(CronJob, CronOccurrence)>> {
+        let rows = sqlx::query(
+            "SELECT o.id FROM cron_occurrences o JOIN cron_jobs j ON j.id = o.job_id \
+             WHERE o.state IN ('ran', 'interrupted') AND o.delivery IS NULL \
+               AND j.deliver_to LIKE '{\"webhook\"%' ORDER BY o.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.try_get("id")?;
+            if let Some(o) = self.cron_occurrence(id).await?
+                && let Some(j) = self.cron_job(&o.job_id).await?
+            {
+                out.push((j, o));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One occurrence.
+    pub async fn cron_occurrence(&self, id: i64) -> Result<Option<CronOccurrence>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM cron_occurrences WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(occurrence_from_row).transpose()
+    }
+
+    /// The job's runs going now.
+    pub async fn cron_running(&self, job_id: &str) -> Result<Vec<CronOccurrence>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM cron_occurrences WHERE state = 'running' AND job_id = ? ORDER BY id"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(occurrence_from_row).collect()
     }
 
     /// At the gateway's start, before the scheduler runs: every occurrence still `running`

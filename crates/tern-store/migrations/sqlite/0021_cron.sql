@@ -55,6 +55,14 @@ CREATE TABLE cron_occurrences (
     finished_at   BIGINT,
     -- 1 for the first run; 2 for the retry of an interrupted one.
     attempt       BIGINT NOT NULL DEFAULT 1,
+    -- `schedule`, or `manual` (`tern cron run`: at the time it was asked, not moving the
+    -- schedule).
+    trigger       TEXT NOT NULL DEFAULT 'schedule' CHECK (trigger IN ('schedule', 'manual')),
+    -- What the run produced (the last answer, or the script's output), cut to 64 KiB.
+    output        TEXT,
+    -- Webhook delivery: NULL until tried (or for a job that does not deliver to one), then
+    -- `delivered` or `failed: …`.
+    delivery      TEXT,
     UNIQUE (job_id, scheduled_at)
 );
 CREATE INDEX cron_occurrences_running ON cron_occurrences (state) WHERE state = 'running';

@@ -220,7 +220,11 @@ async fn running_occurrences_left_by_a_crash_are_interrupted_on_start_and_retrie
             .await
             .unwrap(),
     );
-    assert!(s.cron_finish(done.id, "completed").await.unwrap());
+    assert!(
+        s.cron_finish(done.id, "completed", Some("done"))
+            .await
+            .unwrap()
+    );
     let cut = claimed(
         s.cron_claim(&j.id, 2_000, 2_000, Some(3_000))
             .await
@@ -246,7 +250,7 @@ async fn running_occurrences_left_by_a_crash_are_interrupted_on_start_and_retrie
     let h = s.cron_history(&j.id, 10).await.unwrap();
     assert_eq!(h[1].state, OccurrenceState::Ran);
     assert_eq!(h[1].outcome.as_deref(), Some("completed"));
-    assert!(!s.cron_finish(cut.id, "completed").await.unwrap());
+    assert!(!s.cron_finish(cut.id, "completed", None).await.unwrap());
     // It is not due again: next_run_at moved past it with the claim.
     assert_eq!(next_run_at(&s, &j.id).await, Some(3_000));
 
@@ -358,10 +362,14 @@ async fn jobs_round_trip_list_by_owner_update_and_remove_keeping_history() {
 
     let mut edit = new_job(Some(7_000));
     edit.prompt = "check the deploy".into();
-    edit.deliver_to = DeliverTo::SessionChat;
+    edit.deliver_to = DeliverTo::Chat {
+        channel: "tg".into(),
+        chat_id: "42".into(),
+        thread_id: String::new(),
+    };
     let updated = s.update_cron_job(&other.id, &edit).await.unwrap().unwrap();
     assert_eq!(updated.prompt, "check the deploy");
-    assert_eq!(updated.deliver_to, DeliverTo::SessionChat);
+    assert!(matches!(updated.deliver_to, DeliverTo::Chat { .. }));
     assert_eq!(updated.next_run_at, Some(7_000));
     assert_eq!(updated.created_at, other.created_at);
     assert!(s.update_cron_job("nope", &edit).await.unwrap().is_none());
