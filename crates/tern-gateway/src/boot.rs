@@ -96,6 +96,7 @@ pub struct GatewayBuilder {
     server_key: Option<String>,
     workdir: Option<PathBuf>,
     supervisor: Option<tern_procs::SupervisorCommand>,
+    clock: Option<Arc<dyn tern_cron::Clock>>,
 }
 
 /// A gateway that is serving, and what its start has to tell a person.
@@ -122,6 +123,7 @@ impl GatewayBuilder {
             server_key: None,
             workdir: None,
             supervisor: None,
+            clock: None,
         }
     }
 
@@ -156,6 +158,13 @@ impl GatewayBuilder {
         self
     }
 
+    /// The clock scheduled jobs read (default: the wall clock); tests pass a
+    /// `tern_cron::ManualClock` so that no test waits for real minutes.
+    pub fn clock(mut self, clock: Arc<dyn tern_cron::Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Makes the gateway and serves it (see the module docs).
     pub async fn start(self) -> Result<Started, BootError> {
         let GatewayBuilder {
@@ -166,6 +175,7 @@ impl GatewayBuilder {
             server_key,
             workdir,
             supervisor,
+            clock,
         } = self;
         let inbox_only = serve == Serve::InboxOnly;
         // Before anything runs a command (a resumed turn, also in an inbox-only gateway on a
@@ -246,6 +256,9 @@ impl GatewayBuilder {
             tern_procs::tools::register_with(&mut registry, manager.clone(), Some(notifier));
             Some((manager, eff.config.processes.keep_finished()))
         };
+        // Scheduled jobs: the scheduler is made here, before the agent, since the `cronjob`
+        // tool holds it; its runs go through the gateway it is given to.
+        let cron = cron_setup(&eff, &store, clock)?;
         let agent = Arc::new(
             tern_agent::from_config::agent(&home, &eff, store.clone(), registry)?
                 .with_hooks(hooks.clone()),
@@ -270,6 +283,11 @@ impl GatewayBuilder {
                     let mut t = gateway_toolsets(&eff);
                     if channels.is_some() && !t.iter().any(|x| x == tern_channels::tools::TOOLSET) {
                         t.push(tern_channels::tools::TOOLSET.to_owned());
+                    }
+                    if eff.config.cron.allow_agent_scheduling
+                        && !t.iter().any(|x| x == crate::cron::CRON_TOOLSET)
+                    {
+                        t.push(crate::cron::CRON_TOOLSET.to_owned());
                     }
                     t
                 },
@@ -296,6 +314,7 @@ impl GatewayBuilder {
             idle_reset: eff.config.gateway.idle_reset(),
             local_addr: Some(addr),
             channels,
+            cron: Some(cron),
         });
 
         let upkeep = gw.spawn_upkeep(CancellationToken::new());
@@ -629,4 +648,28 @@ impl GatewayHandle {
         tracing::info!("stopped");
         outcome
     }
+}
+
+/// The scheduler of `[cron]`: its zone (`timezone`, else the machine's) and clock.
+fn cron_setup(
+    eff: &Effective,
+    store: &Store,
+    clock: Option<Arc<dyn tern_cron::Clock>>,
+) -> Result<crate::cron::CronSetup, BootError> {
+    let c = &eff.config.cron;
+    let tz = match &c.timezone {
+        Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| {
+            BootError::Home(tern_config::ConfigError::Invalid(format!(
+                "cron.timezone {name:?} is not a time zone this machine knows: {e}"
+            )))
+        })?,
+        None => jiff::tz::TimeZone::system(),
+    };
+    Ok(crate::cron::CronSetup::new(
+        store.clone(),
+        clock.unwrap_or_else(|| Arc::new(tern_cron::SystemClock)),
+        tz,
+        c.enabled,
+        c.allow_runs_to_schedule,
+    ))
 }

@@ -23,6 +23,7 @@ mod api;
 pub mod auth;
 pub mod boot;
 pub mod channels;
+pub mod cron;
 pub mod error;
 mod idle;
 mod inbox_api;
@@ -105,6 +106,8 @@ pub struct Gateway {
     pub(crate) local_addr: Option<std::net::SocketAddr>,
     /// The chat channels, until [`Gateway::spawn_upkeep`] starts them.
     pub(crate) channels: std::sync::Mutex<Option<channels::ChannelsSetup>>,
+    /// Scheduled jobs: the scheduler (started with the upkeep) and its zone.
+    pub(crate) cron: cron::CronSetup,
 }
 
 /// Everything a [`Gateway`] is made of. [`GatewayParts::new`] leaves the optional parts off;
@@ -129,6 +132,8 @@ pub struct GatewayParts {
     pub local_addr: Option<std::net::SocketAddr>,
     /// Chat channels (`[[channels.*]]`), started with the upkeep.
     pub channels: Option<channels::ChannelsSetup>,
+    /// Scheduled jobs (`[cron]`); `None`: the defaults ([`cron::CronSetup::system`]).
+    pub cron: Option<cron::CronSetup>,
 }
 
 impl GatewayParts {
@@ -152,6 +157,7 @@ impl GatewayParts {
             idle_reset: None,
             local_addr: None,
             channels: None,
+            cron: None,
         }
     }
 }
@@ -267,29 +273,35 @@ impl Gateway {
             idle_reset,
             local_addr,
             channels,
+            cron,
         } = parts;
+        let cron = cron.unwrap_or_else(|| cron::CronSetup::system(agent.store().clone()));
         let waits = waits.unwrap_or_else(|| WaitsSetup::embedded(&inbox));
         // The resumer runs its turns through this gateway, which holds the resumer: a weak
         // reference each way up.
-        Arc::new_cyclic(|me| Self {
-            store: agent.store().clone(),
-            waits: waits::GatewayWaits::new(waits, me.clone(), &agent),
-            procs: procs.map(|(manager, keep_finished)| procs::GatewayProcs {
-                manager,
-                keep_finished,
-            }),
-            idle_reset,
-            local_addr,
-            channels: std::sync::Mutex::new(channels),
-            inbox,
-            inbox_settings,
-            closing: tokio_util::sync::CancellationToken::new(),
-            hooks: agent.hooks().clone(),
-            turns: TurnManager::new(settings.max_concurrent_turns),
-            agent,
-            auth,
-            approver,
-            settings,
+        Arc::new_cyclic(|me| {
+            cron.bind(me.clone());
+            Self {
+                cron,
+                store: agent.store().clone(),
+                waits: waits::GatewayWaits::new(waits, me.clone(), &agent),
+                procs: procs.map(|(manager, keep_finished)| procs::GatewayProcs {
+                    manager,
+                    keep_finished,
+                }),
+                idle_reset,
+                local_addr,
+                channels: std::sync::Mutex::new(channels),
+                inbox,
+                inbox_settings,
+                closing: tokio_util::sync::CancellationToken::new(),
+                hooks: agent.hooks().clone(),
+                turns: TurnManager::new(settings.max_concurrent_turns),
+                agent,
+                auth,
+                approver,
+                settings,
+            }
         })
     }
 
@@ -311,6 +323,8 @@ impl Gateway {
         self.spawn_idle_reset(&upkeep);
         // Chat channels: their long polls, chat queues and deliveries (see `channels`).
         self.spawn_channels(&upkeep);
+        // Scheduled jobs: one task that sleeps until the next occurrence (see `cron`).
+        self.spawn_cron(&upkeep);
         upkeep
             .tasks
             .spawn(self.turns.clone().trim_when_idle(upkeep.stop.clone()));

@@ -297,6 +297,12 @@ impl Subscriber for ChannelHooks {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
+        // A scheduled run's session may have been attached to a chat after this channel
+        // loaded its routes: its answer is in the store, so one round sends it.
+        if let HookEvent::CronRunFinished(_) = &env.event {
+            inner.wake_outbound();
+            return;
+        }
         let session = env.event.session_id();
         if inner.route(session).is_none() {
             return;
