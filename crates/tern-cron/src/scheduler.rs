@@ -101,6 +101,9 @@ pub struct Scheduler {
     tasks: TaskTracker,
     shutdown: CancellationToken,
     http: reqwest::Client,
+    /// [`Scheduler::settled`]'s requests, and the latest one a finished pass had seen.
+    settle_requested: std::sync::atomic::AtomicU64,
+    settle_done: tokio::sync::watch::Sender<u64>,
 }
 
 impl Scheduler {
@@ -115,7 +118,20 @@ impl Scheduler {
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             http: crate::deliver::client(),
+            settle_requested: std::sync::atomic::AtomicU64::new(0),
+            settle_done: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Waits until a pass that started after this call has ended (every job due at the
+    /// clock's time then is accounted for, its runs started). Tests call it after moving a
+    /// `ManualClock`.
+    pub async fn settled(&self) {
+        use std::sync::atomic::Ordering;
+        let wanted = self.settle_requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.wake();
+        let mut rx = self.settle_done.subscribe();
+        let _ = rx.wait_for(|done| *done >= wanted).await;
     }
 
     /// Looks at the jobs again now: call after creating, changing or resuming one.
@@ -238,6 +254,9 @@ impl Scheduler {
             if stop.is_cancelled() {
                 return;
             }
+            let requested = self
+                .settle_requested
+                .load(std::sync::atomic::Ordering::SeqCst);
             let again = match self.pass().await {
                 Ok(again) => {
                     failures = 0;
@@ -257,6 +276,8 @@ impl Scheduler {
                 tokio::task::yield_now().await;
                 continue;
             }
+            self.settle_done
+                .send_modify(|done| *done = (*done).max(requested));
             let next = match self.store.cron_next_wake().await {
                 Ok(n) => n,
                 Err(e) => {
@@ -456,3 +477,6 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
