@@ -1,5 +1,6 @@
 mod channels;
 mod channels_status;
+mod cron_crash;
 mod chat;
 mod cli;
 mod compaction;
