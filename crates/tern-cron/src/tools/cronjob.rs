@@ -200,6 +200,7 @@ impl Tool for Cronjob {
                 let job = jobs::update(&t.store, &job.id, &fields, t.scheduler.now(), &t.tz)
                     .await
                     .map_err(job_err)?;
+                tracing::info!(job = %job.id, session = %ctx.session_id, "an agent changed a scheduled job");
                 t.scheduler.wake();
                 Ok(jobs::job_view(&job))
             }
@@ -239,6 +240,7 @@ impl Tool for Cronjob {
                 if !deleted {
                     return Err(not_found(&job.id));
                 }
+                tracing::info!(job = %job.id, session = %ctx.session_id, "an agent removed a scheduled job");
                 t.scheduler.wake();
                 Ok(json!({"id": job.id, "deleted": true}))
             }
@@ -327,6 +329,8 @@ async fn create(
     let job = jobs::create(&t.store, &fields, &creator, t.scheduler.now(), &t.tz)
         .await
         .map_err(job_err)?;
+    // Jobs run later and unattended: what an agent scheduled is worth a line in the log.
+    tracing::info!(job = %job.id, session = %ctx.session_id, schedule = ?fields.schedule, "an agent scheduled a job");
     t.scheduler.wake();
     Ok(jobs::job_view(&job))
 }
