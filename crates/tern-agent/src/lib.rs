@@ -857,6 +857,7 @@ impl Agent {
                         limits: self.settings.limits.clone(),
                         preapproved: matches!(gate, ToolGate::Allow { .. }),
                         subagents,
+                        toolsets: req.toolsets.as_slice().into(),
                     };
                     let r = match gate {
                         ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(

@@ -38,6 +38,7 @@ fn ctx(workspace: &Path, sandbox: Sandbox) -> ToolContext {
         limits,
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

@@ -157,6 +157,7 @@ fn ctx(root: &Path, sandbox: Sandbox) -> ToolContext {
         },
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

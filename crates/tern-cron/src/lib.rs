@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod plan;
 pub mod schedule;
 pub mod scheduler;
+pub mod tools;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use plan::{Action, CatchUp, Overlap, Plan, SkipReason, Step, plan};

@@ -259,6 +259,20 @@ impl GatewayBuilder {
         // Scheduled jobs: the scheduler is made here, before the agent, since the `cronjob`
         // tool holds it; its runs go through the gateway it is given to.
         let cron = cron_setup(&eff, &store, clock)?;
+        // The `cronjob` tool only when the configuration lets agents schedule, and not
+        // where the scheduler is off (its runs would never come).
+        if eff.config.cron.allow_agent_scheduling && eff.config.cron.enabled && !inbox_only {
+            tern_cron::tools::register(
+                &mut registry,
+                tern_cron::tools::CronTools::new(
+                    cron.scheduler.clone(),
+                    store.clone(),
+                    cron.tz.clone(),
+                    eff.config.cron.max_jobs_per_session,
+                    eff.config.cron.allow_runs_to_schedule,
+                ),
+            );
+        }
         let agent = Arc::new(
             tern_agent::from_config::agent(&home, &eff, store.clone(), registry)?
                 .with_hooks(hooks.clone()),
@@ -285,6 +299,8 @@ impl GatewayBuilder {
                         t.push(tern_channels::tools::TOOLSET.to_owned());
                     }
                     if eff.config.cron.allow_agent_scheduling
+                        && eff.config.cron.enabled
+                        && !inbox_only
                         && !t.iter().any(|x| x == crate::cron::CRON_TOOLSET)
                     {
                         t.push(crate::cron::CRON_TOOLSET.to_owned());

@@ -33,7 +33,7 @@ use tern_store::{NewMessage, NewSession};
 use crate::Gateway;
 
 /// The toolset of the `cronjob` tool.
-pub const CRON_TOOLSET: &str = "cron";
+pub const CRON_TOOLSET: &str = tern_cron::tools::TOOLSET;
 
 /// The scheduler of a gateway and what its API needs.
 pub struct CronSetup {
@@ -233,7 +233,7 @@ impl Gateway {
             .create_session(NewSession {
                 id: None,
                 title: Some(run_title(job, o)),
-                source: "cron".into(),
+                source: tern_cron::tools::RUN_SOURCE.into(),
                 model: Some(self.settings.model.clone()),
                 parent_id: None,
                 system_prompt: None,
@@ -445,6 +445,7 @@ impl Gateway {
             limits: self.agent.settings().limits.clone(),
             preapproved: false,
             subagents: None,
+            toolsets: Default::default(),
         };
         let result = self
             .agent

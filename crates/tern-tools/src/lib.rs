@@ -188,6 +188,10 @@ pub struct ToolContext {
     /// Runs child sessions (the `delegate` toolset); `None` where the turn does not enable
     /// delegation, or outside a turn.
     pub subagents: Option<Arc<dyn SubAgents>>,
+    /// The toolsets of the calling turn, so a tool can keep what it hands on within them (a
+    /// scheduled job's toolsets). [`Registry::call`] sets it from the toolsets it enforces,
+    /// whatever the caller put here.
+    pub toolsets: Arc<[String]>,
 }
 
 impl ToolContext {
@@ -330,7 +334,7 @@ impl Registry {
         name: &str,
         raw_args: &str,
         toolsets: &[String],
-        ctx: ToolContext,
+        mut ctx: ToolContext,
     ) -> ToolResult {
         let entry = self
             .tools
@@ -374,6 +378,7 @@ impl Registry {
             }
             .into());
         }
+        ctx.toolsets = Arc::from(toolsets);
         entry.tool.call(args, ctx).await
     }
 }

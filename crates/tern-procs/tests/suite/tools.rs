@@ -53,6 +53,7 @@ fn ctx_for(workdir: &Path, session: &str, approver: Arc<dyn Approver>) -> ToolCo
         limits: ToolLimits::default(),
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

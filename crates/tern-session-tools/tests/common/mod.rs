@@ -89,6 +89,7 @@ pub fn ctx(session: &str) -> ToolContext {
         limits: ToolLimits::default(),
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

@@ -37,6 +37,7 @@ pub(super) fn ctx_in(dir: &Path) -> ToolContext {
         limits,
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

@@ -58,6 +58,7 @@ mod tests {
             limits: ToolLimits::default(),
             preapproved: false,
             subagents: None,
+            toolsets: Default::default(),
         }
     }
 

@@ -466,6 +466,7 @@ mod tests {
             limits: ToolLimits::default(),
             preapproved: false,
             subagents: None,
+            toolsets: Default::default(),
         }
     }
 

@@ -378,6 +378,7 @@ fn tool_ctx(session: &str, call: &str) -> tern_tools::ToolContext {
         limits: tern_tools::ToolLimits::default(),
         preapproved: false,
         subagents: None,
+        toolsets: Default::default(),
     }
 }
 

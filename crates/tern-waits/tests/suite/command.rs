@@ -189,6 +189,7 @@ impl Env {
             limits: ToolLimits::default(),
             preapproved: false,
             subagents: None,
+            toolsets: Default::default(),
         }
     }
 }

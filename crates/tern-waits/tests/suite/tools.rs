@@ -195,6 +195,7 @@ impl Env {
             limits: ToolLimits::default(),
             preapproved: false,
             subagents: None,
+            toolsets: Default::default(),
         }
     }
 
