@@ -356,7 +356,7 @@ impl Scheduler {
             let when = step.at.as_millisecond();
             match step.action {
                 Action::Run => match self.store.cron_claim(&job.id, when, at, next).await? {
-                    Claim::Claimed(o) => self.start(job.clone(), o),
+                    Claim::Claimed(o) => self.start(job.clone(), *o),
                     Claim::Taken => {}
                     // Paused, changed or removed since it was read: the next pass sees it.
                     Claim::NotDue => return Ok(false),

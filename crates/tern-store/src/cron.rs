@@ -239,7 +239,7 @@ pub struct CronOccurrence {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// This caller owns the run.
-    Claimed(CronOccurrence),
+    Claimed(Box<CronOccurrence>),
     /// The occurrence was claimed or skipped before: do not run it.
     Taken,
     /// The job is not due at that occurrence (removed, paused, retired, or its
@@ -564,7 +564,7 @@ impl Store {
         }
         let occurrence = occurrence_from_row(&row)?;
         tx.commit().await?;
-        Ok(Claim::Claimed(occurrence))
+        Ok(Claim::Claimed(Box::new(occurrence)))
     }
 
     /// Records occurrence `scheduled_at` of `job_id` as skipped with `reason`, and moves the

@@ -22,7 +22,7 @@ use crate::common::{Env, content, last_message};
 
 const SCRIPT_JOBS: usize = 150;
 const AGENT_JOBS: usize = 50;
-const KILLS: usize = 10;
+const KILLS: usize = 14;
 
 fn kill9(mut gw: Running) {
     nix::sys::signal::kill(
@@ -92,7 +92,7 @@ async fn kill_9_while_200_jobs_fire_runs_each_occurrence_at_most_once_and_accoun
     // Killed at random moments, sometimes left down a while.
     for k in 0..KILLS {
         let gw = start(&e);
-        let up = Duration::from_millis(rng.u64(2_000..12_000));
+        let up = Duration::from_millis(rng.u64(2_000..15_000));
         tokio::time::sleep(up).await;
         kill9(gw);
         let down = Duration::from_millis(if rng.bool() { rng.u64(0..4_000) } else { 0 });

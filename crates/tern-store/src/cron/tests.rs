@@ -45,7 +45,7 @@ async fn next_run_at(s: &Store, id: &str) -> Option<i64> {
 
 fn claimed(c: Claim) -> CronOccurrence {
     match c {
-        Claim::Claimed(o) => o,
+        Claim::Claimed(o) => *o,
         other => panic!("not claimed: {other:?}"),
     }
 }
