@@ -13,6 +13,7 @@
 //! `channels [--rounds N] [--idle SECS]`: see their modules)
 
 mod channels;
+mod cron;
 mod compact;
 mod inbox;
 mod procs;
@@ -294,6 +295,7 @@ async fn main() -> anyhow::Result<()> {
         Some("load") => return bench_load().await,
         Some("compact") => return compact::bench_compact().await,
         Some("channels") => return channels::bench_channels().await,
+        Some("cron") => return cron::bench_cron().await,
         Some("search") => return search::bench_search().await,
         Some("gateway") => {
             let args = parse_args_from(2)?;
