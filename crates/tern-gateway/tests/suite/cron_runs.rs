@@ -1,0 +1,172 @@
+//! Scheduled runs in a gateway booted from config, on a `ManualClock`: an agent job whose run
+//! answers in a Telegram chat (the fake Bot API) without the `cron` toolset, and a script job
+//! whose output lands in its session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use tern_cron::{Clock, ManualClock};
+use tern_cron::jobs::{self, Creator, JobFields};
+use tern_fake_model::{FakeModel, Reply};
+use tern_store::cron::{CronCreator, OccurrenceState};
+use tern_test_support::telegram::FakeTelegram;
+
+use crate::common::{self, home_for};
+
+const OWNER: i64 = 4242;
+
+fn cli() -> Creator {
+    Creator {
+        created_by: CronCreator::Cli,
+        owner_key: None,
+        session: None,
+    }
+}
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_delivering_to_a_chat_answers_there_without_the_cron_toolset() {
+    let tg = FakeTelegram::start().await;
+    let model = FakeModel::start().await.unwrap();
+    model.set_responder(|_| Reply::text("the deploy finished at 09:58"));
+    let home = home_for(
+        &model,
+        &format!(
+            "[cron]\nallow_agent_scheduling = true\n\n\
+             [[channels.telegram]]\nname = \"tg\"\ntoken = \"{}\"\napi_url = \"{}\"\n\
+             allowed_users = [{OWNER}]\nprogress = \"off\"\npoll_timeout = \"2s\"\n",
+            tg.token(),
+            tg.api_url()
+        ),
+    );
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let handle = common::builder(&home)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    let gw = handle.gateway();
+    let cron = gw.cron();
+    let fields = JobFields {
+        schedule: Some("2h".into()),
+        prompt: Some("check whether the deploy finished".into()),
+        deliver: Some(format!("tg:{OWNER}")),
+        ..Default::default()
+    };
+    let job = jobs::create(gw.agent.store(), &fields, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_mins(119));
+    cron.scheduler.settled().await;
+    assert!(model.requests().is_empty(), "ran early");
+    clock.advance(SignedDuration::from_mins(1));
+    cron.scheduler.settled().await;
+    let req = model
+        .wait_requests(1, Duration::from_secs(20))
+        .await
+        .expect("the run asks the model")[0]
+        .clone();
+    let tools: Vec<String> = req.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!tools.is_empty(), "the run has tools");
+    assert!(
+        !tools.iter().any(|t| t == "cronjob"),
+        "a run may not schedule: {tools:?}"
+    );
+    until("the answer in the chat", async || {
+        tg.sent()
+            .iter()
+            .any(|m| {
+                m.chat_id == OWNER
+                    && m.text.as_deref().unwrap_or_default().contains("deploy finished")
+            })
+            .then_some(())
+    })
+    .await;
+    let store = gw.agent.store();
+    let o = until("the run recorded", async || {
+        let h = store.cron_history(&job.id, 10).await.unwrap();
+        h.into_iter().find(|o| o.state == OccurrenceState::Ran)
+    })
+    .await;
+    assert_eq!(o.outcome.as_deref(), Some("completed"));
+    let session = store
+        .get_session(o.session_id.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.source, "cron");
+    let j = store.cron_job(&job.id).await.unwrap().unwrap();
+    assert!(j.retired_at.is_some(), "a one-shot retires");
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_run_appends_its_output_to_its_session_and_records_its_exit() {
+    let model = FakeModel::start().await.unwrap();
+    let home = home_for(&model, "");
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let handle = common::builder(&home)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    let gw = handle.gateway();
+    let cron = gw.cron();
+    let store = gw.agent.store();
+    let ok = JobFields {
+        schedule: Some("every 1m".into()),
+        script: Some("echo hello-from-cron".into()),
+        name: Some("hello".into()),
+        ..Default::default()
+    };
+    let failing = JobFields {
+        schedule: Some("1m".into()),
+        script: Some("echo broken >&2; exit 3".into()),
+        ..Default::default()
+    };
+    let ok = jobs::create(store, &ok, &cli(), clock.now(), &cron.tz).await.unwrap();
+    let failing = jobs::create(store, &failing, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_secs(61));
+    cron.scheduler.settled().await;
+    let done = |id: String| async move {
+        until("the script's run recorded", async || {
+            let h = store.cron_history(&id, 10).await.unwrap();
+            h.into_iter().find(|o| o.state == OccurrenceState::Ran)
+        })
+        .await
+    };
+    let o = done(ok.id.clone()).await;
+    assert_eq!(o.outcome.as_deref(), Some("exit 0"));
+    assert!(o.output.as_deref().unwrap_or_default().contains("hello-from-cron"));
+    let msgs = store.messages(o.session_id.as_deref().unwrap()).await.unwrap();
+    let last = msgs.last().unwrap();
+    assert_eq!(last.role.as_str(), "assistant");
+    assert!(last.content.as_deref().unwrap_or_default().contains("hello-from-cron"));
+    let f = done(failing.id.clone()).await;
+    assert_eq!(f.outcome.as_deref(), Some("failed: exit 3"));
+    assert!(f.output.as_deref().unwrap_or_default().contains("broken"));
+    assert!(model.requests().is_empty(), "a script job asks no model");
+    handle.shutdown().await.unwrap();
+}
