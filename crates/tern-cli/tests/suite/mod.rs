@@ -4,6 +4,7 @@ mod chat;
 mod cli;
 mod compaction;
 mod config_show;
+mod cron;
 mod delegate;
 mod gateway;
 mod inbox;
