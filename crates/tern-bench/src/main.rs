@@ -13,8 +13,8 @@
 //! `channels [--rounds N] [--idle SECS]`: see their modules)
 
 mod channels;
-mod cron;
 mod compact;
+mod cron;
 mod inbox;
 mod procs;
 mod sandbox;

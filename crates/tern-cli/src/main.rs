@@ -13,6 +13,7 @@ mod channels;
 mod chat;
 mod completions;
 mod context;
+mod cron;
 mod doctor;
 mod exit;
 mod gateway;
@@ -109,6 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Memory(args) => memory::run(home, args).await,
         Command::Pairing(args) => pairing::run(home, args.command).await,
         Command::Channels(args) => channels::run(home, args.command).await,
+        Command::Cron(args) => cron::run(home, args).await,
         Command::Status(args) => status::run(home, args).await,
         Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,

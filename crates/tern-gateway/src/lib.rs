@@ -24,6 +24,7 @@ pub mod auth;
 pub mod boot;
 pub mod channels;
 pub mod cron;
+mod cron_api;
 pub mod error;
 mod idle;
 mod inbox_api;
@@ -356,6 +357,18 @@ impl Gateway {
             .route("/api/sessions/{id}/stop", post(api::stop))
             .route("/api/sessions/{id}/compact", post(api::compact))
             .route("/api/sessions/{id}/reset", post(api::reset))
+            .route("/api/cron/jobs", get(cron_api::list).post(cron_api::create))
+            .route(
+                "/api/cron/jobs/{id}",
+                get(cron_api::show)
+                    .patch(cron_api::update)
+                    .delete(cron_api::delete),
+            )
+            .route("/api/cron/jobs/{id}/pause", post(cron_api::pause))
+            .route("/api/cron/jobs/{id}/resume", post(cron_api::resume))
+            .route("/api/cron/jobs/{id}/run", post(cron_api::run))
+            .route("/api/cron/jobs/{id}/stop", post(cron_api::stop))
+            .route("/api/cron/jobs/{id}/history", get(cron_api::history))
             .route("/v1/chat/completions", post(openai::completions))
             .route("/v1/models", get(openai::models));
         let mut authed = Router::new()

@@ -131,7 +131,9 @@ async fn kill_9_while_200_jobs_fire_runs_each_occurrence_at_most_once_and_accoun
     let mut titles: BTreeMap<String, usize> = BTreeMap::new();
     for s in &sessions {
         if s.source == "cron" {
-            *titles.entry(s.title.clone().unwrap_or_default()).or_default() += 1;
+            *titles
+                .entry(s.title.clone().unwrap_or_default())
+                .or_default() += 1;
         }
     }
     let (mut total, mut ran, mut skipped, mut interrupted) = (0, 0, 0, 0);

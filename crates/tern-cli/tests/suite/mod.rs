@@ -1,10 +1,11 @@
 mod channels;
 mod channels_status;
-mod cron_crash;
 mod chat;
 mod cli;
 mod compaction;
 mod config_show;
+mod cron;
+mod cron_crash;
 mod delegate;
 mod gateway;
 mod inbox;

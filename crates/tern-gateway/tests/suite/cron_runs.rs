@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use tern_cron::{Clock, ManualClock};
 use tern_cron::jobs::{self, Creator, JobFields};
+use tern_cron::{Clock, ManualClock};
 use tern_fake_model::{FakeModel, Reply};
 use tern_store::cron::{CronCreator, OccurrenceState};
 use tern_test_support::telegram::FakeTelegram;
@@ -95,7 +95,10 @@ async fn a_run_delivering_to_a_chat_answers_there_without_the_cron_toolset() {
             .iter()
             .any(|m| {
                 m.chat_id == OWNER
-                    && m.text.as_deref().unwrap_or_default().contains("deploy finished")
+                    && m.text
+                        .as_deref()
+                        .unwrap_or_default()
+                        .contains("deploy finished")
             })
             .then_some(())
     })
@@ -143,7 +146,9 @@ async fn a_script_run_appends_its_output_to_its_session_and_records_its_exit() {
         script: Some("echo broken >&2; exit 3".into()),
         ..Default::default()
     };
-    let ok = jobs::create(store, &ok, &cli(), clock.now(), &cron.tz).await.unwrap();
+    let ok = jobs::create(store, &ok, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
     let failing = jobs::create(store, &failing, &cli(), clock.now(), &cron.tz)
         .await
         .unwrap();
@@ -159,11 +164,24 @@ async fn a_script_run_appends_its_output_to_its_session_and_records_its_exit() {
     };
     let o = done(ok.id.clone()).await;
     assert_eq!(o.outcome.as_deref(), Some("exit 0"));
-    assert!(o.output.as_deref().unwrap_or_default().contains("hello-from-cron"));
-    let msgs = store.messages(o.session_id.as_deref().unwrap()).await.unwrap();
+    assert!(
+        o.output
+            .as_deref()
+            .unwrap_or_default()
+            .contains("hello-from-cron")
+    );
+    let msgs = store
+        .messages(o.session_id.as_deref().unwrap())
+        .await
+        .unwrap();
     let last = msgs.last().unwrap();
     assert_eq!(last.role.as_str(), "assistant");
-    assert!(last.content.as_deref().unwrap_or_default().contains("hello-from-cron"));
+    assert!(
+        last.content
+            .as_deref()
+            .unwrap_or_default()
+            .contains("hello-from-cron")
+    );
     let f = done(failing.id.clone()).await;
     assert_eq!(f.outcome.as_deref(), Some("failed: exit 3"));
     assert!(f.output.as_deref().unwrap_or_default().contains("broken"));

@@ -3,6 +3,7 @@ mod boot;
 mod channels;
 mod channels_matrix;
 mod compact;
+mod cron_api;
 mod cron_runs;
 mod errors;
 mod inbox_api;
