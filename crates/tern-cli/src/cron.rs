@@ -311,32 +311,34 @@ impl Backend {
         }
     }
 
-    /// The id of the job `arg` names: an id, a unique id prefix, or an exact name.
+    /// The id of the job `arg` names: an id, a unique id prefix, or an exact name — in that
+    /// order, so a job named like another's id prefix (an agent key names its own jobs) never
+    /// takes its place.
     async fn resolve(&self, arg: &str) -> anyhow::Result<String> {
         let all = self.list().await?;
         let id_of = |j: &Value| j["id"].as_str().unwrap_or_default().to_owned();
         if let Some(j) = all.iter().find(|j| j["id"] == arg) {
             return Ok(id_of(j));
         }
-        let named: Vec<&Value> = all.iter().filter(|j| j["name"] == arg).collect();
-        match named.as_slice() {
-            [one] => return Ok(id_of(one)),
-            [] => {}
-            many => bail!(
-                "{} jobs are named {arg:?}: {}; give the id",
-                many.len(),
-                many.iter().map(|j| id_of(j)).collect::<Vec<_>>().join(", ")
-            ),
-        }
         let prefixed: Vec<&Value> = all
             .iter()
             .filter(|j| !arg.is_empty() && j["id"].as_str().is_some_and(|i| i.starts_with(arg)))
             .collect();
         match prefixed.as_slice() {
+            [one] => return Ok(id_of(one)),
+            [] => {}
+            many => bail!(
+                "{arg:?} is the start of {} jobs' ids: {}; give more of it",
+                many.len(),
+                many.iter().map(|j| id_of(j)).collect::<Vec<_>>().join(", ")
+            ),
+        }
+        let named: Vec<&Value> = all.iter().filter(|j| j["name"] == arg).collect();
+        match named.as_slice() {
             [one] => Ok(id_of(one)),
             [] => bail!("no scheduled job {arg:?} (`tern cron list` shows them)"),
             many => bail!(
-                "{arg:?} is the start of {} jobs' ids: {}; give more of it",
+                "{} jobs are named {arg:?}: {}; give the id",
                 many.len(),
                 many.iter().map(|j| id_of(j)).collect::<Vec<_>>().join(", ")
             ),
@@ -486,8 +488,23 @@ fn print_json(v: &Value) -> anyhow::Result<()> {
 fn print_line(line: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
+    writeln!(out, "{}", clean(line))?;
     Ok(())
+}
+
+/// `text` safe for a terminal: a job's name, prompt or script may come from an agent key, so
+/// control characters (escape sequences) and bidi overrides are written out as `\u{…}`.
+fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if (c.is_control() && c != '\n' && c != '\t') || bidi {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 async fn dispatch(b: &Backend, cmd: CronCommand) -> anyhow::Result<()> {
@@ -616,7 +633,7 @@ async fn dispatch(b: &Backend, cmd: CronCommand) -> anyhow::Result<()> {
 fn label(job: &Value) -> String {
     let id = job["id"].as_str().unwrap_or_default();
     match job["name"].as_str() {
-        Some(n) => format!("{id} ({n})"),
+        Some(n) => clean(&format!("{id} ({n})")),
         None => id.to_owned(),
     }
 }

@@ -38,6 +38,34 @@ pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The per-run timeout of a script job when none is given.
 pub const DEFAULT_SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The shortest interval of a job made by an agent key or the `cronjob` tool: an agent that
+/// can schedule should not be able to keep the gateway busy every second.
+pub const LIMITED_MIN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The most jobs one agent API key may own.
+pub const LIMITED_MAX_JOBS: usize = 100;
+
+/// Refuses a repeating schedule in `fields` shorter than [`LIMITED_MIN_INTERVAL`] (for agent
+/// keys and the agent's tool; a 5-field cron expression is at least a minute apart anyway).
+pub fn check_limited_schedule(
+    fields: &JobFields,
+    now: Timestamp,
+    tz: &TimeZone,
+) -> Result<(), JobError> {
+    let Some(spec) = &fields.schedule else {
+        return Ok(());
+    };
+    let schedule = Schedule::parse(spec, now, tz)?;
+    if let crate::ScheduleKind::Every { interval, .. } = schedule.kind()
+        && interval.as_secs() < LIMITED_MIN_INTERVAL.as_secs() as i64
+    {
+        return invalid(format!(
+            "{spec:?}: a job made by an agent repeats at most once a minute"
+        ));
+    }
+    Ok(())
+}
+
 /// The longest name, prompt and script accepted.
 const MAX_NAME: usize = 200;
 const MAX_PROMPT: usize = 64 * 1024;

@@ -103,6 +103,9 @@ pub struct Scheduler {
     http: reqwest::Client,
     /// [`Scheduler::settled`]'s requests, and the latest one a finished pass had seen.
     settle_requested: std::sync::atomic::AtomicU64,
+    /// Set once recovery has marked the last process's runs: a run by hand waits for it, so
+    /// the recovery never takes a run of this process for one the last process left.
+    recovered: tokio::sync::watch::Sender<bool>,
     settle_done: tokio::sync::watch::Sender<u64>,
 }
 
@@ -119,6 +122,7 @@ impl Scheduler {
             shutdown: CancellationToken::new(),
             http: crate::deliver::client(),
             settle_requested: std::sync::atomic::AtomicU64::new(0),
+            recovered: tokio::sync::watch::Sender::new(false),
             settle_done: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -159,6 +163,23 @@ impl Scheduler {
         if self.shutdown.is_cancelled() {
             return Err(JobError::Invalid("the gateway is shutting down".into()));
         }
+        let mut recovered = self.recovered.subscribe();
+        tokio::select! {
+            r = recovered.wait_for(|done| *done) => {
+                if r.is_err() {
+                    return Err(JobError::Invalid("the scheduler is not running".into()));
+                }
+            }
+            () = self.shutdown.cancelled() => {
+                return Err(JobError::Invalid("the gateway is shutting down".into()));
+            }
+        }
+        if self.runs_of(id) > MAX_QUEUED_RUNS {
+            return Err(JobError::Invalid(format!(
+                "{} runs of this job are going or waiting already; stop them or wait",
+                self.runs_of(id)
+            )));
+        }
         let job = self
             .store
             .cron_job(id)
@@ -191,6 +212,7 @@ impl Scheduler {
         let me = self.clone();
         tokio::spawn(async move {
             me.recover().await;
+            me.recovered.send_replace(true);
             me.main_loop(&stop).await;
             me.shutdown.cancel();
             me.tasks.close();

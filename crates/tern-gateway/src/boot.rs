@@ -258,7 +258,7 @@ impl GatewayBuilder {
         };
         // Scheduled jobs: the scheduler is made here, before the agent, since the `cronjob`
         // tool holds it; its runs go through the gateway it is given to.
-        let cron = cron_setup(&eff, &store, clock)?;
+        let cron = cron_setup(&eff, &store, clock, inbox_only)?;
         // The `cronjob` tool only when the configuration lets agents schedule, and not
         // where the scheduler is off (its runs would never come).
         if eff.config.cron.allow_agent_scheduling && eff.config.cron.enabled && !inbox_only {
@@ -671,6 +671,7 @@ fn cron_setup(
     eff: &Effective,
     store: &Store,
     clock: Option<Arc<dyn tern_cron::Clock>>,
+    inbox_only: bool,
 ) -> Result<crate::cron::CronSetup, BootError> {
     let c = &eff.config.cron;
     let tz = match &c.timezone {
@@ -685,7 +686,8 @@ fn cron_setup(
         store.clone(),
         clock.unwrap_or_else(|| Arc::new(tern_cron::SystemClock)),
         tz,
-        c.enabled,
+        // An inbox-only gateway runs no agents, so no jobs either.
+        c.enabled && !inbox_only,
         c.allow_runs_to_schedule,
     ))
 }

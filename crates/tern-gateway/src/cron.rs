@@ -106,6 +106,17 @@ impl Runner for GatewayCronRunner {
     }
 }
 
+/// What the key that owns a job may do now (keys are revoked, sessions deleted and their ids
+/// reused after a job was made: its rights are checked at every run).
+enum Rights {
+    /// The CLI's jobs (no key), the server key's, an admin key's.
+    Admin,
+    /// An agent key's: only its own sessions, and chats they talk to.
+    Agent(String),
+    /// The key was revoked.
+    Revoked,
+}
+
 fn finished(status: &str, outcome: impl Into<String>, output: Option<String>) -> RunEnd {
     RunEnd::Finished {
         status: status.to_owned(),
@@ -145,7 +156,19 @@ impl Gateway {
         allow_runs_to_schedule: bool,
     ) -> RunEnd {
         let started = Instant::now();
-        let session_id = match self.cron_session(&job, &o).await {
+        let rights = match self.rights(&job).await {
+            Ok(r) => r,
+            Err(e) => return finished("failed", format!("failed: {e}"), None),
+        };
+        if let Rights::Revoked = rights {
+            return self
+                .pause_failing(&job, "the API key that owns the job was revoked")
+                .await;
+        }
+        let session_id = match self
+            .cron_session(&job, &o, &rights, allow_runs_to_schedule)
+            .await
+        {
             Ok(s) => s,
             Err(end) => return end,
         };
@@ -158,6 +181,21 @@ impl Gateway {
             thread_id,
         } = &job.deliver_to
         {
+            let may = match &rights {
+                Rights::Agent(key) => {
+                    self.agent_may_deliver(&job, key, channel, chat_id, thread_id)
+                        .await
+                }
+                _ => true,
+            };
+            if !may {
+                return self
+                    .pause_failing(
+                        &job,
+                        "the job's key has no session talking to its chat any more",
+                    )
+                    .await;
+            }
             match self
                 .store
                 .channel_attach_session(channel, chat_id, thread_id, &session_id)
@@ -210,10 +248,76 @@ impl Gateway {
         end
     }
 
+    /// The rights of the key that owns `job`, as of now.
+    async fn rights(&self, job: &CronJob) -> Result<Rights, tern_store::StoreError> {
+        let Some(owner) = &job.owner_key else {
+            return Ok(Rights::Admin);
+        };
+        if owner == crate::auth::SERVER_KEY_ID {
+            return Ok(Rights::Admin);
+        }
+        let keys = self.store.active_keys().await?;
+        Ok(match keys.iter().find(|k| &k.id == owner) {
+            Some(k) if k.kind == tern_store::KeyKind::Admin => Rights::Admin,
+            Some(k) => Rights::Agent(k.id.clone()),
+            None => Rights::Revoked,
+        })
+    }
+
+    /// Whether an agent key's job may post to a chat: one of its sessions (the job's own, or
+    /// the one that made it) still talks to that chat.
+    async fn agent_may_deliver(
+        &self,
+        job: &CronJob,
+        key: &str,
+        channel: &str,
+        chat_id: &str,
+        thread_id: &str,
+    ) -> bool {
+        let target = match &job.target {
+            CronTarget::Session(id) => Some(id.as_str()),
+            CronTarget::NewSession => None,
+        };
+        for s in [target, job.created_by_session.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            let owned = matches!(self.store.get_session(s).await, Ok(Some(x)) if x.owner.as_deref() == Some(key));
+            let routed = matches!(self.store.channel_route(s).await, Ok(Some(r))
+                if r.channel == channel && r.chat_id == chat_id && r.thread_id == thread_id);
+            if owned && routed {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Pauses a job that can no longer run as made, and ends this run `failed`, saying why.
+    async fn pause_failing(&self, job: &CronJob, why: &str) -> RunEnd {
+        tracing::warn!(job = %job.id, why, "a scheduled job is paused");
+        if let Err(e) = self.store.set_cron_enabled(&job.id, false, None).await {
+            tracing::error!(error = %e, "cannot pause a scheduled job");
+        }
+        finished("failed", format!("failed: {why}; the job is paused"), None)
+    }
+
     /// The run's session: the job's own, or a new one.
-    async fn cron_session(&self, job: &CronJob, o: &CronOccurrence) -> Result<String, RunEnd> {
+    async fn cron_session(
+        &self,
+        job: &CronJob,
+        o: &CronOccurrence,
+        rights: &Rights,
+        allow_runs_to_schedule: bool,
+    ) -> Result<String, RunEnd> {
         if let CronTarget::Session(id) = &job.target {
             return match self.store.get_session(id).await {
+                // An agent key's job runs only in a session of that key: a session deleted
+                // and its id reused by another key is not the job's.
+                Ok(Some(s)) if matches!(rights, Rights::Agent(k) if s.owner.as_deref() != Some(k.as_str())) => {
+                    Err(self
+                        .pause_failing(job, &format!("session {id} is not the job's key's"))
+                        .await)
+                }
                 Ok(Some(s)) if s.status != tern_store::SessionStatus::Ended => Ok(s.id),
                 Ok(Some(_)) => Err(finished(
                     "failed",
@@ -239,7 +343,8 @@ impl Gateway {
                 system_prompt: None,
                 // The job's key owns its runs: an agent key reads them through the API.
                 owner: job.owner_key.clone(),
-                toolsets: None,
+                // Its toolsets stay the job's when a decision resumes it later.
+                toolsets: Some(self.cron_toolsets(job, allow_runs_to_schedule)),
             })
             .await
             .map_err(|e| {

@@ -88,6 +88,24 @@ async fn check_allowed(gw: &AppState, key: &CallerKey, fields: &JobFields) -> Re
         )
         .param("script"));
     }
+    if !key.admin {
+        // Where an agent key's results may go: its own sessions, the chat one of them talks
+        // to, nowhere else. A webhook would reach any address this machine can (internal
+        // services included), another chat would let it post where it pleases.
+        if let Some(d) = fields.deliver.as_deref().map(str::trim)
+            && !matches!(d, "" | "none" | "chat")
+        {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "An agent key's job delivers to \"none\" or \"chat\" (the chat its own \
+                 session talks to); webhooks and other chats need an admin key",
+            )
+            .param("deliver"));
+        }
+        jobs::check_limited_schedule(fields, gw.cron().scheduler.now(), &gw.cron().tz)
+            .map_err(|e| ApiError::bad_request("invalid_job", e.to_string()).param("schedule"))?;
+    }
     if let Some(wanted) = &fields.toolsets {
         let allowed = &gw.settings.toolsets;
         if let Some(unknown) = wanted.iter().find(|t| !allowed.contains(t)) {
@@ -145,6 +163,16 @@ pub(crate) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let fields = fields(body)?;
     check_allowed(&gw, &key, &fields).await?;
+    if !key.admin && gw.store.list_cron_jobs(Some(&key.id)).await?.len() >= jobs::LIMITED_MAX_JOBS {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "too_many_jobs",
+            format!(
+                "This key owns {} scheduled jobs, the most an agent key may; remove one first",
+                jobs::LIMITED_MAX_JOBS
+            ),
+        ));
+    }
     let cron = gw.cron();
     let creator = Creator {
         created_by: CronCreator::Api,

@@ -489,6 +489,29 @@ mod tests {
                 outputs_elided: 3,
                 error: None,
             }),
+            HookEvent::CronRunStarted(CronRunStarted {
+                session_id: s(),
+                job_id: s(),
+                job_name: None,
+                occurrence_id: 7,
+                scheduled_at: 1,
+                kind: "agent".to_owned(),
+                trigger: "schedule".to_owned(),
+                attempt: 1,
+            }),
+            HookEvent::CronRunFinished(CronRunFinished {
+                session_id: s(),
+                job_id: s(),
+                job_name: Some(s()),
+                occurrence_id: 7,
+                scheduled_at: 1,
+                kind: "script".to_owned(),
+                trigger: "manual".to_owned(),
+                attempt: 2,
+                status: "completed".to_owned(),
+                outcome: "exit 0".to_owned(),
+                duration_ms: 12,
+            }),
         ]
     }
 

@@ -734,6 +734,12 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        // Its route to a chat goes with it: a later session given the same id must not
+        // inherit the chat.
+        sqlx::query("DELETE FROM channel_sessions WHERE session_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(r.rows_affected() > 0)
     }

@@ -197,6 +197,7 @@ impl Tool for Cronjob {
             Action::Update => {
                 let job = owned_job(t, &a, &session).await?;
                 let fields = fields(t, &a, &ctx, &session).await?;
+                jobs::check_limited_schedule(&fields, t.scheduler.now(), &t.tz).map_err(job_err)?;
                 let job = jobs::update(&t.store, &job.id, &fields, t.scheduler.now(), &t.tz)
                     .await
                     .map_err(job_err)?;
@@ -303,6 +304,7 @@ async fn create(
     session: &Session,
 ) -> ToolResult {
     let mut fields = fields(t, a, ctx, session).await?;
+    jobs::check_limited_schedule(&fields, t.scheduler.now(), &t.tz).map_err(job_err)?;
     // Without toolsets a job's runs get the gateway's defaults, which may be more than this
     // turn has.
     if fields.toolsets.is_none() {

@@ -359,3 +359,160 @@ async fn bad_input_other_keys_and_a_stopped_scheduler_are_refused() {
     }
     handle.shutdown().await.unwrap();
 }
+
+/// What an agent key may not make a job do: post to a chat or a webhook of its choosing,
+/// repeat more than once a minute, own more than 100 jobs; and what its jobs may no longer do
+/// once made: run in a session whose id another key took after the first was deleted, or run
+/// at all after the key is revoked (each such job is paused, its run `failed`, saying why).
+#[tokio::test]
+async fn an_agent_keys_jobs_stay_within_what_the_key_may_do() {
+    let fake = FakeModel::start().await.unwrap();
+    fake.set_responder(|_| Reply::text("done"));
+    let clock = Arc::new(ManualClock::new(start_time()));
+    let (_home, handle) = boot(&fake, "", clock.clone()).await;
+    let url = handle.url();
+    let jobs = format!("{url}/api/cron/jobs");
+    let gw = handle.gateway().clone();
+    let store = gw.store.clone();
+    let alice = tern_gateway::auth::create_key(&store, "alice")
+        .await
+        .unwrap();
+    let bob = tern_gateway::auth::create_key(&store, "bob").await.unwrap();
+
+    for deliver in ["telegram:12345", "https://169.254.169.254/latest", "tg:1:2"] {
+        let (status, body) = call(
+            "POST",
+            &jobs,
+            Some(&alice),
+            Some(json!({"schedule": "1h", "prompt": "x", "deliver": deliver})),
+        )
+        .await;
+        assert_eq!(
+            (status, error_of(&body).0),
+            (403, "forbidden"),
+            "{deliver}: {body}"
+        );
+    }
+    let (status, body) = call(
+        "POST",
+        &jobs,
+        Some(&alice),
+        Some(json!({"schedule": "every 10s", "prompt": "x"})),
+    )
+    .await;
+    assert_eq!((status, error_of(&body).0), (400, "invalid_job"), "{body}");
+    assert!(error_of(&body).1.contains("once a minute"), "{body}");
+    // The admin key may.
+    let (status, body) = call(
+        "POST",
+        &jobs,
+        Some(KEY),
+        Some(json!({"schedule": "every 10s", "prompt": "x", "paused": true})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    // Alice's job in her session `daily`; the session deleted and its id taken by bob.
+    let (status, s) = call(
+        "POST",
+        &format!("{url}/api/sessions"),
+        Some(&alice),
+        Some(json!({"id": "daily"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{s}");
+    let (status, job) = call(
+        "POST",
+        &jobs,
+        Some(&alice),
+        Some(json!({"schedule": "every 1h", "prompt": "repeat this conversation", "session": "daily"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        "DELETE",
+        &format!("{url}/api/sessions/daily"),
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert!(status < 300, "deleted: {status}");
+    let (status, _) = call(
+        "POST",
+        &format!("{url}/api/sessions"),
+        Some(&bob),
+        Some(json!({"id": "daily"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    clock.set(start_time() + SignedDuration::from_hours(1));
+    gw.cron().scheduler.settled().await;
+    eventually("alice's run refused", async || {
+        let h = history(&url, &id).await;
+        h.first()
+            .filter(|o| o["state"] == "ran")
+            .map(|o| o["outcome"].as_str().unwrap_or_default().to_owned())
+    })
+    .await;
+    let h = history(&url, &id).await;
+    assert!(
+        h[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("is not the job's key's"),
+        "{h:?}"
+    );
+    assert!(
+        store.messages("daily").await.unwrap().is_empty(),
+        "bob's session untouched"
+    );
+    assert!(fake.requests().is_empty(), "nothing ran");
+    let (_, j) = call("GET", &format!("{jobs}/{id}"), Some(&alice), None).await;
+    assert_eq!(j["state"], "paused", "{j}");
+
+    // A revoked key's job: paused at its next run, nothing run.
+    let (status, job) = call(
+        "POST",
+        &jobs,
+        Some(&alice),
+        Some(json!({"schedule": "every 1h", "prompt": "still here?"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    assert!(store.revoke_key("alice").await.unwrap());
+    clock.set(start_time() + SignedDuration::from_hours(2));
+    gw.cron().scheduler.settled().await;
+    let job = eventually("the revoked key's job paused", async || {
+        store.cron_job(&id).await.unwrap().filter(|j| !j.enabled)
+    })
+    .await;
+    assert!(!job.enabled);
+    assert!(fake.requests().is_empty(), "nothing ran");
+
+    // At most 100 jobs per agent key.
+    for i in 0..100 {
+        let (status, body) = call(
+            "POST",
+            &jobs,
+            Some(&bob),
+            Some(json!({"schedule": "every 1h", "prompt": format!("job {i}"), "paused": true})),
+        )
+        .await;
+        assert_eq!(status, 201, "{i}: {body}");
+    }
+    let (status, body) = call(
+        "POST",
+        &jobs,
+        Some(&bob),
+        Some(json!({"schedule": "every 1h", "prompt": "one too many"})),
+    )
+    .await;
+    assert_eq!(
+        (status, error_of(&body).0),
+        (403, "too_many_jobs"),
+        "{body}"
+    );
+    handle.shutdown().await.unwrap();
+}

@@ -188,3 +188,207 @@ async fn a_script_run_appends_its_output_to_its_session_and_records_its_exit() {
     assert!(model.requests().is_empty(), "a script job asks no model");
     handle.shutdown().await.unwrap();
 }
+
+const DECISION_TAG: &str = "[inbox decision]";
+
+fn last_user_text(body: &serde_json::Value) -> (String, String) {
+    let last = body["messages"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or_default();
+    (
+        last["role"].as_str().unwrap_or_default().to_owned(),
+        last["content"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_asks_a_human_waits_durably_and_its_session_resumes_on_the_decision() {
+    let model = FakeModel::start().await.unwrap();
+    model.set_responder(|body| {
+        let (role, text) = last_user_text(body);
+        match role.as_str() {
+            "user" if text.starts_with(DECISION_TAG) => Reply::text("Rotated the keys."),
+            "user" => Reply::tool_call(
+                "c1",
+                "request_approval",
+                serde_json::json!({"summary": "Rotate the API keys?"}).to_string(),
+            ),
+            _ => Reply::text("I asked for approval."),
+        }
+    });
+    let home = home_for(&model, "");
+    common::add_reviewer(&home, "ann").await;
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let handle = common::builder(&home)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    let gw = handle.gateway();
+    let (cron, store) = (gw.cron(), gw.agent.store());
+    let fields = JobFields {
+        schedule: Some("10m".into()),
+        prompt: Some("rotate the keys if allowed".into()),
+        ..Default::default()
+    };
+    let job = jobs::create(store, &fields, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_mins(10));
+    cron.scheduler.settled().await;
+    let o = until("the run recorded as waiting", async || {
+        let h = store.cron_history(&job.id, 10).await.unwrap();
+        h.into_iter().find(|o| o.state == OccurrenceState::Ran)
+    })
+    .await;
+    assert!(
+        o.outcome
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("waiting"),
+        "{o:?}"
+    );
+    let session = o.session_id.clone().unwrap();
+    assert!(store.has_open_waits(&session).await.unwrap());
+    let inbox = gw.inbox.clone();
+    let list = inbox
+        .list_requests(&tern_inbox::review::RequestFilter {
+            status: Some(tern_inbox::review::RequestStatus::Pending),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    inbox
+        .decide_approval(
+            &list.items[0].id,
+            tern_inbox::Outcome::new(tern_inbox::OutcomeType::Approve),
+            "ann",
+        )
+        .await
+        .unwrap();
+    until("the session resumed and answered", async || {
+        let msgs = store.messages(&session).await.unwrap();
+        msgs.iter()
+            .any(|m| m.content.as_deref() == Some("Rotated the keys."))
+            .then_some(())
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_a_busy_session_queues_behind_its_running_turn() {
+    let model = FakeModel::start().await.unwrap();
+    let gate = tern_fake_model::Gate::new();
+    let held = gate.clone();
+    model.set_responder(move |body| {
+        let (_, text) = last_user_text(body);
+        if text == "a long task" {
+            Reply::text("long task done").held(&held)
+        } else {
+            Reply::text(format!("answer to {text}"))
+        }
+    });
+    let home = home_for(&model, "");
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let handle = common::builder(&home)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    let gw = handle.gateway().clone();
+    let (cron, store) = (gw.cron(), gw.agent.store());
+    let session = store
+        .create_session(tern_store::NewSession {
+            source: "api".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A turn held at the model.
+    let turn = {
+        let gw = gw.clone();
+        let id = session.id.clone();
+        tokio::spawn(async move {
+            gw.agent
+                .run_turn(tern_agent::TurnRequest {
+                    session_id: id,
+                    input: "a long task".into(),
+                    input_appended: false,
+                    interrupt: tern_agent::Interrupt::new(),
+                    system_prompt: None,
+                    approver: gw.approver.clone(),
+                    workdir: gw.settings.workdir.clone(),
+                    toolsets: gw.settings.toolsets.clone(),
+                    events: None,
+                    ticket: None,
+                })
+                .await
+        })
+    };
+    model
+        .wait_requests(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let fields = JobFields {
+        schedule: Some("every 5m".into()),
+        prompt: Some("the scheduled check".into()),
+        session: Some(session.id.clone()),
+        ..Default::default()
+    };
+    let job = jobs::create(store, &fields, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_mins(5));
+    cron.scheduler.settled().await;
+    until("the run claimed", async || {
+        let h = store.cron_history(&job.id, 10).await.unwrap();
+        (h.len() == 1 && h[0].session_id.is_some()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the run did not wait for the turn"
+    );
+    gate.open();
+    turn.await.unwrap().unwrap();
+    let reqs = model
+        .wait_requests(2, Duration::from_secs(20))
+        .await
+        .unwrap();
+    // The run's request carries the held turn's answer before its prompt: it ran after.
+    let msgs: Vec<String> = reqs[1]
+        .messages()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let done = msgs
+        .iter()
+        .position(|m| m == "long task done")
+        .expect("the turn's answer");
+    let prompt = msgs
+        .iter()
+        .position(|m| m == "the scheduled check")
+        .expect("the prompt");
+    assert!(done < prompt, "{msgs:?}");
+    until("the run recorded", async || {
+        let h = store.cron_history(&job.id, 10).await.unwrap();
+        (h[0].state == OccurrenceState::Ran).then_some(())
+    })
+    .await;
+    assert_eq!(
+        store.cron_history(&job.id, 10).await.unwrap()[0]
+            .session_id
+            .as_deref(),
+        Some(session.id.as_str())
+    );
+    handle.shutdown().await.unwrap();
+}
