@@ -106,6 +106,8 @@ pub struct Scheduler {
     /// Set once recovery has marked the last process's runs: a run by hand waits for it, so
     /// the recovery never takes a run of this process for one the last process left.
     recovered: tokio::sync::watch::Sender<bool>,
+    /// Whether [`Scheduler::spawn`] started the loop.
+    started: std::sync::atomic::AtomicBool,
     settle_done: tokio::sync::watch::Sender<u64>,
 }
 
@@ -123,6 +125,7 @@ impl Scheduler {
             http: crate::deliver::client(),
             settle_requested: std::sync::atomic::AtomicU64::new(0),
             recovered: tokio::sync::watch::Sender::new(false),
+            started: std::sync::atomic::AtomicBool::new(false),
             settle_done: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -164,7 +167,10 @@ impl Scheduler {
             return Err(JobError::Invalid("the gateway is shutting down".into()));
         }
         let mut recovered = self.recovered.subscribe();
+        // Unless the loop never started (a scheduler used only for runs by hand).
+        let started = self.started.load(std::sync::atomic::Ordering::SeqCst);
         tokio::select! {
+            () = std::future::ready(()), if !started => {}
             r = recovered.wait_for(|done| *done) => {
                 if r.is_err() {
                     return Err(JobError::Invalid("the scheduler is not running".into()));
@@ -209,6 +215,8 @@ impl Scheduler {
 
     /// Starts the scheduler's task; it ends when `stop` is cancelled, after its runs have.
     pub fn spawn(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let me = self.clone();
         tokio::spawn(async move {
             me.recover().await;
