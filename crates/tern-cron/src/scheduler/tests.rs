@@ -264,6 +264,14 @@ async fn step_through(e: &Env, r: &Running, job: &CronJob, to: Timestamp) {
             break;
         }
         e.at(r, t + SignedDuration::from_secs(1)).await;
+        // Its run ended before the next day's comes (else that one is an overlap).
+        eventually("the day's run ended", async || {
+            e.history(&job.id)
+                .await
+                .iter()
+                .all(|o| o.state != OccurrenceState::Running)
+        })
+        .await;
     }
 }
 
@@ -619,10 +627,19 @@ async fn two_schedulers_on_one_store_run_each_occurrence_once() {
         let (x, y) = tokio::join!(a.scheduler.settled(), b.scheduler.settled());
         let _ = (x, y);
     }
-    // Every-minute jobs: 3 occurrences; 90 s one-shots: 1.
+    // Every-minute jobs: 3 occurrences; 90 s one-shots: 1. Each accounted for once: run by
+    // one of the two, or skipped (a run of the other scheduler still going: overlap).
     let expected = 10 * 3 + 10;
-    eventually("every occurrence ran", async || {
-        a.recorder.runs().len() + b.recorder.runs().len() == expected
+    eventually("every occurrence accounted for", async || {
+        let mut n = 0;
+        for id in &ids {
+            let h = e.history(id).await;
+            if h.iter().any(|o| o.state == OccurrenceState::Running) {
+                return false;
+            }
+            n += h.len();
+        }
+        n == expected
     })
     .await;
     let mut all: Vec<(String, i64)> = a
@@ -636,6 +653,17 @@ async fn two_schedulers_on_one_store_run_each_occurrence_once() {
     let n = all.len();
     all.dedup();
     assert_eq!(all.len(), n, "an occurrence ran twice");
+    let mut ran = 0;
+    for id in &ids {
+        ran += e
+            .history(id)
+            .await
+            .iter()
+            .filter(|o| o.state == OccurrenceState::Ran)
+            .count();
+    }
+    assert_eq!(ran, n, "every recorded run ran, and only those");
+    assert!(n >= 10, "the one-shots at least ran: {n}");
     a.shut().await;
     b.shut().await;
 }
