@@ -245,6 +245,12 @@ async fn a_timestamp_runs_once_and_a_cron_expression_at_each_match() {
         "2026-11-26T12:00:05Z",
     ] {
         e.at(&r, ts(t)).await;
+        // Each run ends before the next occurrence (else that one is an overlap).
+        eventually("the runs ended", async || {
+            let (a, b) = (e.history(&once.id).await, e.history(&cron.id).await);
+            a.iter().chain(&b).all(|o| o.state != OccurrenceState::Running)
+        })
+        .await;
     }
     ran(&e, &cron.id, 2).await;
     ran(&e, &once.id, 1).await;
