@@ -281,6 +281,21 @@ async fn step_through(e: &Env, r: &Running, job: &CronJob, to: Timestamp) {
     }
 }
 
+/// Times as Berlin's wall clock shows them, with the zone's abbreviation.
+fn berlin_times(times: &[i64]) -> Vec<String> {
+    let berlin = TimeZone::get("Europe/Berlin").unwrap();
+    times
+        .iter()
+        .map(|t| {
+            Timestamp::from_millisecond(*t)
+                .unwrap()
+                .to_zoned_datetime(berlin.clone())
+                .strftime("%F %H:%M %Z")
+                .to_string()
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn dst_a_daily_job_runs_once_a_day_through_both_changes() {
     let e = env("2026-03-27T12:00:00Z").await;
@@ -289,19 +304,7 @@ async fn dst_a_daily_job_runs_once_a_day_through_both_changes() {
     let fall = e.add(fields("TZ=Europe/Berlin 30 2 * * *")).await;
     step_through(&e, &r, &job, ts("2026-03-31T12:00:00Z")).await;
     ran(&e, &job.id, 4).await;
-    let berlin = TimeZone::get("Europe/Berlin").unwrap();
-    let local: Vec<String> = r
-        .recorder
-        .times(&job.id)
-        .into_iter()
-        .map(|t| {
-            Timestamp::from_millisecond(t)
-                .unwrap()
-                .to_zoned_datetime(berlin.clone())
-                .strftime("%F %H:%M %Z")
-                .to_string()
-        })
-        .collect();
+    let local = berlin_times(&r.recorder.times(&job.id));
     // 29 March: 02:30 does not exist; it runs once, shifted forward by the gap.
     assert_eq!(
         local,
@@ -331,18 +334,7 @@ async fn dst_a_daily_job_runs_once_a_day_through_both_changes() {
     };
     let fall = e.store.cron_job(&fall.id).await.unwrap().unwrap();
     step_through(&e, &r, &fall, ts("2026-10-27T12:00:00Z")).await;
-    let local: Vec<String> = r
-        .recorder
-        .times(&fall.id)
-        .into_iter()
-        .map(|t| {
-            Timestamp::from_millisecond(t)
-                .unwrap()
-                .to_zoned_datetime(berlin.clone())
-                .strftime("%F %H:%M %Z")
-                .to_string()
-        })
-        .collect();
+    let local = berlin_times(&r.recorder.times(&fall.id));
     assert_eq!(
         local,
         vec![

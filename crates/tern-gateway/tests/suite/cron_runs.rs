@@ -24,6 +24,20 @@ fn cli() -> Creator {
     }
 }
 
+/// A gateway on `home` reading a clock the test moves.
+async fn boot(
+    home: &tern_test_support::TempHome,
+) -> (Arc<ManualClock>, tern_gateway::boot::GatewayHandle) {
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let handle = common::builder(home)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    (clock, handle)
+}
+
 async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -50,13 +64,7 @@ async fn a_run_delivering_to_a_chat_answers_there_without_the_cron_toolset() {
             tg.api_url()
         ),
     );
-    let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let handle = common::builder(&home)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap()
-        .handle;
+    let (clock, handle) = boot(&home).await;
     let gw = handle.gateway();
     let cron = gw.cron();
     let fields = JobFields {
@@ -125,13 +133,7 @@ async fn a_run_delivering_to_a_chat_answers_there_without_the_cron_toolset() {
 async fn a_script_run_appends_its_output_to_its_session_and_records_its_exit() {
     let model = FakeModel::start().await.unwrap();
     let home = home_for(&model, "");
-    let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let handle = common::builder(&home)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap()
-        .handle;
+    let (clock, handle) = boot(&home).await;
     let gw = handle.gateway();
     let cron = gw.cron();
     let store = gw.agent.store();
@@ -220,13 +222,7 @@ async fn a_run_that_asks_a_human_waits_durably_and_its_session_resumes_on_the_de
     });
     let home = home_for(&model, "");
     common::add_reviewer(&home, "ann").await;
-    let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let handle = common::builder(&home)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap()
-        .handle;
+    let (clock, handle) = boot(&home).await;
     let gw = handle.gateway();
     let (cron, store) = (gw.cron(), gw.agent.store());
     let fields = JobFields {
@@ -295,13 +291,7 @@ async fn a_run_in_a_busy_session_queues_behind_its_running_turn() {
         }
     });
     let home = home_for(&model, "");
-    let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let handle = common::builder(&home)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap()
-        .handle;
+    let (clock, handle) = boot(&home).await;
     let gw = handle.gateway().clone();
     let (cron, store) = (gw.cron(), gw.agent.store());
     let session = store
