@@ -210,7 +210,7 @@ async fn round(
 }
 
 /// User plus system CPU time of this process.
-fn cpu_time() -> anyhow::Result<Duration> {
+pub(crate) fn cpu_time() -> anyhow::Result<Duration> {
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: the pointer is to a live local.

@@ -25,6 +25,7 @@ use tern_fake_model::{FakeModel, Reply};
 use tern_gateway::boot::{GatewayBuilder, GatewayHandle};
 use tern_store::cron::CronCreator;
 
+use crate::channels::cpu_time;
 use crate::pct;
 
 const BOUND: Duration = Duration::from_secs(30);
@@ -138,20 +139,6 @@ async fn round(
     }
     store.delete_cron_job(&job.id).await?;
     Ok(at.saturating_duration_since(t0))
-}
-
-fn cpu_time() -> anyhow::Result<Duration> {
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer is to a live local.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        bail!("getrusage: {}", std::io::Error::last_os_error());
-    }
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    Ok(tv(u.ru_utime) + tv(u.ru_stime))
 }
 
 fn rss_kib() -> u64 {

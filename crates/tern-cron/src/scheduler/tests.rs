@@ -248,7 +248,9 @@ async fn a_timestamp_runs_once_and_a_cron_expression_at_each_match() {
         // Each run ends before the next occurrence (else that one is an overlap).
         eventually("the runs ended", async || {
             let (a, b) = (e.history(&once.id).await, e.history(&cron.id).await);
-            a.iter().chain(&b).all(|o| o.state != OccurrenceState::Running)
+            a.iter()
+                .chain(&b)
+                .all(|o| o.state != OccurrenceState::Running)
         })
         .await;
     }
