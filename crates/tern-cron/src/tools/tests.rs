@@ -611,6 +611,14 @@ async fn bad_input_is_an_error_the_model_can_read_and_nothing_is_stored() {
         )
         .await;
     assert_mentions(&err, "timeout \"soon\" is not a duration");
+    // An agent's job repeats at most once a minute, on creation and on update.
+    let err = e
+        .refused(
+            &s,
+            json!({"action": "create", "schedule": "every 5s", "prompt": "p"}),
+        )
+        .await;
+    assert_mentions(&err, "at most once a minute");
     assert_mentions(
         &e.refused(&s, json!({"action": "pause"})).await,
         "`job_id` is required",
