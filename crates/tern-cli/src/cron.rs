@@ -533,7 +533,7 @@ async fn dispatch(b: &Backend, cmd: CronCommand) -> anyhow::Result<()> {
                 return Ok(());
             }
             let mut lines = vec![format!(
-                "{:<8}  {:<20}  {:<20}  {:<9}  {:<22}  LAST",
+                "{:<32}  {:<20}  {:<20}  {:<9}  {:<22}  LAST",
                 "ID", "NAME", "SCHEDULE", "STATE", "NEXT RUN"
             )];
             for j in &all {
@@ -544,8 +544,10 @@ async fn dispatch(b: &Backend, cmd: CronCommand) -> anyhow::Result<()> {
                     .map(occurrence_summary)
                     .unwrap_or_else(|| "-".to_owned());
                 lines.push(format!(
-                    "{:<8}  {:<20}  {:<20}  {:<9}  {:<22}  {last}",
-                    id.get(..8).unwrap_or(id),
+                    "{:<32}  {:<20}  {:<20}  {:<9}  {:<22}  {last}",
+                    // Whole: ids are time-ordered (UUIDv7), so jobs made together share
+                    // their first dozen characters.
+                    id,
                     cut(j["name"].as_str().unwrap_or("-"), 20),
                     cut(j["schedule"].as_str().unwrap_or_default(), 20),
                     j["state"].as_str().unwrap_or_default(),

@@ -53,7 +53,7 @@ fn jobs_are_managed_on_the_store_without_a_gateway() {
     let o = cron(&e, &["list"]);
     assert_ok(&o);
     let table = stdout(&o);
-    for word in [&id[..8], "deploy", "every 2h", "scheduled"] {
+    for word in [id.as_str(), "deploy", "every 2h", "scheduled"] {
         assert!(table.contains(word), "{word} in:\n{table}");
     }
     let list = json_of(&e, &["list"]);
@@ -112,6 +112,23 @@ fn jobs_are_managed_on_the_store_without_a_gateway() {
         stderr(&o)
     );
     assert_eq!(json_of(&e, &["list"])["data"].as_array().unwrap().len(), 1);
+
+    // A job named like another's id prefix does not take its place; a prompt's control
+    // characters reach the terminal written out, not as escape sequences.
+    let o = cron(
+        &e,
+        &["add", "every 3h", "decoy\u{1b}[2J", "--name", &id[..31]],
+    );
+    assert_ok(&o);
+    let decoy = stdout(&o).trim().to_owned();
+    let o = cron(&e, &["show", &id[..31]]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("check it again"), "{}", stdout(&o));
+    let o = cron(&e, &["show", &decoy]);
+    assert_ok(&o);
+    assert!(!stdout(&o).contains('\u{1b}'), "{:?}", stdout(&o));
+    assert!(stdout(&o).contains("\\u{1b}"), "{}", stdout(&o));
+    assert_ok(&cron(&e, &["remove", &decoy]));
 
     let removed = json_of(&e, &["remove", "deploy"]);
     assert_eq!(removed["deleted"], true);
