@@ -447,6 +447,8 @@ impl Scheduler {
                     me.runner.run(job.clone(), occurrence.clone(), cx).await
                 }
             };
+            // Before the clean-up below counts who else holds the job's lock.
+            drop(lock);
             if let RunEnd::Finished { outcome, output, .. } = &end {
                 match me
                     .store

@@ -710,3 +710,21 @@ async fn a_webhook_gets_the_result_of_a_run() {
     r.shut().await;
     server.abort();
 }
+
+#[tokio::test]
+async fn a_jobs_lock_goes_once_its_runs_have_ended() {
+    let e = env("2026-11-26T09:00:00Z").await;
+    let r = e.start(Recorder::default());
+    let job = e.add(fields("every 1m")).await;
+    e.at(&r, ts("2026-11-26T09:01:00Z")).await;
+    ran(&e, &job.id, 1).await;
+    eventually("the run's task ended", async || {
+        r.scheduler.runs_of(&job.id) == 0
+    })
+    .await;
+    assert!(
+        r.scheduler.job_locks.lock().unwrap().is_empty(),
+        "one lock kept per job ever run"
+    );
+    r.shut().await;
+}
