@@ -117,6 +117,34 @@ enum Rights {
     Revoked,
 }
 
+/// Runs `fut` to its end; `tern cron stop` (`stop`) or the job's timeout interrupts the turn or
+/// script it drives (once), which then ends by itself. The drain interrupts it at shutdown
+/// like any turn.
+async fn interruptible<T>(
+    fut: impl std::future::Future<Output = T>,
+    interrupt: &tern_agent::Interrupt,
+    stop: &tokio_util::sync::CancellationToken,
+    timeout: Duration,
+) -> T {
+    tokio::pin!(fut);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut armed = true;
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            () = stop.cancelled(), if armed => {
+                interrupt.trigger(StopReason::CronStop);
+                armed = false;
+            }
+            () = &mut deadline, if armed => {
+                interrupt.trigger(StopReason::Timeout);
+                armed = false;
+            }
+        }
+    }
+}
+
 fn finished(status: &str, outcome: impl Into<String>, output: Option<String>) -> RunEnd {
     RunEnd::Finished {
         status: status.to_owned(),
@@ -417,23 +445,9 @@ impl Gateway {
         let timeout = Duration::from_millis(
             u64::try_from(job.timeout_ms.unwrap_or(i64::MAX).max(1)).unwrap_or(u64::MAX),
         );
-        // The stop and the timeout interrupt the turn (or the script); the drain interrupts
-        // it at shutdown like any turn.
-        let watcher = {
-            let interrupt = interrupt.clone();
-            let stop = cx.stop.clone();
-            let done = tokio_util::sync::CancellationToken::new();
-            let d = done.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = stop.cancelled() => { interrupt.trigger(StopReason::CronStop); }
-                    () = tokio::time::sleep(timeout) => { interrupt.trigger(StopReason::Timeout); }
-                    () = d.cancelled() => {}
-                }
-            });
-            done
-        };
-        let end = match job.kind {
+        // The stop and the timeout interrupt the turn (or the script) through `interruptible`;
+        // the drain interrupts it at shutdown like any turn.
+        match job.kind {
             CronJobKind::Agent => {
                 let slot = guard.slot.clone();
                 let events: EventSink = Arc::new(move |ev: AgentEvent| match &ev {
@@ -461,7 +475,7 @@ impl Gateway {
                     drop(guard);
                     r
                 });
-                match task.await {
+                match interruptible(task, &interrupt, &cx.stop, timeout).await {
                     Ok(Ok(out)) => self.turn_end(session_id, &out, &interrupt, timeout).await,
                     Ok(Err(e)) => finished("failed", format!("failed: {e}"), None),
                     Err(e) => finished("failed", format!("failed: the turn's task: {e}"), None),
@@ -469,14 +483,18 @@ impl Gateway {
             }
             CronJobKind::Script => {
                 let ticket = ticket.ready().await;
-                let end = self.run_script(job, session_id, &interrupt, timeout).await;
+                let end = interruptible(
+                    self.run_script(job, session_id, &interrupt, timeout),
+                    &interrupt,
+                    &cx.stop,
+                    timeout,
+                )
+                .await;
                 drop(ticket);
                 drop(guard);
                 end
             }
-        };
-        watcher.cancel();
-        end
+        }
     }
 
     /// How an agent run's turn ended, in the scheduler's words.

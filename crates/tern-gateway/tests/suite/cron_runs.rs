@@ -382,3 +382,35 @@ async fn a_run_in_a_busy_session_queues_behind_its_running_turn() {
     );
     handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_timeout_is_interrupted_and_recorded_timed_out() {
+    let model = FakeModel::start().await.unwrap();
+    let gate = tern_fake_model::Gate::new();
+    let held = gate.clone();
+    model.set_responder(move |_| Reply::text("too late").held(&held));
+    let home = home_for(&model, "");
+    let (clock, handle) = boot(&home).await;
+    let gw = handle.gateway();
+    let (cron, store) = (gw.cron(), gw.agent.store());
+    let fields = JobFields {
+        schedule: Some("1m".into()),
+        prompt: Some("a slow check".into()),
+        timeout: Some("1s".into()),
+        ..Default::default()
+    };
+    let job = jobs::create(store, &fields, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_mins(1));
+    cron.scheduler.settled().await;
+    let o = until("the run timed out", async || {
+        let h = store.cron_history(&job.id, 10).await.unwrap();
+        h.into_iter().find(|o| o.state == OccurrenceState::Ran)
+    })
+    .await;
+    assert_eq!(o.outcome.as_deref(), Some("timed out after 1s"), "{o:?}");
+    gate.open();
+    handle.shutdown().await.unwrap();
+}
