@@ -241,7 +241,7 @@ impl Gateway {
             CronJobKind::Script => "script",
         };
         let trigger = if o.manual { "manual" } else { "schedule" };
-        self.hooks.emit(HookEvent::CronRunStarted(CronRunStarted {
+        let run = CronRunStarted {
             session_id: session_id.clone(),
             job_id: job.id.clone(),
             job_name: job.name.clone(),
@@ -250,7 +250,8 @@ impl Gateway {
             kind: kind.to_owned(),
             trigger: trigger.to_owned(),
             attempt: o.attempt,
-        }));
+        };
+        self.hooks.emit(HookEvent::CronRunStarted(run.clone()));
         let end = self
             .run_admitted(&job, &session_id, &cx, allow_runs_to_schedule)
             .await;
@@ -260,14 +261,7 @@ impl Gateway {
         {
             tracing::info!(job = %job.id, occurrence = o.id, session = %session_id, status, outcome, "scheduled run ended");
             self.hooks.emit(HookEvent::CronRunFinished(CronRunFinished {
-                session_id,
-                job_id: job.id.clone(),
-                job_name: job.name.clone(),
-                occurrence_id: o.id,
-                scheduled_at: o.scheduled_at,
-                kind: kind.to_owned(),
-                trigger: trigger.to_owned(),
-                attempt: o.attempt,
+                run,
                 status: status.clone(),
                 outcome: outcome.clone(),
                 duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),

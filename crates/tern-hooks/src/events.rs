@@ -258,17 +258,11 @@ pub struct CronRunStarted {
     pub attempt: i64,
 }
 
-/// A scheduled job's run ended.
+/// A scheduled job's run ended: the fields of its [`CronRunStarted`], and how it ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CronRunFinished {
-    pub session_id: String,
-    pub job_id: String,
-    pub job_name: Option<String>,
-    pub occurrence_id: i64,
-    pub scheduled_at: i64,
-    pub kind: String,
-    pub trigger: String,
-    pub attempt: i64,
+    #[serde(flatten)]
+    pub run: CronRunStarted,
     /// `completed`, `waiting` (it asked a human), `failed`, `timed_out`, `stopped`.
     pub status: String,
     /// How it ended, in words (the error, the script's exit).
@@ -388,7 +382,7 @@ impl HookEvent {
             HookEvent::PreCompact(e) => &e.session_id,
             HookEvent::PostCompact(e) => &e.session_id,
             HookEvent::CronRunStarted(e) => &e.session_id,
-            HookEvent::CronRunFinished(e) => &e.session_id,
+            HookEvent::CronRunFinished(e) => &e.run.session_id,
         }
     }
 }
