@@ -291,10 +291,7 @@ mod tests {
     fn bad_servers_are_refused_with_what_to_fix() {
         let (_d, home) = temp_home();
         for (text, expect) in [
-            (
-                "[mcp_servers.a]\nargs = [\"x\"]\n",
-                "[mcp_servers.a] in",
-            ),
+            ("[mcp_servers.a]\nargs = [\"x\"]\n", "[mcp_servers.a] in"),
             ("[mcp_servers.a]\nargs = [\"x\"]\n", "set `command`"),
             (
                 "[mcp_servers.a]\ncommand = \"x\"\nurl = \"http://h/mcp\"\n",
@@ -314,10 +311,7 @@ mod tests {
                 "[mcp_servers.a]\ncommand = \"x\"\nbearer_token_env = \"T\"\n",
                 "`bearer_token_env` is for a `url` server",
             ),
-            (
-                "[mcp_servers.a]\nurl = \"ftp://h\"\n",
-                "`url` is not a URL",
-            ),
+            ("[mcp_servers.a]\nurl = \"ftp://h\"\n", "`url` is not a URL"),
             (
                 "[mcp_servers.a]\nurl = \"http://h/mcp\"\nenv = { A = \"b\" }\n",
                 "`env` is for a `command` server",
@@ -338,7 +332,10 @@ mod tests {
                 "[mcp_servers.a]\ncommand = \"x\"\nenabled_tools = [\"e\"]\ndisabled_tools = [\"e\"]\n",
                 "in both",
             ),
-            ("[mcp_servers.a]\ncommand = \"x\"\nport = 1\n", "unknown field"),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nport = 1\n",
+                "unknown field",
+            ),
         ] {
             write_config(&home, text);
             let err = load(&home, &no_env).unwrap_err().to_string();

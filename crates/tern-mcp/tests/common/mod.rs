@@ -1,0 +1,50 @@
+//! The real MCP server the tests run, found or explained.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use tern_config::McpServerConfig;
+use tern_mcp::McpClient;
+
+/// `tests/mcp/node_modules/@modelcontextprotocol/server-everything`'s entry point (its
+/// package.json `bin`); fails, saying what to install, when node or the package is missing.
+pub fn everything_entry() -> PathBuf {
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.as_ref().is_ok_and(|o| o.status.success()),
+        "these tests run MCP servers under Node.js, and `node` cannot be run ({node:?}): install Node.js 20 or later"
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp");
+    let entry = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "{} is missing: run `npm ci --no-audit --no-fund` in {}",
+        entry.display(),
+        root.display()
+    );
+    entry
+}
+
+/// A `[mcp_servers.NAME]` table, as the configuration file would give it.
+pub fn config(toml_text: &str) -> McpServerConfig {
+    toml::from_str(toml_text).unwrap()
+}
+
+/// The configuration of server-everything over stdio, with `extra` TOML lines.
+pub fn everything_config(extra: &str) -> McpServerConfig {
+    let entry = everything_entry();
+    config(&format!(
+        "command = \"node\"\nargs = [{:?}, \"stdio\"]\n{extra}",
+        entry.display().to_string()
+    ))
+}
+
+/// server-everything, started and initialized as `everything`.
+pub async fn everything(extra: &str) -> Arc<McpClient> {
+    Arc::new(
+        McpClient::start("everything", &everything_config(extra))
+            .await
+            .unwrap(),
+    )
+}
