@@ -1,8 +1,9 @@
 //! The real MCP server the tests run, found or explained.
 
+use std::io;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tern_config::McpServerConfig;
 use tern_mcp::McpClient;
@@ -47,4 +48,46 @@ pub async fn everything(extra: &str) -> Arc<McpClient> {
             .await
             .unwrap(),
     )
+}
+
+/// What tracing logged while a [`capture_logs`] guard was held, on this thread (a
+/// current-thread runtime's spawned tasks included).
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+pub struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LogWriter(Arc::clone(&self.0))
+    }
+}
+
+pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    (logs.clone(), tracing::subscriber::set_default(subscriber))
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 use tern_mcp::{McpClient, McpError};
 use tern_test_support::wait::eventually;
 
-use crate::common::{config, everything, everything_entry};
+use crate::common::{capture_logs, config, everything, everything_entry};
 
 fn args(v: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value>> {
     v.as_object().cloned()
@@ -213,4 +213,20 @@ async fn env_and_cwd_reach_the_server() {
     assert_eq!(env["TERN_MCP_TEST"], "from-config", "{env}");
     // tern's own environment is kept under it.
     assert!(env["PATH"].is_string(), "{env}");
+}
+
+#[tokio::test]
+async fn the_servers_stderr_goes_to_the_log() {
+    let (logs, _guard) = capture_logs();
+    let client = everything("").await;
+    let line = eventually("the server's stderr in the log", async || {
+        logs.text()
+            .lines()
+            .find(|l| l.contains("Starting default (STDIO) server..."))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(line.contains("tern_mcp::stderr"), "{line}");
+    assert!(line.contains("server=\"everything\""), "{line}");
+    drop(client);
 }
