@@ -41,6 +41,41 @@ pub fn everything_config(extra: &str) -> McpServerConfig {
     ))
 }
 
+/// server-everything behind `tee`, which copies every message tern sends it to `log`, so a
+/// test sees what the server received.
+pub async fn everything_teed(log: &std::path::Path, extra: &str) -> Arc<McpClient> {
+    let entry = everything_entry();
+    let script = format!(
+        "tee {} | exec node {} stdio",
+        shell_quote(&log.display().to_string()),
+        shell_quote(&entry.display().to_string())
+    );
+    Arc::new(
+        McpClient::start(
+            "everything",
+            &config(&format!(
+                "command = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}"
+            )),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The messages in a [`everything_teed`] log with `method`.
+pub fn sent(log: &std::path::Path, method: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["method"] == method)
+        .collect()
+}
+
 /// server-everything, started and initialized as `everything`.
 pub async fn everything(extra: &str) -> Arc<McpClient> {
     Arc::new(

@@ -7,7 +7,7 @@ use serde_json::json;
 use tern_mcp::{McpClient, McpError};
 use tern_test_support::wait::eventually;
 
-use crate::common::{capture_logs, config, everything, everything_entry};
+use crate::common::{capture_logs, config, everything, everything_entry, everything_teed, sent};
 
 fn args(v: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value>> {
     v.as_object().cloned()
@@ -114,7 +114,9 @@ async fn an_error_result_is_an_error_with_the_servers_words() {
 
 #[tokio::test]
 async fn a_call_past_tool_timeout_is_cancelled() {
-    let client = everything("tool_timeout = \"1s\"").await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sent.jsonl");
+    let client = everything_teed(&log, "tool_timeout = \"1s\"").await;
     let err = client
         .call_tool(
             "trigger-long-running-operation",
@@ -127,6 +129,13 @@ async fn a_call_past_tool_timeout_is_cancelled() {
         err.to_string(),
         "tool `trigger-long-running-operation` of MCP server `everything` did not finish within 1s; it was cancelled"
     );
+    // The server was told, naming the call.
+    let call = sent(&log, "tools/call").pop().unwrap();
+    let cancelled = eventually("notifications/cancelled sent", async || {
+        sent(&log, "notifications/cancelled").pop()
+    })
+    .await;
+    assert_eq!(cancelled["params"]["requestId"], call["id"], "{cancelled}");
     assert_eq!(
         client
             .call_tool("echo", args(json!({"message": "after"})))

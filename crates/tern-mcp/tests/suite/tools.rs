@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use tern_tools::{DenyAll, Registry, ToolContext, ToolLimits, result_to_content};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::everything;
+use crate::common::{everything, everything_teed, sent};
+use tern_test_support::wait::eventually;
 
 fn ctx(cancel: CancellationToken) -> ToolContext {
     ToolContext {
@@ -162,7 +163,12 @@ async fn an_image_reaches_the_model_described() {
 
 #[tokio::test]
 async fn an_interrupted_turn_cancels_the_call() {
-    let registry = registry("").await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sent.jsonl");
+    let mut registry = Registry::new();
+    tern_mcp::register(&mut registry, everything_teed(&log, "").await)
+        .await
+        .unwrap();
     let cancel = CancellationToken::new();
     let sets = toolsets();
     let call = registry.call(
@@ -171,8 +177,22 @@ async fn an_interrupted_turn_cancels_the_call() {
         &sets,
         ctx(cancel.clone()),
     );
-    cancel.cancel();
-    let err = call.await.unwrap_err().0;
+    // Interrupted once the server has the call.
+    let interrupt = async {
+        let call = eventually("the call sent", async || sent(&log, "tools/call").pop()).await;
+        cancel.cancel();
+        call
+    };
+    let (result, sent_call) = tokio::join!(call, interrupt);
+    let err = result.unwrap_err().0;
+    let cancelled = eventually("notifications/cancelled sent", async || {
+        sent(&log, "notifications/cancelled").pop()
+    })
+    .await;
+    assert_eq!(
+        cancelled["params"]["requestId"], sent_call["id"],
+        "{cancelled}"
+    );
     assert_eq!(
         err,
         "interrupted: the call to `trigger-long-running-operation` of MCP server `everything` was cancelled"
