@@ -1,5 +1,6 @@
 //! [`Config`]: the whole of `config.toml`, one field per section.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use crate::gateway::GatewayConfig;
 use crate::home::Home;
 use crate::hooks::{CommandHookConfig, WebhookConfig};
 use crate::inbox::InboxConfig;
+use crate::mcp::McpServerConfig;
 use crate::memory::MemoryConfig;
 use crate::model::{ModelConfig, ResolvedModel};
 use crate::processes::ProcessesConfig;
@@ -48,6 +50,8 @@ pub struct Config {
     pub channels: ChannelsConfig,
     /// `[cron]`: scheduled jobs.
     pub cron: CronConfig,
+    /// `[mcp_servers.NAME]`: MCP servers whose tools the agent may use, by name.
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl Config {

@@ -31,7 +31,7 @@
 //!
 //! One module per concept: [`home`](Home), the sections (`model`, `agent`, `gateway`,
 //! `hooks`, `inbox`, `processes` with `ssh`, `sandbox`, `delegate`, `memory`, `compaction`, `cron`,
-//! `channels`), [`Config`] which holds them,
+//! `channels`, `mcp`), [`Config`] which holds them,
 //! `load` and `validate`, [`Effective`], `tree` (the configuration as keys, from the types'
 //! `Serialize`, which `render` prints and `load` records sources for) and `allowlist`.
 
@@ -53,6 +53,7 @@ mod hooks;
 mod inbox;
 mod load;
 mod mask;
+mod mcp;
 mod memory;
 mod model;
 mod processes;
@@ -90,6 +91,10 @@ pub use inbox::{
 };
 pub use load::load;
 pub use mask::{mask_secret, mask_url};
+pub use mcp::{
+    DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT, McpServerConfig, McpTransport,
+    is_valid_server_name,
+};
 pub use memory::{
     DEFAULT_MEMORY_CHAR_LIMIT, DEFAULT_USER_CHAR_LIMIT, MAX_MEMORY_CHAR_LIMIT, MemoryConfig,
 };

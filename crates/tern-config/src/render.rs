@@ -22,6 +22,19 @@ const SECRET_KEYS: &[&str] = &[
 ];
 /// Keys whose values are URLs, which may carry a password: shown as [`mask_url`] does.
 const URL_KEYS: &[&str] = &["url", "base_url", "public_url", "api_url", "homeserver"];
+/// Tables of an MCP server whose every value is masked: a server's `env` and `headers` are
+/// where its API keys and tokens go, under names no list here could know.
+const SECRET_TABLES: &[&str] = &["env", "headers"];
+
+/// Whether the values of the table at `path` are all secrets (`mcp_servers.NAME.env`).
+/// Only under `mcp_servers`: `[sandbox.env]` holds variable names, no values.
+fn is_secret_table(path: &str) -> bool {
+    let mut parts = path.split('.');
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some("mcp_servers"), Some(_), Some(table), None) if SECRET_TABLES.contains(&table)
+    )
+}
 
 /// Renders the effective configuration as TOML-like text with secrets masked
 /// and each value annotated with its source, e.g.
@@ -49,6 +62,7 @@ fn render_table(eff: &Effective, path: &str, node: &Node, out: &mut String) {
     let Node::Table(fields) = node else { return };
     let mut lines: Vec<(String, String)> = Vec::new();
     let mut nested: Vec<(String, &Node)> = Vec::new();
+    let secret_values = is_secret_table(path);
     for (key, value) in fields {
         let full = if path.is_empty() {
             key.clone()
@@ -63,6 +77,10 @@ fn render_table(eff: &Effective, path: &str, node: &Node, out: &mut String) {
                 nested.push((full, value));
             }
             Node::Unset => lines.push((format!("# {key} is not set"), note(eff, &full))),
+            Node::String(s) if secret_values => lines.push((
+                format!("{} = {}", table_key(key), quote(&mask_secret(s))),
+                note(eff, &full),
+            )),
             v => lines.push((format!("{key} = {}", inline(key, v)), note(eff, &full))),
         }
     }
@@ -519,6 +537,8 @@ mod tests {
             "notify-secret-0123456789",
             "telegram-bot-token",
             "matrix-access-token",
+            "mcp-env-secret",
+            "mcp-header-secret",
         ] {
             assert!(!out.contains(secret), "{secret} shown:\n{out}");
         }
@@ -536,6 +556,10 @@ mod tests {
             "token_file = \"secrets/telegram.token\"",
             "access_token_env = \"MATRIX_TOKEN\"",
             "access_token_file = \"/run/secrets/matrix.token\"",
+            // An MCP server's env and headers, whatever their names.
+            "GITHUB_TOKEN = \"mcp…6789\"",
+            "Authorization = \"Bea…6789\"",
+            "bearer_token_env = \"MCP_TOKEN\"",
         ] {
             assert!(out.contains(masked), "{masked} not in:\n{out}");
         }
@@ -564,6 +588,7 @@ mod tests {
             ("gateway.rs", include_str!("gateway.rs")),
             ("hooks.rs", include_str!("hooks.rs")),
             ("inbox.rs", include_str!("inbox.rs")),
+            ("mcp.rs", include_str!("mcp.rs")),
             ("memory.rs", include_str!("memory.rs")),
             ("model.rs", include_str!("model.rs")),
             ("processes.rs", include_str!("processes.rs")),

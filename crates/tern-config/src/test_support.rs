@@ -238,4 +238,20 @@ access_token_env = "MATRIX_TOKEN"
 homeserver = "http://127.0.0.1:8009"
 user_id = "@bot:other.localhost"
 access_token_file = "/run/secrets/matrix.token"
+
+[mcp_servers.github]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-github"]
+env = { GITHUB_TOKEN = "mcp-env-secret-0123456789" }
+cwd = "/srv/mcp"
+startup_timeout = "20s"
+tool_timeout = "2m"
+enabled_tools = ["search_issues"]
+disabled_tools = ["delete_repo"]
+enabled = false
+
+[mcp_servers.remote]
+url = "https://mcp.example/mcp"
+headers = { Authorization = "Bearer mcp-header-secret-0123456789" }
+bearer_token_env = "MCP_TOKEN"
 "#;

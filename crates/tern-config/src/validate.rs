@@ -1,12 +1,12 @@
 //! The checks of [`crate::load`] across sections: a well-typed but unusable value is refused
 //! with the key (or variable) it came from. Sections with their own rules check themselves
-//! ([`crate::hooks`], [`crate::inbox`], [`crate::sandbox`], [`crate::ssh`], [`crate::channels`]).
+//! ([`crate::hooks`], [`crate::inbox`], [`crate::sandbox`], [`crate::ssh`], [`crate::channels`], [`crate::mcp`]).
 
 use crate::address::{is_host_port, is_http_url};
 use crate::duration::parse_duration;
 use crate::effective::{Effective, Source};
 use crate::error::ConfigError;
-use crate::{channels, hooks, inbox, sandbox, ssh};
+use crate::{channels, hooks, inbox, mcp, sandbox, ssh};
 
 /// Describes where `key` came from, for error messages.
 fn origin(eff: &Effective, key: &str) -> String {
@@ -142,6 +142,7 @@ pub(crate) fn validate(eff: &Effective) -> Result<(), ConfigError> {
     sandbox::validate_sandbox(&c.sandbox, &eff.config_path)?;
     hooks::validate_hooks(&c.hooks, &c.webhooks, &eff.config_path)?;
     channels::validate_channels(&c.channels, &eff.config_path)?;
+    mcp::validate_mcp_servers(&c.mcp_servers, &eff.config_path)?;
     inbox::validate_inbox(&c.inbox, &eff.config_path)
 }
 

@@ -1,0 +1,228 @@
+//! [`McpClient`]: one configured MCP server, reached over its stdio.
+//!
+//! The server's program is started with tokio's `Command` (its `env` on top of tern's
+//! environment, its `cwd`), handed to rmcp's child-process transport, and must answer
+//! `initialize` within `startup_timeout`. Its stderr is read line by line into tern's log
+//! (target `tern_mcp::stderr`, with the server's name), so a server's complaints are where
+//! tern's own are. Dropping the client (or [`McpClient::close`]) ends the server: rmcp kills a
+//! child whose transport is dropped.
+//!
+//! A call that outlives `tool_timeout`, or whose future is dropped (an interrupted turn), is
+//! abandoned with `notifications/cancelled` sent to the server: rmcp's `call_tool` sends it
+//! when its request future is dropped before the answer.
+
+use std::process::Stdio;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool,
+};
+use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use tern_config::{McpServerConfig, McpTransport};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStderr, Command};
+
+use crate::error::McpError;
+use crate::result::result_text;
+
+/// A running, initialized MCP server.
+pub struct McpClient {
+    name: String,
+    config: McpServerConfig,
+    service: RunningService<RoleClient, ClientConfig>,
+    pid: Option<u32>,
+}
+
+impl std::fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the config: its `env` may hold secrets.
+        f.debug_struct("McpClient")
+            .field("name", &self.name)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpClient {
+    /// Starts the server `name` as configured and initializes it within its
+    /// `startup_timeout`. A server that cannot be started, exits, or stays silent is an error
+    /// that names it; its child process is ended.
+    pub async fn start(name: &str, config: &McpServerConfig) -> Result<Self, McpError> {
+        let McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } = config.transport()
+        else {
+            return Err(McpError::Unsupported {
+                server: name.to_owned(),
+                what: "a `url` server (streamable HTTP)".to_owned(),
+            });
+        };
+        let mut cmd = Command::new(command);
+        cmd.args(args).envs(env).kill_on_drop(true);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| McpError::Spawn {
+                server: name.to_owned(),
+                command: command.to_owned(),
+                source,
+            })?;
+        let pid = transport.id();
+        if let Some(stderr) = stderr {
+            tokio::spawn(log_stderr(name.to_owned(), stderr));
+        }
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("tern", env!("CARGO_PKG_VERSION")),
+        );
+        let timeout = config.startup_timeout();
+        // On a timeout the handshake's future is dropped with the transport in it, which
+        // kills the child.
+        let service = match tokio::time::timeout(timeout, info.serve(transport)).await {
+            Ok(Ok(service)) => service,
+            Ok(Err(e)) => {
+                return Err(McpError::Initialize {
+                    server: name.to_owned(),
+                    reason: init_reason(&e),
+                });
+            }
+            Err(_) => {
+                return Err(McpError::StartupTimeout {
+                    server: name.to_owned(),
+                    timeout,
+                });
+            }
+        };
+        tracing::info!(server = name, pid, "MCP server initialized");
+        Ok(McpClient {
+            name: name.to_owned(),
+            config: config.clone(),
+            service,
+            pid,
+        })
+    }
+
+    /// The server's name (its `[mcp_servers.NAME]`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// The process id of the server, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// What the server said about itself in `initialize`.
+    pub fn server_info(&self) -> Option<Implementation> {
+        self.service.peer_info().and_then(|i| i.server_info.clone())
+    }
+
+    /// Every tool the server offers, all pages of `tools/list` (within `tool_timeout`).
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, McpError> {
+        let timeout = self.config.tool_timeout();
+        match tokio::time::timeout(timeout, self.service.peer().list_all_tools()).await {
+            Ok(r) => r.map_err(|e| self.service_error("tools/list", e)),
+            Err(_) => Err(McpError::Protocol {
+                server: self.name.clone(),
+                method: "tools/list".to_owned(),
+                reason: format!("no answer within {}", humantime::format_duration(timeout)),
+            }),
+        }
+    }
+
+    /// Calls `tool` with `arguments` within `tool_timeout`; its result as the text the model
+    /// reads. A result marked `isError` is [`McpError::ToolFailed`] with the server's text.
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<String, McpError> {
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let timeout = self.config.tool_timeout();
+        let result = match tokio::time::timeout(timeout, self.service.call_tool(params)).await {
+            Ok(r) => r.map_err(|e| self.service_error("tools/call", e))?,
+            Err(_) => {
+                return Err(McpError::ToolTimeout {
+                    server: self.name.clone(),
+                    tool: tool.to_owned(),
+                    timeout,
+                });
+            }
+        };
+        let text = result_text(&result);
+        if result.is_error == Some(true) {
+            return Err(McpError::ToolFailed {
+                server: self.name.clone(),
+                tool: tool.to_owned(),
+                message: text,
+            });
+        }
+        Ok(text)
+    }
+
+    /// Ends the session and the server (stdin closed, then SIGTERM, then SIGKILL, as the MCP
+    /// specification's stdio shutdown says).
+    pub async fn close(self) {
+        if let Err(e) = self.service.cancel().await {
+            tracing::warn!(server = self.name, error = %e, "closing the MCP server");
+        }
+    }
+
+    fn service_error(&self, method: &str, e: ServiceError) -> McpError {
+        match e {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => McpError::Closed {
+                server: self.name.clone(),
+            },
+            ServiceError::McpError(e) => McpError::Protocol {
+                server: self.name.clone(),
+                method: method.to_owned(),
+                reason: e.message.into_owned(),
+            },
+            e => McpError::Protocol {
+                server: self.name.clone(),
+                method: method.to_owned(),
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Why `initialize` failed, in words: a server that exited says so rather than rmcp's
+/// "connection closed: initialize response".
+fn init_reason(e: &ClientInitializeError) -> String {
+    match e {
+        ClientInitializeError::ConnectionClosed(_) => {
+            "it exited (or closed its output) before answering `initialize`; its stderr is in tern's log".to_owned()
+        }
+        ClientInitializeError::JsonRpcError(e) => format!("it refused `initialize`: {}", e.message),
+        e => e.to_string(),
+    }
+}
+
+/// Copies the server's stderr into the log, a line at a time, until it closes.
+async fn log_stderr(server: String, stderr: ChildStderr) {
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => tracing::info!(target: "tern_mcp::stderr", server, "{line}"),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(target: "tern_mcp::stderr", server, error = %e, "stderr unreadable");
+                break;
+            }
+        }
+    }
+}

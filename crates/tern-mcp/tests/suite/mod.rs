@@ -1,0 +1,2 @@
+mod stdio;
+mod tools;
