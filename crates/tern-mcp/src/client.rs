@@ -26,6 +26,19 @@ use tokio::process::{ChildStderr, Command};
 use crate::error::McpError;
 use crate::result::result_text;
 
+/// What tern answers a server with, beyond the requests tern makes: the handlers of the
+/// server-to-client requests and notifications (progress, elicitation), filled in by whoever
+/// starts the client (the gateway, `tern chat`, `tern mcp call`). `Default`: none of them.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct ClientOptions {}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions").finish_non_exhaustive()
+    }
+}
+
 /// A running, initialized MCP server.
 pub struct McpClient {
     name: String,
@@ -49,6 +62,16 @@ impl McpClient {
     /// `startup_timeout`. A server that cannot be started, exits, or stays silent is an error
     /// that names it; its child process is ended.
     pub async fn start(name: &str, config: &McpServerConfig) -> Result<Self, McpError> {
+        Self::start_with(name, config, &ClientOptions::default()).await
+    }
+
+    /// [`McpClient::start`] with the handlers of `options`.
+    pub async fn start_with(
+        name: &str,
+        config: &McpServerConfig,
+        options: &ClientOptions,
+    ) -> Result<Self, McpError> {
+        let _ = options;
         let McpTransport::Stdio {
             command,
             args,

@@ -15,7 +15,7 @@ mod error;
 mod result;
 pub mod tools;
 
-pub use client::McpClient;
+pub use client::{ClientOptions, McpClient};
 pub use error::McpError;
 pub use result::result_text;
 pub use tools::{McpTool, register, tool_name};
