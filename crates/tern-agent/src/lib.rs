@@ -858,6 +858,7 @@ impl Agent {
                         preapproved: matches!(gate, ToolGate::Allow { .. }),
                         subagents,
                         toolsets: req.toolsets.as_slice().into(),
+                        report: Default::default(),
                     };
                     let r = match gate {
                         ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(

@@ -39,6 +39,7 @@ fn ctx(workspace: &Path, sandbox: Sandbox) -> ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -158,6 +158,7 @@ fn ctx(root: &Path, sandbox: Sandbox) -> ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -563,6 +563,7 @@ impl Gateway {
             preapproved: false,
             subagents: None,
             toolsets: Default::default(),
+            report: Default::default(),
         };
         let result = self
             .agent

@@ -192,6 +192,20 @@ pub struct ToolContext {
     /// scheduled job's toolsets). [`Registry::call`] sets it from the toolsets it enforces,
     /// whatever the caller put here.
     pub toolsets: Arc<[String]>,
+    /// Where the tool reports what it has besides its result, while it runs.
+    pub report: ToolReport,
+}
+
+/// What a running tool reports besides its result, to whoever runs the turn. `Default`:
+/// nowhere (outside a turn, and in tests).
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct ToolReport {}
+
+impl std::fmt::Debug for ToolReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolReport").finish_non_exhaustive()
+    }
 }
 
 impl ToolContext {

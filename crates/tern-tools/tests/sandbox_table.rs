@@ -163,6 +163,7 @@ fn ctx(workspace: &Path, home: &Path, human: Arc<Human>, call: usize) -> ToolCon
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

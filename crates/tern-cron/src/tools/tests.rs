@@ -120,6 +120,7 @@ impl Env {
             preapproved: false,
             subagents: None,
             toolsets: Default::default(),
+            report: Default::default(),
         };
         let toolsets: Vec<String> = toolsets.iter().map(|s| (*s).to_owned()).collect();
         self.registry

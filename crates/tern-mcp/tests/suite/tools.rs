@@ -24,6 +24,7 @@ fn ctx(cancel: CancellationToken) -> ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

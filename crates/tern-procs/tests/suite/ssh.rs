@@ -665,6 +665,7 @@ async fn the_terminal_tool_runs_background_commands_on_the_host() {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     };
     let toolsets = ["terminal".to_owned()];
     let call = |tool: &'static str, args: serde_json::Value| {

@@ -54,6 +54,7 @@ fn ctx_for(workdir: &Path, session: &str, approver: Arc<dyn Approver>) -> ToolCo
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

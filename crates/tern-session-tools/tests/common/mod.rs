@@ -90,6 +90,7 @@ pub fn ctx(session: &str) -> ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -38,6 +38,7 @@ pub(super) fn ctx_in(dir: &Path) -> ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -59,6 +59,7 @@ mod tests {
             preapproved: false,
             subagents: None,
             toolsets: Default::default(),
+            report: Default::default(),
         }
     }
 

@@ -467,6 +467,7 @@ mod tests {
             preapproved: false,
             subagents: None,
             toolsets: Default::default(),
+            report: Default::default(),
         }
     }
 

@@ -379,6 +379,7 @@ fn tool_ctx(session: &str, call: &str) -> tern_tools::ToolContext {
         preapproved: false,
         subagents: None,
         toolsets: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -196,6 +196,7 @@ impl Env {
             preapproved: false,
             subagents: None,
             toolsets: Default::default(),
+            report: Default::default(),
         }
     }
 
