@@ -92,7 +92,8 @@ pub use inbox::{
 pub use load::load;
 pub use mask::{mask_secret, mask_url};
 pub use mcp::{
-    DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT, McpServerConfig, McpTransport,
+    DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT, McpSandbox, McpServerConfig, McpStartup,
+    McpTransport,
     is_valid_server_name,
 };
 pub use memory::{

@@ -54,6 +54,55 @@ pub struct McpServerConfig {
     /// `false`: the server is kept in the file but not started.
     #[serde(default = "default_enabled")]
     pub enabled: bool,
+    /// When the server is started: with the gateway (or `tern chat`), or at its first call.
+    #[serde(default)]
+    pub startup: McpStartup,
+    /// The sandbox of a stdio server: unset, the agent's (`[sandbox]`); `"none"` (or
+    /// `"full-access"`): none; `"read-only"`/`"workspace-write"`: that mode with the rest of
+    /// `[sandbox]`.
+    pub sandbox: Option<McpSandbox>,
+}
+
+/// When a server is started (`startup`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpStartup {
+    /// With the gateway or `tern chat`, all servers at once.
+    #[default]
+    Eager,
+    /// At the first call of one of its tools.
+    Lazy,
+}
+
+impl McpStartup {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpStartup::Eager => "eager",
+            McpStartup::Lazy => "lazy",
+        }
+    }
+}
+
+/// A stdio server's sandbox (`sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum McpSandbox {
+    /// No sandbox (same as `full-access`).
+    None,
+    ReadOnly,
+    WorkspaceWrite,
+    FullAccess,
+}
+
+impl McpSandbox {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpSandbox::None => "none",
+            McpSandbox::ReadOnly => "read-only",
+            McpSandbox::WorkspaceWrite => "workspace-write",
+            McpSandbox::FullAccess => "full-access",
+        }
+    }
 }
 
 fn default_startup_timeout() -> String {
@@ -191,6 +240,7 @@ pub(crate) fn validate_mcp_servers(
                     ("args", !server.args.is_empty()),
                     ("env", !server.env.is_empty()),
                     ("cwd", server.cwd.is_some()),
+                    ("sandbox", server.sandbox.is_some()),
                 ];
                 if let Some((key, _)) = stdio_only.iter().find(|(_, set)| *set) {
                     return Err(invalid(format!(
@@ -261,6 +311,8 @@ mod tests {
         assert_eq!(server.tool_timeout(), Duration::from_secs(60));
         assert!(server.enabled);
         assert!(server.offers_tool("echo"));
+        assert_eq!(server.startup, McpStartup::Eager);
+        assert_eq!(server.sandbox, None);
         assert_eq!(
             server.transport(),
             McpTransport::Stdio {
@@ -315,6 +367,18 @@ mod tests {
             (
                 "[mcp_servers.a]\nurl = \"http://h/mcp\"\nenv = { A = \"b\" }\n",
                 "`env` is for a `command` server",
+            ),
+            (
+                "[mcp_servers.a]\nurl = \"http://h/mcp\"\nsandbox = \"none\"\n",
+                "`sandbox` is for a `command` server",
+            ),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nstartup = \"later\"\n",
+                "unknown variant `later`",
+            ),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nsandbox = \"jail\"\n",
+                "unknown variant `jail`",
             ),
             (
                 "[mcp_servers.a]\nurl = \"http://h/mcp\"\nheaders = { \"a b\" = \"c\" }\n",

@@ -1,8 +1,11 @@
-//! [`McpClient`]: one configured MCP server, reached over its stdio.
+//! [`McpClient`]: one configured MCP server, reached over its stdio or over streamable HTTP.
 //!
-//! The server's program is started with tokio's `Command` (its `env` on top of tern's
-//! environment, its `cwd`), handed to rmcp's child-process transport, and must answer
-//! `initialize` within `startup_timeout`. Its stderr is read line by line into tern's log
+//! A stdio server's program is started with tokio's `Command` (its `env` on top of tern's
+//! environment, its `cwd`), confined by the sandbox [`ClientOptions::sandbox`] gives unless
+//! its `sandbox` says otherwise, and handed to rmcp's child-process transport. An HTTP server
+//! is reached at its `url` with its `headers` and the bearer token read from the variable
+//! `bearer_token_env` names (read at each start, so a rotated token is picked up by a
+//! restart). Either must answer `initialize` within `startup_timeout`. Its stderr is read line by line into tern's log
 //! (target `tern_mcp::stderr`, with the server's name), so a server's complaints are where
 //! tern's own are. Dropping the client (or [`McpClient::close`]) ends the server: rmcp kills a
 //! child whose transport is dropped.
@@ -11,17 +14,23 @@
 //! abandoned with `notifications/cancelled` sent to the server: rmcp's `call_tool` sends it
 //! when its request future is dropped before the answer.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool,
 };
-use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
+use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
-use tern_config::{McpServerConfig, McpTransport};
+use tern_config::{McpSandbox, McpServerConfig, McpTransport};
+use tern_sandbox::{Level, Mode, Sandbox};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
+use tokio::sync::watch;
 
 use crate::error::McpError;
 use crate::result::result_text;
@@ -31,20 +40,42 @@ use crate::result::result_text;
 /// starts the client (the gateway, `tern chat`, `tern mcp call`). `Default`: none of them.
 #[derive(Clone, Default)]
 #[non_exhaustive]
-pub struct ClientOptions {}
+pub struct ClientOptions {
+    /// The sandbox stdio servers run in (the agent's, `[sandbox]`), unless a server's
+    /// `sandbox` says otherwise; `None`: no sandbox.
+    pub sandbox: Option<ServerSandbox>,
+}
 
 impl std::fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientOptions").finish_non_exhaustive()
+        f.debug_struct("ClientOptions")
+            .field("sandbox", &self.sandbox)
+            .finish_non_exhaustive()
     }
+}
+
+/// The sandbox of stdio servers: the agent's policy, and the directory that counts as the
+/// workspace of a server without `cwd` (the gateway's or `tern chat`'s working directory).
+#[derive(Debug, Clone)]
+pub struct ServerSandbox {
+    pub sandbox: Arc<Sandbox>,
+    pub workspace: PathBuf,
 }
 
 /// A running, initialized MCP server.
 pub struct McpClient {
     name: String,
     config: McpServerConfig,
-    service: RunningService<RoleClient, ClientConfig>,
+    peer: Peer<RoleClient>,
     pid: Option<u32>,
+    /// Cancels the service (ends the session, closes the transport); taken by `close`.
+    stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
+    /// `true` once the service has ended: the server exited, closed its output, or was closed.
+    ended: watch::Receiver<bool>,
+    /// The task that owns the service until it ends.
+    service_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The sandboxed server's private temporary directory, removed with the client.
+    _sandbox: Option<tern_sandbox::Prepared>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -71,64 +102,82 @@ impl McpClient {
         config: &McpServerConfig,
         options: &ClientOptions,
     ) -> Result<Self, McpError> {
-        let _ = options;
-        let McpTransport::Stdio {
-            command,
-            args,
-            env,
-            cwd,
-        } = config.transport()
-        else {
-            return Err(McpError::Unsupported {
-                server: name.to_owned(),
-                what: "a `url` server (streamable HTTP)".to_owned(),
-            });
-        };
-        let mut cmd = Command::new(command);
-        cmd.args(args).envs(env).kill_on_drop(true);
-        if let Some(cwd) = cwd {
-            cmd.current_dir(cwd);
-        }
-        let (transport, stderr) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| McpError::Spawn {
-                server: name.to_owned(),
-                command: command.to_owned(),
-                source,
-            })?;
-        let pid = transport.id();
-        if let Some(stderr) = stderr {
-            tokio::spawn(log_stderr(name.to_owned(), stderr));
-        }
+        let timeout = config.startup_timeout();
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("tern", env!("CARGO_PKG_VERSION")),
         );
-        let timeout = config.startup_timeout();
         // On a timeout the handshake's future is dropped with the transport in it, which
-        // kills the child.
-        let service = match tokio::time::timeout(timeout, info.serve(transport)).await {
-            Ok(Ok(service)) => service,
-            Ok(Err(e)) => {
-                return Err(McpError::Initialize {
-                    server: name.to_owned(),
-                    reason: init_reason(&e),
-                });
+        // kills the child (or drops the HTTP connection).
+        let (service, pid, prepared) = match config.transport() {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut cmd = Command::new(command);
+                cmd.args(args).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let prepared = confine(name, config, options, &mut cmd).await?;
+                cmd.envs(env);
+                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|source| McpError::Spawn {
+                        server: name.to_owned(),
+                        command: command.to_owned(),
+                        source,
+                    })?;
+                let pid = transport.id();
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(name.to_owned(), stderr));
+                }
+                let service = handshake(name, timeout, info.serve(transport)).await?;
+                (service, pid, prepared)
             }
-            Err(_) => {
-                return Err(McpError::StartupTimeout {
-                    server: name.to_owned(),
-                    timeout,
-                });
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                let mut http = StreamableHttpClientTransportConfig::with_uri(url);
+                if let Some(var) = bearer_token_env {
+                    let token = std::env::var(var).map_err(|_| McpError::MissingToken {
+                        server: name.to_owned(),
+                        variable: var.to_owned(),
+                    })?;
+                    http = http.auth_header(token);
+                }
+                http = http.custom_headers(http_headers(name, headers)?);
+                let transport = StreamableHttpClientTransport::from_config(http);
+                let service = handshake(name, timeout, info.serve(transport)).await?;
+                (service, None, None)
             }
         };
         tracing::info!(server = name, pid, "MCP server initialized");
+        let peer = service.peer().clone();
+        let stop = service.cancellation_token();
+        let (ended_tx, ended) = watch::channel(false);
+        let server = name.to_owned();
+        let service_task = tokio::spawn(async move {
+            match service.waiting().await {
+                Ok(reason) => tracing::debug!(server, ?reason, "MCP session ended"),
+                Err(e) => tracing::warn!(server, error = %e, "MCP session's task failed"),
+            }
+            let _ = ended_tx.send(true);
+        });
         Ok(McpClient {
             name: name.to_owned(),
             config: config.clone(),
-            service,
+            peer,
             pid,
+            stop: Mutex::new(Some(stop)),
+            ended,
+            service_task: Mutex::new(Some(service_task)),
+            _sandbox: prepared,
         })
     }
 
@@ -149,13 +198,13 @@ impl McpClient {
 
     /// What the server said about itself in `initialize`.
     pub fn server_info(&self) -> Option<Implementation> {
-        self.service.peer_info().and_then(|i| i.server_info.clone())
+        self.peer.peer_info().and_then(|i| i.server_info.clone())
     }
 
     /// Every tool the server offers, all pages of `tools/list` (within `tool_timeout`).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, McpError> {
         let timeout = self.config.tool_timeout();
-        match tokio::time::timeout(timeout, self.service.peer().list_all_tools()).await {
+        match tokio::time::timeout(timeout, self.peer.list_all_tools()).await {
             Ok(r) => r.map_err(|e| self.service_error("tools/list", e)),
             Err(_) => Err(McpError::Protocol {
                 server: self.name.clone(),
@@ -175,7 +224,7 @@ impl McpClient {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let timeout = self.config.tool_timeout();
-        let result = match tokio::time::timeout(timeout, self.service.call_tool(params)).await {
+        let result = match tokio::time::timeout(timeout, self.peer.call_tool(params)).await {
             Ok(r) => r.map_err(|e| self.service_error("tools/call", e))?,
             Err(_) => {
                 return Err(McpError::ToolTimeout {
@@ -196,10 +245,30 @@ impl McpClient {
         Ok(text)
     }
 
+    /// Whether the session has ended (the server exited or closed its output, or the
+    /// client was closed): no call can succeed any more.
+    pub fn is_closed(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Resolves once the session has ended (see [`McpClient::is_closed`]).
+    pub async fn closed(&self) {
+        let mut ended = self.ended.clone();
+        // An error means the task is gone, so the session has ended too.
+        let _ = ended.wait_for(|e| *e).await;
+    }
+
     /// Ends the session and the server (stdin closed, then SIGTERM, then SIGKILL, as the MCP
-    /// specification's stdio shutdown says).
-    pub async fn close(self) {
-        if let Err(e) = self.service.cancel().await {
+    /// specification's stdio shutdown says) and waits for that.
+    pub async fn close(&self) {
+        let stop = self.stop.lock().map(|mut s| s.take()).unwrap_or_default();
+        if let Some(stop) = stop {
+            stop.cancel();
+        }
+        let task = self.service_task.lock().map(|mut t| t.take()).unwrap_or_default();
+        if let Some(task) = task
+            && let Err(e) = task.await
+        {
             tracing::warn!(server = self.name, error = %e, "closing the MCP server");
         }
     }
@@ -221,6 +290,98 @@ impl McpClient {
             },
         }
     }
+}
+
+/// Waits for `initialize` within `timeout`.
+async fn handshake(
+    name: &str,
+    timeout: std::time::Duration,
+    serve: impl Future<Output = Result<RunningService<RoleClient, ClientConfig>, ClientInitializeError>>,
+) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
+    match tokio::time::timeout(timeout, serve).await {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(e)) => Err(McpError::Initialize {
+            server: name.to_owned(),
+            reason: init_reason(&e),
+        }),
+        Err(_) => Err(McpError::StartupTimeout {
+            server: name.to_owned(),
+            timeout,
+        }),
+    }
+}
+
+/// The sandbox of a stdio server: its own `sandbox`, else the one of `options`. A confined
+/// server gets the scrubbed environment of the agent's commands (its `env` is added after)
+/// and a private `TMPDIR`, and is confined between fork and exec as the `terminal` tool's
+/// commands are; its workspace (writable under `workspace-write`) is its `cwd`, else the
+/// options' workspace. Returns what must live as long as the server.
+async fn confine(
+    name: &str,
+    config: &McpServerConfig,
+    options: &ClientOptions,
+    cmd: &mut Command,
+) -> Result<Option<tern_sandbox::Prepared>, McpError> {
+    let Some(base) = &options.sandbox else {
+        return Ok(None);
+    };
+    let mode = match config.sandbox {
+        Some(McpSandbox::None) | Some(McpSandbox::FullAccess) => return Ok(None),
+        Some(McpSandbox::ReadOnly) => Mode::ReadOnly,
+        Some(McpSandbox::WorkspaceWrite) => Mode::WorkspaceWrite,
+        None => base.sandbox.policy().mode,
+    };
+    if mode == Mode::FullAccess {
+        return Ok(None);
+    }
+    let mut policy = base.sandbox.policy().clone();
+    policy.mode = mode;
+    let sandbox = Sandbox::with_support(policy, base.sandbox.support().clone());
+    let workspace = config
+        .cwd
+        .as_ref()
+        .map_or_else(|| base.workspace.clone(), PathBuf::from);
+    let prepared = tokio::task::spawn_blocking(move || {
+        sandbox.prepare(&workspace, Level::Sandboxed, std::env::vars_os())
+    })
+    .await
+    .map_err(|e| McpError::Sandbox {
+        server: name.to_owned(),
+        reason: e.to_string(),
+    })?
+    .map_err(|e| McpError::Sandbox {
+        server: name.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let confinement = prepared.confinement.clone();
+    cmd.env_clear()
+        .envs(prepared.env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: `apply` makes only raw syscalls (no allocation, no locks), as is required
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || confinement.apply());
+    }
+    Ok(Some(prepared))
+}
+
+/// `headers` as HTTP headers; a bad value is named by its header, never shown.
+fn http_headers(
+    name: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>, McpError> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            let bad = || McpError::BadHeader {
+                server: name.to_owned(),
+                header: k.clone(),
+            };
+            Ok((
+                reqwest::header::HeaderName::try_from(k.as_str()).map_err(|_| bad())?,
+                reqwest::header::HeaderValue::try_from(v.as_str()).map_err(|_| bad())?,
+            ))
+        })
+        .collect()
 }
 
 /// Why `initialize` failed, in words: a server that exited says so rather than rmcp's

@@ -14,9 +14,22 @@ pub enum McpError {
         #[source]
         source: std::io::Error,
     },
-    /// The configuration asks for what this build cannot do yet.
-    #[error("MCP server `{server}`: {what} is not supported yet; use a `command` (stdio) server")]
-    Unsupported { server: String, what: String },
+    /// The variable that should hold an HTTP server's bearer token is not set.
+    #[error(
+        "MCP server `{server}`: the environment variable `{variable}` (its bearer_token_env) is not set"
+    )]
+    MissingToken { server: String, variable: String },
+    /// A configured header's value cannot be sent (it is not shown: it may be a secret).
+    #[error("MCP server `{server}`: the value of header `{header}` is not a valid HTTP header value")]
+    BadHeader { server: String, header: String },
+    /// The sandbox of a stdio server cannot be set up here.
+    #[error(
+        "MCP server `{server}` cannot be sandboxed: {reason} (set `sandbox = \"none\"` in [mcp_servers.{server}] to run it without one)"
+    )]
+    Sandbox { server: String, reason: String },
+    /// The server is not available for calls now (failed, restarting, disabled, shut down).
+    #[error("MCP server `{server}` is not available: {reason}")]
+    Unavailable { server: String, reason: String },
     /// The server started but the `initialize` handshake failed (it exited, or answered
     /// something else).
     #[error("MCP server `{server}` did not initialize: {reason}")]

@@ -2,7 +2,8 @@
 //! `mcp__<server>__<tool>` whose parameters are the server's own JSON schema (no Rust type
 //! describes them, so it implements `DynTool` by hand, as the trait's docs allow). The
 //! registry validates the model's arguments against that schema before the call; the call
-//! goes to the server through [`McpClient::call_tool`].
+//! goes to the server's current client (a [`ServerHandle`]: a restarted server serves the
+//! same tool) through [`McpClient::call_tool`].
 
 use std::sync::Arc;
 
@@ -11,6 +12,10 @@ use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResul
 
 use crate::client::McpClient;
 use crate::error::McpError;
+use crate::manager::ServerHandle;
+
+/// The toolset that stands for every configured server's toolset (`mcp:NAME`).
+pub const TOOLSET_ALL: &str = "mcp";
 
 /// The longest tool name OpenAI function calling accepts.
 const MAX_TOOL_NAME: usize = 64;
@@ -41,12 +46,13 @@ pub fn toolset(server: &str) -> String {
 pub struct McpTool {
     spec: ToolSpec,
     tool: String,
-    client: Arc<McpClient>,
+    server: ServerHandle,
 }
 
 impl McpTool {
     /// The tern tool for the server's `tool`; `None` when its name would be too long.
-    pub fn new(client: Arc<McpClient>, tool: &rmcp::model::Tool) -> Option<Self> {
+    pub fn new(server: ServerHandle, tool: &rmcp::model::Tool) -> Option<Self> {
+        let client = &server;
         let name = tool_name(client.name(), &tool.name)?;
         let description = tool
             .description
@@ -57,8 +63,9 @@ impl McpTool {
                 str::to_owned,
             );
         let spec = ToolSpec {
-            // The registry keeps `&'static str`s: a server's tools are made once per server
-            // start and live as long as the registry, so their few strings are leaked.
+            // The registry keeps `&'static str`s: a server's tools are made once, when its
+            // tools are listed at boot (a restart reuses them), and live as long as the
+            // registry, so their few strings are leaked once per process.
             name: leak(name),
             toolset: leak(toolset(client.name())),
             description: leak(description),
@@ -67,7 +74,7 @@ impl McpTool {
         Some(McpTool {
             spec,
             tool: tool.name.to_string(),
-            client,
+            server,
         })
     }
 }
@@ -84,15 +91,19 @@ impl DynTool for McpTool {
                 Value::Null => None,
                 _ => return Err(ToolError::new("tool arguments must be a JSON object")),
             };
+            let call = async {
+                let client = self.server.client().await?;
+                client.call_tool(&self.tool, arguments).await
+            };
             tokio::select! {
-                r = self.client.call_tool(&self.tool, arguments) => {
+                r = call => {
                     r.map(Value::String).map_err(|e| ToolError::new(e.to_string()))
                 }
                 // Dropping the call sends the server `notifications/cancelled`.
                 () = ctx.cancel.cancelled() => Err(ToolError::new(format!(
                     "interrupted: the call to `{}` of MCP server `{}` was cancelled",
                     self.tool,
-                    self.client.name()
+                    self.server.name()
                 ))),
             }
         })
@@ -101,31 +112,42 @@ impl DynTool for McpTool {
 
 /// Lists the server's tools and adds those its configuration offers (`enabled_tools`,
 /// `disabled_tools`) to `registry`; returns the names added. A tool whose name would be too
-/// long is left out with a warning.
+/// long is left out with a warning. The tools call this client alone (no restarts: the
+/// [`McpManager`](crate::McpManager) registers the tools of the servers it runs).
 pub async fn register(
     registry: &mut Registry,
     client: Arc<McpClient>,
 ) -> Result<Vec<&'static str>, McpError> {
+    let tools = client.list_tools().await?;
+    Ok(register_listed(registry, &ServerHandle::fixed(client), &tools))
+}
+
+/// Adds the offered ones of `tools`, listed from `server`, to `registry`.
+pub(crate) fn register_listed(
+    registry: &mut Registry,
+    server: &ServerHandle,
+    tools: &[rmcp::model::Tool],
+) -> Vec<&'static str> {
     let mut added = Vec::new();
-    for tool in client.list_tools().await? {
-        if !client.config().offers_tool(&tool.name) {
+    for tool in tools {
+        if !server.config().offers_tool(&tool.name) {
             continue;
         }
-        match McpTool::new(Arc::clone(&client), &tool) {
+        match McpTool::new(server.clone(), tool) {
             Some(t) => {
                 added.push(t.spec.name);
                 registry.register(Arc::new(t));
             }
             None => tracing::warn!(
-                server = client.name(),
+                server = server.name(),
                 tool = %tool.name,
                 "MCP tool left out: mcp__{}__{} is longer than {MAX_TOOL_NAME} characters",
-                client.name(),
+                server.name(),
                 tool.name
             ),
         }
     }
-    Ok(added)
+    added
 }
 
 /// The server's input schema as function-calling parameters: an object with `properties`

@@ -1,2 +1,3 @@
 mod stdio;
 mod tools;
+mod manager;
