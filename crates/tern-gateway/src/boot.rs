@@ -7,12 +7,14 @@
 //! `[[inbox.projects]]`, policy, notifications) → the hook bus → the API keys (first start:
 //! an admin key written to `gateway.key`) → bind → the admin reviewer and `inbox-admin.json`
 //! → durable waits (this inbox, or `[inbox] url`) and the approver of dangerous commands →
-//! the tools, background processes (live supervisors adopted) and the agent → the gateway,
+//! the tools, the MCP servers (`[mcp_servers]`, started at once; their tools in toolsets
+//! `mcp:NAME`), background processes (live supervisors adopted) and the agent → the gateway,
 //! whole → its upkeep → the server.
 //!
 //! [`GatewayHandle::shutdown`]: refuse new turns, drain running ones within the drain timeout
 //! and interrupt the rest → stop the server (open connections get 5 s) → stop and join every
-//! upkeep task → flush the hooks → close the store. Background processes are not stopped:
+//! upkeep task → close the MCP servers → flush the hooks → close the store. Background
+//! processes are not stopped:
 //! their supervisors outlive the gateway.
 
 use std::net::SocketAddr;
@@ -273,10 +275,6 @@ impl GatewayBuilder {
                 ),
             );
         }
-        let agent = Arc::new(
-            tern_agent::from_config::agent(&home, &eff, store.clone(), registry)?
-                .with_hooks(hooks.clone()),
-        );
         let workdir = match workdir {
             Some(d) => d,
             None => std::env::current_dir().map_err(|source| BootError::Io {
@@ -284,6 +282,23 @@ impl GatewayBuilder {
                 source,
             })?,
         };
+        // MCP servers: all started at once; one that fails is reported, the rest work. Its
+        // stdio servers run in the agent's sandbox unless they say otherwise.
+        let mcp = if inbox_only {
+            tern_mcp::McpManager::empty()
+        } else {
+            let mut options = tern_mcp::ClientOptions::default();
+            options.sandbox = Some(tern_mcp::ServerSandbox {
+                sandbox: Arc::new(tern_agent::from_config::sandbox(&home, &eff)),
+                workspace: workdir.clone(),
+            });
+            tern_mcp::McpManager::start(&eff.config.mcp_servers, options).await
+        };
+        mcp.register(&mut registry);
+        let agent = Arc::new(
+            tern_agent::from_config::agent(&home, &eff, store.clone(), registry)?
+                .with_hooks(hooks.clone()),
+        );
         let gw = Gateway::from_parts(GatewayParts {
             agent,
             auth: authenticator,
@@ -294,7 +309,7 @@ impl GatewayBuilder {
                 drain_timeout: Duration::from_secs(g.drain_timeout_secs),
                 workdir,
                 toolsets: {
-                    let mut t = gateway_toolsets(&eff);
+                    let mut t = mcp.expand_toolsets(&gateway_toolsets(&eff));
                     if channels.is_some() && !t.iter().any(|x| x == tern_channels::tools::TOOLSET) {
                         t.push(tern_channels::tools::TOOLSET.to_owned());
                     }
@@ -331,6 +346,7 @@ impl GatewayBuilder {
             local_addr: Some(addr),
             channels,
             cron: Some(cron),
+            mcp,
         });
 
         let upkeep = gw.spawn_upkeep(CancellationToken::new());
@@ -571,16 +587,19 @@ fn procs_backend(p: &tern_config::ProcessesConfig) -> tern_procs::Backend {
     }
 }
 
-/// The gateway's toolsets: `[agent] toolsets`, plus `inbox` while that key is left at its
-/// default — the gateway is where agents ask humans and are resumed. A user who sets
-/// `toolsets` chooses exactly: list `inbox` there to keep it, leave it out to go without.
-/// (`tern chat` and `tern ask` have no resumer, so they never offer it.)
+/// The gateway's toolsets: `[agent] toolsets`, plus `inbox` and `mcp` (every MCP server's
+/// tools) while that key is left at its default — the gateway is where agents ask humans and
+/// are resumed. A user who sets `toolsets` chooses exactly: list `inbox`, `mcp` or
+/// `mcp:NAME` there to keep them, leave them out to go without. (`tern chat` and `tern ask`
+/// have no resumer, so they never offer `inbox`.)
 pub fn gateway_toolsets(eff: &Effective) -> Vec<String> {
     let mut toolsets = eff.config.agent.toolsets.clone();
-    if eff.source("agent.toolsets") == tern_config::Source::Default
-        && !toolsets.iter().any(|t| t == tern_waits::tools::TOOLSET)
-    {
-        toolsets.push(tern_waits::tools::TOOLSET.to_owned());
+    if eff.source("agent.toolsets") == tern_config::Source::Default {
+        for extra in [tern_waits::tools::TOOLSET, tern_mcp::TOOLSET_ALL] {
+            if !toolsets.iter().any(|t| t == extra) {
+                toolsets.push(extra.to_owned());
+            }
+        }
     }
     toolsets
 }
@@ -656,6 +675,8 @@ impl GatewayHandle {
                 outcome = Err(e.into());
             }
         }
+        // No turn runs any more: no tool call needs the MCP servers.
+        self.gateway.mcp.shutdown().await;
         self.hooks.flush(CONNECTIONS_CLOSE).await;
         // The last reference to the gateway's parts may be held by a task that did not end:
         // closing the pool waits for its connections, so the store is closed last.

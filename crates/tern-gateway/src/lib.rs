@@ -30,6 +30,7 @@ mod idle;
 mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
+mod mcp_api;
 mod openai;
 mod procs;
 mod reviewer_api;
@@ -107,6 +108,8 @@ pub struct Gateway {
     pub(crate) local_addr: Option<std::net::SocketAddr>,
     /// The chat channels, until [`Gateway::spawn_upkeep`] starts them.
     pub(crate) channels: std::sync::Mutex<Option<channels::ChannelsSetup>>,
+    /// The MCP servers (`[mcp_servers]`): their status, and their shutdown.
+    pub mcp: tern_mcp::McpManager,
     /// Scheduled jobs: the scheduler (started with the upkeep) and its zone.
     pub(crate) cron: cron::CronSetup,
 }
@@ -135,6 +138,8 @@ pub struct GatewayParts {
     pub channels: Option<channels::ChannelsSetup>,
     /// Scheduled jobs (`[cron]`); `None`: the defaults ([`cron::CronSetup::system`]).
     pub cron: Option<cron::CronSetup>,
+    /// The MCP servers whose tools are in the agent's registry (`[mcp_servers]`).
+    pub mcp: tern_mcp::McpManager,
 }
 
 impl GatewayParts {
@@ -158,6 +163,7 @@ impl GatewayParts {
             idle_reset: None,
             local_addr: None,
             channels: None,
+            mcp: tern_mcp::McpManager::empty(),
             cron: None,
         }
     }
@@ -275,6 +281,7 @@ impl Gateway {
             local_addr,
             channels,
             cron,
+            mcp,
         } = parts;
         let cron = cron.unwrap_or_else(|| cron::CronSetup::system(agent.store().clone()));
         let waits = waits.unwrap_or_else(|| WaitsSetup::embedded(&inbox));
@@ -292,6 +299,7 @@ impl Gateway {
                 }),
                 idle_reset,
                 local_addr,
+                mcp,
                 channels: std::sync::Mutex::new(channels),
                 inbox,
                 inbox_settings,
@@ -357,6 +365,7 @@ impl Gateway {
             .route("/api/sessions/{id}/stop", post(api::stop))
             .route("/api/sessions/{id}/compact", post(api::compact))
             .route("/api/sessions/{id}/reset", post(api::reset))
+            .route("/api/mcp/servers", get(mcp_api::servers))
             .route("/api/cron/jobs", get(cron_api::list).post(cron_api::create))
             .route(
                 "/api/cron/jobs/{id}",

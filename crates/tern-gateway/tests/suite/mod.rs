@@ -11,3 +11,4 @@ mod inbox_decisions;
 mod inbox_uploads_policies;
 mod reviewers;
 mod web;
+mod mcp;

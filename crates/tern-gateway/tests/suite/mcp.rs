@@ -1,0 +1,102 @@
+//! MCP servers in the gateway: `[mcp_servers]` started at boot, their tools in a turn, a
+//! failed server in `GET /api/mcp/servers`, and the servers closed by the shutdown. Runs the
+//! real `@modelcontextprotocol/server-everything` (`npm ci` in `tests/mcp`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use tern_fake_model::{FakeModel, Reply};
+use tern_test_support::{http_get, http_post};
+
+use crate::common::{self, home_for};
+
+const KEY: &str = "mcp-test-server-key-0123456789";
+
+/// server-everything's entry point; fails saying what to install when it is missing.
+fn everything_entry() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp");
+    let entry = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "{} is missing: run `npm ci --no-audit --no-fund` in {} (and install Node.js 20 or later)",
+        entry.display(),
+        root.display()
+    );
+    entry
+}
+
+#[tokio::test]
+async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
+    let fake = FakeModel::start().await.unwrap();
+    fake.push(Reply::tool_call(
+        "call-1",
+        "mcp__everything__echo",
+        json!({"message": "through the gateway"}).to_string(),
+    ));
+    fake.push(Reply::text("done"));
+    let home = home_for(
+        &fake,
+        &format!(
+            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n\n\
+             [mcp_servers.ghost]\ncommand = \"tern-no-such-program\"\n",
+            everything_entry().display().to_string()
+        ),
+    );
+    let handle = common::builder(&home)
+        .server_key(Some(KEY.into()))
+        .start()
+        .await
+        .unwrap()
+        .handle;
+    let url = handle.url();
+
+    let (status, created) = http_post(&format!("{url}/api/sessions"), KEY, json!({})).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["session"]["id"].as_str().unwrap();
+    let (status, answer) = http_post(
+        &format!("{url}/api/sessions/{id}/chat"),
+        KEY,
+        json!({"message": "echo something"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["message"]["content"], "done", "{answer}");
+    let requests = fake.requests();
+    // Every configured server that started is offered by default; the failed one is not.
+    let offered = requests[0].tool_names();
+    assert!(offered.iter().any(|t| t == "mcp__everything__get-sum"), "{offered:?}");
+    assert!(!offered.iter().any(|t| t.starts_with("mcp__ghost__")), "{offered:?}");
+    // The model's next request carries the server's answer (a tool's result is JSON).
+    let tool_message = requests[1]
+        .messages()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert_eq!(tool_message["content"], "\"Echo: through the gateway\"");
+
+    let (status, servers) = http_get(&format!("{url}/api/mcp/servers"), KEY).await;
+    assert_eq!(status, 200, "{servers}");
+    let servers = servers["servers"].as_array().unwrap();
+    let everything = servers.iter().find(|s| s["name"] == "everything").unwrap();
+    assert_eq!(everything["state"], "running", "{everything}");
+    let pid = everything["pid"].as_u64().unwrap();
+    let ghost = servers.iter().find(|s| s["name"] == "ghost").unwrap();
+    assert_eq!(ghost["state"], "failed", "{ghost}");
+    assert!(
+        ghost["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot start MCP server `ghost` (`tern-no-such-program`): "),
+        "{ghost}"
+    );
+    // Without a key: refused.
+    let r = reqwest::get(format!("{url}/api/mcp/servers")).await.unwrap();
+    assert_eq!(r.status(), 401);
+
+    handle.shutdown().await.unwrap();
+    tern_test_support::wait::eventually("the MCP server's process to be gone", async || {
+        (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
+    .await;
+}
