@@ -244,17 +244,24 @@ struct Chat {
     model: String,
     base_url: String,
     verbose: bool,
+    /// The MCP servers of this process (`[mcp_servers]`), closed when `tern chat` ends.
+    mcp: tern_mcp::McpManager,
 }
 
-/// The agent of `tern chat`: the configured model and hooks, project instructions on.
+/// The agent of `tern chat`: the configured model and hooks, project instructions on, the
+/// tools of the MCP servers `mcp` runs.
 fn build_agent(
     home: &Home,
     eff: &Effective,
     store: Store,
     hooks: Arc<HookBus>,
+    mcp: &tern_mcp::McpManager,
 ) -> anyhow::Result<Agent> {
     let user_home = std::env::var_os("HOME").map(PathBuf::from);
-    Ok(context::build_agent(home, eff, store)?
+    let mut registry = tern_tools::Registry::builtin();
+    tern_session_tools::register(&mut registry, store.clone(), &home.root, &eff.config.memory);
+    mcp.register(&mut registry);
+    Ok(context::build_agent_with(home, eff, store, registry)?
         .with_hooks(hooks)
         .with_project_instructions(user_home))
 }
@@ -290,7 +297,13 @@ impl Chat {
         let mut eff = self.eff.clone();
         eff.set_model_flag(name.to_owned());
         let resolved = eff.resolved_model().map_err(|e| anyhow!("{e}"))?;
-        let agent = build_agent(&self.home, &eff, self.store().clone(), self.hooks.clone())?;
+        let agent = build_agent(
+            &self.home,
+            &eff,
+            self.store().clone(),
+            self.hooks.clone(),
+            &self.mcp,
+        )?;
         self.agent = agent;
         self.eff = eff;
         self.model = resolved.name;
@@ -381,15 +394,28 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         HookBus::from_config(&eff.config.hooks, &eff.config.webhooks)
             .context("in the [[hooks]] or [[webhooks]] configuration")?,
     );
-    let agent = build_agent(&home, &eff, store, hooks.clone())?;
-    context::announce_sandbox(&agent.settings().limits.sandbox, true);
     let workdir = match &args.workdir {
         Some(w) => w.clone(),
         None => std::env::current_dir().context("reading the current directory")?,
     };
     let workdir = std::fs::canonicalize(&workdir)
         .with_context(|| format!("working directory {}", workdir.display()))?;
-    let toolsets = args
+    // The MCP servers, all at once, in the agent's sandbox; one that fails is logged and
+    // left out (`tern mcp list` shows the configured ones).
+    let mut mcp_options = tern_mcp::ClientOptions::default();
+    mcp_options.sandbox = Some(tern_mcp::ServerSandbox {
+        sandbox: Arc::new(tern_agent::from_config::sandbox(&home, &eff)),
+        workspace: workdir.clone(),
+    });
+    let mcp = tern_mcp::McpManager::start(&eff.config.mcp_servers, mcp_options).await;
+    for s in mcp.status() {
+        if let tern_mcp::ServerState::Failed { error } = &s.state {
+            eprintln!("warning: {error}; its tools are left out");
+        }
+    }
+    let agent = build_agent(&home, &eff, store, hooks.clone(), &mcp)?;
+    context::announce_sandbox(&agent.settings().limits.sandbox, true);
+    let mut toolsets = args
         .toolsets
         .clone()
         .unwrap_or_else(|| eff.config.agent.toolsets.clone())
@@ -397,6 +423,14 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
         .collect::<Vec<_>>();
+    // Every MCP server's tools while neither `--toolsets` nor `[agent] toolsets` chooses.
+    if args.toolsets.is_none()
+        && eff.source("agent.toolsets") == tern_config::Source::Default
+        && !toolsets.iter().any(|t| t == tern_mcp::TOOLSET_ALL)
+    {
+        toolsets.push(tern_mcp::TOOLSET_ALL.to_owned());
+    }
+    let toolsets = mcp.expand_toolsets(&toolsets);
     if let Some(bad) = agent.registry().unknown_toolsets(&toolsets).first() {
         bail!(
             "unknown toolset `{bad}`; known toolsets: {}",
@@ -413,6 +447,7 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         model: resolved.name.clone(),
         base_url: resolved.base_url.clone(),
         verbose: args.verbose,
+        mcp: mcp.clone(),
     };
 
     let session = if let Some(id) = &args.session {
@@ -439,6 +474,7 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         Some(q) => one_shot(&chat, session, q, args.yolo).await,
         None => repl(&mut chat, session, args.yolo).await,
     };
+    mcp.shutdown().await;
     // Deliveries still under way (command hooks, webhooks) finish before the process exits.
     hooks.flush(std::time::Duration::from_secs(10)).await;
     code

@@ -1,3 +1,4 @@
 mod stdio;
 mod tools;
 mod manager;
+mod sandbox;
