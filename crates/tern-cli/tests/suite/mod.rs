@@ -27,3 +27,4 @@ mod waits;
 mod waits_command;
 mod waits_remote;
 mod waits_reset;
+mod mcp;

@@ -1,0 +1,186 @@
+//! `tern mcp` and MCP servers in `tern chat`, as real processes against the real
+//! `@modelcontextprotocol/server-everything` (`npm ci` in `tests/mcp`): `list` from the
+//! configuration (never a secret), `tools`, `call` with typed `--arg`s or `--json`, errors
+//! that say what exists, and a `tern chat` turn calling a server's tool.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use tern_fake_model::Reply;
+
+use crate::common::{Env, assert_exit, assert_ok, stderr, stdout};
+
+fn everything_entry() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp");
+    let entry = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "{} is missing: run `npm ci --no-audit --no-fund` in {} (and install Node.js 20 or later)",
+        entry.display(),
+        root.display()
+    );
+    entry
+}
+
+/// server-everything as `everything`, plus `extra` configuration.
+fn config(e: &Env, extra: &str) {
+    e.config(&format!(
+        "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n\
+         env = {{ SECRET_KEY = \"s3cret-value-do-not-print\" }}\n\n{extra}",
+        everything_entry().display().to_string()
+    ));
+}
+
+#[test]
+fn mcp_list_shows_each_server_and_never_a_secret() {
+    let e = Env::new();
+    config(
+        &e,
+        "[mcp_servers.remote]\nurl = \"https://user:pw-secret@mcp.example/mcp\"\n\
+         headers = { X-Token = \"header-secret\" }\nenabled = false\nstartup = \"lazy\"\n\
+         enabled_tools = [\"echo\"]\n",
+    );
+    let o = e.run(&["mcp", "list"]);
+    assert_ok(&o);
+    let text = stdout(&o);
+    assert!(text.contains("everything  stdio node "), "{text}");
+    assert!(text.contains("remote  http "), "{text}");
+    assert!(text.contains("disabled  startup lazy"), "{text}");
+    assert!(text.contains("tools only echo"), "{text}");
+    for secret in ["s3cret-value", "pw-secret", "header-secret"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    let o = e.run(&["mcp", "list", "--json"]);
+    assert_ok(&o);
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows[0]["name"], "everything");
+    assert_eq!(rows[0]["transport"], "stdio");
+    assert_eq!(rows[0]["enabled"], true);
+    assert_eq!(rows[0]["startup"], "eager");
+    assert_eq!(rows[1]["enabled_tools"], json!(["echo"]));
+    assert!(!stdout(&o).contains("secret"), "{}", stdout(&o));
+}
+
+#[test]
+fn mcp_tools_lists_what_the_server_offers() {
+    let e = Env::new();
+    config(&e, "");
+    let o = e.run(&["mcp", "tools", "everything"]);
+    assert_ok(&o);
+    let text = stdout(&o);
+    assert!(text.contains("get-sum\n    Returns the sum of two numbers"), "{text}");
+    let o = e.run(&["mcp", "tools", "everything", "--json"]);
+    assert_ok(&o);
+    let tools: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap();
+    assert_eq!(echo["tern_name"], "mcp__everything__echo");
+    assert_eq!(echo["offered"], true);
+    assert_eq!(echo["input_schema"]["properties"]["message"]["type"], "string");
+}
+
+#[test]
+fn mcp_call_types_its_arguments_and_prints_the_result() {
+    let e = Env::new();
+    config(&e, "");
+    let o = e.run(&["mcp", "call", "everything", "echo", "--arg", "message=hi there"]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "Echo: hi there\n");
+    // `a` and `b` are numbers in the schema.
+    let o = e.run(&[
+        "mcp", "call", "everything", "get-sum", "--arg", "a=2", "--arg", "b=40.5",
+    ]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "The sum of 2 and 40.5 is 42.5.\n");
+    let o = e.run(&[
+        "mcp",
+        "call",
+        "everything",
+        "get-sum",
+        "--json",
+        r#"{"a": 1, "b": 2}"#,
+    ]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "The sum of 1 and 2 is 3.\n");
+    let o = e.run(&["mcp", "call", "everything", "get-sum", "--arg", "a=two"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("--arg a=two: `a` must be a number"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn mcp_call_errors_say_what_exists() {
+    let e = Env::new();
+    config(&e, "");
+    // An `isError` result: exit 1 with the server's words.
+    let o = e.run(&[
+        "mcp",
+        "call",
+        "everything",
+        "get-resource-reference",
+        "--arg",
+        "resourceId=0",
+    ]);
+    assert_exit(&o, 1);
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("tool `get-resource-reference` of MCP server `everything` failed: "),
+        "{err}"
+    );
+    assert!(err.contains("Invalid resourceId: 0"), "{err}");
+
+    let o = e.run(&["mcp", "call", "nowhere", "echo"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("no MCP server `nowhere`; the configured servers are: everything"),
+        "{}",
+        stderr(&o)
+    );
+    let o = e.run(&["mcp", "call", "everything", "no-such-tool"]);
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("MCP server `everything` has no tool `no-such-tool`; its tools are: "),
+        "{err}"
+    );
+    assert!(err.contains("get-sum"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tern_chat_offers_and_calls_the_servers_tools() {
+    let e = Env::with_model().await;
+    config(&e, "");
+    e.fake().push(Reply::tool_call(
+        "call-1",
+        "mcp__everything__get-sum",
+        json!({"a": 20, "b": 22}).to_string(),
+    ));
+    e.fake().push(Reply::text("it is 42"));
+    let o = e.run(&["chat", "-q", "add 20 and 22"]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o).trim(), "it is 42");
+    let requests = e.fake().requests();
+    assert!(
+        requests[0]
+            .tool_names()
+            .iter()
+            .any(|t| t == "mcp__everything__echo"),
+        "{:?}",
+        requests[0].tool_names()
+    );
+    let tool = requests[1]
+        .messages()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert_eq!(tool["content"], "\"The sum of 20 and 22 is 42.\"");
+}
