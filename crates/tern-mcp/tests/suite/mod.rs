@@ -2,3 +2,4 @@ mod stdio;
 mod tools;
 mod manager;
 mod sandbox;
+mod http;
