@@ -282,11 +282,11 @@ fn typed_args(args: &[String], schema: &Map<String, Value>) -> anyhow::Result<Ma
             "integer" => Value::from(raw.parse::<i64>().map_err(|_| bad("an integer"))?),
             "number" => match raw.parse::<i64>() {
                 Ok(i) => Value::from(i),
-                Err(_) => serde_json::Number::from_f64(
-                    raw.parse::<f64>().map_err(|_| bad("a number"))?,
-                )
-                .map(Value::Number)
-                .ok_or_else(|| bad("a finite number"))?,
+                Err(_) => {
+                    serde_json::Number::from_f64(raw.parse::<f64>().map_err(|_| bad("a number"))?)
+                        .map(Value::Number)
+                        .ok_or_else(|| bad("a finite number"))?
+                }
             },
             "boolean" => Value::Bool(raw.parse::<bool>().map_err(|_| bad("true or false"))?),
             "array" | "object" => {

@@ -265,7 +265,11 @@ impl McpClient {
         if let Some(stop) = stop {
             stop.cancel();
         }
-        let task = self.service_task.lock().map(|mut t| t.take()).unwrap_or_default();
+        let task = self
+            .service_task
+            .lock()
+            .map(|mut t| t.take())
+            .unwrap_or_default();
         if let Some(task) = task
             && let Err(e) = task.await
         {

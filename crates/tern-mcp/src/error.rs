@@ -20,7 +20,9 @@ pub enum McpError {
     )]
     MissingToken { server: String, variable: String },
     /// A configured header's value cannot be sent (it is not shown: it may be a secret).
-    #[error("MCP server `{server}`: the value of header `{header}` is not a valid HTTP header value")]
+    #[error(
+        "MCP server `{server}`: the value of header `{header}` is not a valid HTTP header value"
+    )]
     BadHeader { server: String, header: String },
     /// The sandbox of a stdio server cannot be set up here.
     #[error(

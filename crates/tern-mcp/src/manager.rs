@@ -49,7 +49,10 @@ enum State {
     Idle,
     Starting,
     Running(Arc<McpClient>),
-    Restarting { attempt: u32, last_error: String },
+    Restarting {
+        attempt: u32,
+        last_error: String,
+    },
     Failed(String),
     Stopped,
 }
@@ -64,11 +67,18 @@ pub enum ServerState {
     Idle,
     Starting,
     /// Running; `pid` for a stdio server.
-    Running { pid: Option<u32> },
+    Running {
+        pid: Option<u32>,
+    },
     /// Crashed and being restarted: restart attempt `attempt`, after `last_error`.
-    Restarting { attempt: u32, last_error: String },
+    Restarting {
+        attempt: u32,
+        last_error: String,
+    },
     /// Failed to start at boot; it is not retried until the process restarts.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
     /// Shut down.
     Stopped,
 }
@@ -84,7 +94,10 @@ impl std::fmt::Display for ServerState {
             ServerState::Restarting {
                 attempt,
                 last_error,
-            } => write!(f, "restarting (attempt {attempt}; last error: {last_error})"),
+            } => write!(
+                f,
+                "restarting (attempt {attempt}; last error: {last_error})"
+            ),
             ServerState::Failed { error } => write!(f, "failed: {error}"),
             ServerState::Stopped => f.write_str("stopped"),
         }
@@ -235,10 +248,11 @@ impl ServerHandle {
                 McpTransport::Http { .. } => "http",
             },
             startup: server.config.startup.as_str(),
-            tools: server
-                .tools
-                .get()
-                .map_or(0, |t| t.iter().filter(|t| server.config.offers_tool(&t.name)).count()),
+            tools: server.tools.get().map_or(0, |t| {
+                t.iter()
+                    .filter(|t| server.config.offers_tool(&t.name))
+                    .count()
+            }),
             state,
         }
     }
@@ -272,7 +286,10 @@ impl McpManager {
 
     /// Starts every enabled server of `servers` at once and returns when each has booted
     /// (its tools listed) or failed (logged, and reported by [`McpManager::status`]).
-    pub async fn start(servers: &BTreeMap<String, McpServerConfig>, options: ClientOptions) -> Self {
+    pub async fn start(
+        servers: &BTreeMap<String, McpServerConfig>,
+        options: ClientOptions,
+    ) -> Self {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
         let mut handles = BTreeMap::new();
@@ -438,7 +455,9 @@ async fn run(server: Arc<Server>, stop: CancellationToken) {
             }
         };
         attempt = 0;
-        server.state.send_replace(State::Running(Arc::clone(&client)));
+        server
+            .state
+            .send_replace(State::Running(Arc::clone(&client)));
         tokio::select! {
             () = client.closed() => {}
             () = stop.cancelled() => {
@@ -448,7 +467,11 @@ async fn run(server: Arc<Server>, stop: CancellationToken) {
         }
         attempt += 1;
         let error = "its connection closed (it exited or crashed; its stderr is in tern's log)";
-        tracing::warn!(server = name, pid = client.pid(), "MCP server {error}; restarting it");
+        tracing::warn!(
+            server = name,
+            pid = client.pid(),
+            "MCP server {error}; restarting it"
+        );
         client.close().await;
         if !wait_to_retry(&server, &stop, attempt, error.to_owned()).await {
             break;
@@ -459,7 +482,8 @@ async fn run(server: Arc<Server>, stop: CancellationToken) {
 
 /// The first start of a server: its client and tools.
 async fn boot(server: &Server) -> Result<Arc<McpClient>, McpError> {
-    let client = Arc::new(McpClient::start_with(&server.name, &server.config, &server.options).await?);
+    let client =
+        Arc::new(McpClient::start_with(&server.name, &server.config, &server.options).await?);
     match client.list_tools().await {
         Ok(tools) => {
             let _ = server.tools.set(tools);

@@ -119,7 +119,11 @@ pub async fn register(
     client: Arc<McpClient>,
 ) -> Result<Vec<&'static str>, McpError> {
     let tools = client.list_tools().await?;
-    Ok(register_listed(registry, &ServerHandle::fixed(client), &tools))
+    Ok(register_listed(
+        registry,
+        &ServerHandle::fixed(client),
+        &tools,
+    ))
 }
 
 /// Adds the offered ones of `tools`, listed from `server`, to `registry`.

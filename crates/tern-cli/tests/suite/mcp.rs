@@ -68,7 +68,10 @@ fn mcp_tools_lists_what_the_server_offers() {
     let o = e.run(&["mcp", "tools", "everything"]);
     assert_ok(&o);
     let text = stdout(&o);
-    assert!(text.contains("get-sum\n    Returns the sum of two numbers"), "{text}");
+    assert!(
+        text.contains("get-sum\n    Returns the sum of two numbers"),
+        "{text}"
+    );
     let o = e.run(&["mcp", "tools", "everything", "--json"]);
     assert_ok(&o);
     let tools: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -80,19 +83,36 @@ fn mcp_tools_lists_what_the_server_offers() {
         .unwrap();
     assert_eq!(echo["tern_name"], "mcp__everything__echo");
     assert_eq!(echo["offered"], true);
-    assert_eq!(echo["input_schema"]["properties"]["message"]["type"], "string");
+    assert_eq!(
+        echo["input_schema"]["properties"]["message"]["type"],
+        "string"
+    );
 }
 
 #[test]
 fn mcp_call_types_its_arguments_and_prints_the_result() {
     let e = Env::new();
     config(&e, "");
-    let o = e.run(&["mcp", "call", "everything", "echo", "--arg", "message=hi there"]);
+    let o = e.run(&[
+        "mcp",
+        "call",
+        "everything",
+        "echo",
+        "--arg",
+        "message=hi there",
+    ]);
     assert_ok(&o);
     assert_eq!(stdout(&o), "Echo: hi there\n");
     // `a` and `b` are numbers in the schema.
     let o = e.run(&[
-        "mcp", "call", "everything", "get-sum", "--arg", "a=2", "--arg", "b=40.5",
+        "mcp",
+        "call",
+        "everything",
+        "get-sum",
+        "--arg",
+        "a=2",
+        "--arg",
+        "b=40.5",
     ]);
     assert_ok(&o);
     assert_eq!(stdout(&o), "The sum of 2 and 40.5 is 42.5.\n");

@@ -64,8 +64,14 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
     let requests = fake.requests();
     // Every configured server that started is offered by default; the failed one is not.
     let offered = requests[0].tool_names();
-    assert!(offered.iter().any(|t| t == "mcp__everything__get-sum"), "{offered:?}");
-    assert!(!offered.iter().any(|t| t.starts_with("mcp__ghost__")), "{offered:?}");
+    assert!(
+        offered.iter().any(|t| t == "mcp__everything__get-sum"),
+        "{offered:?}"
+    );
+    assert!(
+        !offered.iter().any(|t| t.starts_with("mcp__ghost__")),
+        "{offered:?}"
+    );
     // The model's next request carries the server's answer (a tool's result is JSON).
     let tool_message = requests[1]
         .messages()
@@ -91,7 +97,9 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
         "{ghost}"
     );
     // Without a key: refused.
-    let r = reqwest::get(format!("{url}/api/mcp/servers")).await.unwrap();
+    let r = reqwest::get(format!("{url}/api/mcp/servers"))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 
     handle.shutdown().await.unwrap();

@@ -9,8 +9,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tern_config::McpServerConfig;
 use tern_mcp::{ClientOptions, McpManager, ServerState};
-use tern_tools::{DenyAll, Registry, ToolContext, ToolLimits};
 use tern_test_support::wait::eventually;
+use tern_tools::{DenyAll, Registry, ToolContext, ToolLimits};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{config, everything_config};
@@ -135,11 +135,15 @@ async fn a_server_that_cannot_start_is_reported_while_the_others_work() {
 
 #[tokio::test]
 async fn a_lazy_server_starts_at_its_first_call() {
-    let (manager, registry) = manager(&[("everything", everything_config("startup = \"lazy\""))]).await;
+    let (manager, registry) =
+        manager(&[("everything", everything_config("startup = \"lazy\""))]).await;
     // Its tools were listed at boot, then it was stopped.
     assert!(registry.toolsets().contains(&"mcp:everything"));
     assert_eq!(state(&manager, "everything"), ServerState::Idle);
-    assert_eq!(echo(&registry, &manager, "wake").await.unwrap(), "Echo: wake");
+    assert_eq!(
+        echo(&registry, &manager, "wake").await.unwrap(),
+        "Echo: wake"
+    );
     assert!(matches!(
         state(&manager, "everything"),
         ServerState::Running { pid: Some(_) }

@@ -1,5 +1,5 @@
-mod stdio;
-mod tools;
+mod http;
 mod manager;
 mod sandbox;
-mod http;
+mod stdio;
+mod tools;
