@@ -296,6 +296,18 @@ impl McpClient {
     }
 }
 
+impl Drop for McpClient {
+    /// A client dropped without [`McpClient::close`] still ends its session, and with it the
+    /// server (rmcp kills a child whose transport is dropped).
+    fn drop(&mut self) {
+        if let Ok(mut stop) = self.stop.lock()
+            && let Some(stop) = stop.take()
+        {
+            stop.cancel();
+        }
+    }
+}
+
 /// Waits for `initialize` within `timeout`.
 async fn handshake(
     name: &str,

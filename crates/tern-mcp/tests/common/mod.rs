@@ -118,6 +118,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 }
 
 pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+    // With a single dispatcher registered, tracing-core decides a new callsite's interest by
+    // asking only the registering thread's subscriber: a callsite first hit by another test's
+    // thread (none) would stay disabled here for good. A second, permanent dispatcher makes it
+    // ask every registered one.
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
     let logs = Logs::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())

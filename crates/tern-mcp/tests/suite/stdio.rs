@@ -239,3 +239,16 @@ async fn the_servers_stderr_goes_to_the_log() {
     assert!(line.contains("server=\"everything\""), "{line}");
     drop(client);
 }
+
+#[tokio::test]
+async fn dropping_the_client_ends_the_server() {
+    let client = McpClient::start("everything", &crate::common::everything_config(""))
+        .await
+        .unwrap();
+    let pid = client.pid().unwrap();
+    drop(client);
+    eventually("the server's process to be gone", async || {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
+    .await;
+}
