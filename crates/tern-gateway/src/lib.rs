@@ -30,6 +30,7 @@ mod idle;
 mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
+pub mod mcp_server;
 mod openai;
 mod procs;
 mod reviewer_api;
@@ -409,7 +410,14 @@ impl Gateway {
                 self.inbox_settings.max_upload_bytes,
             ));
         if serve == Serve::Everything {
-            authed = authed.merge(agent_routes);
+            // MCP (`mcp_server`): its sessions bound to the key that opened them.
+            let mcp = Router::new()
+                .route_service("/mcp", mcp_server::service(self))
+                .route_layer(middleware::from_fn_with_state(
+                    mcp_server::Bindings::default(),
+                    mcp_server::bind_sessions,
+                ));
+            authed = authed.merge(agent_routes).merge(mcp);
         }
         let authed = authed.route_layer(middleware::from_fn_with_state(self.clone(), require_key));
         let body_limit = DefaultBodyLimit::max(self.settings.max_body_bytes);

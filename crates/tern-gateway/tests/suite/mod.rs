@@ -9,5 +9,6 @@ mod errors;
 mod inbox_api;
 mod inbox_decisions;
 mod inbox_uploads_policies;
+mod mcp_server;
 mod reviewers;
 mod web;
