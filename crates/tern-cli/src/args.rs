@@ -61,6 +61,11 @@ pub enum Command {
     Cron(crate::cron::CronArgs),
     /// Show or edit the agent's memory: notes it keeps across sessions
     Memory(crate::memory::MemoryArgs),
+    /// MCP: serve tern to MCP clients (`tern mcp serve`)
+    Mcp {
+        #[command(subcommand)]
+        command: crate::mcp_serve::McpCommand,
+    },
     /// Is a gateway running on this home? Its address, sessions, inbox and processes
     Status(crate::status::StatusArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout

@@ -18,6 +18,7 @@ mod doctor;
 mod exit;
 mod gateway;
 mod inbox;
+mod mcp_serve;
 mod memory;
 mod pairing;
 mod ps;
@@ -111,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pairing(args) => pairing::run(home, args.command).await,
         Command::Channels(args) => channels::run(home, args.command).await,
         Command::Cron(args) => cron::run(home, args).await,
+        Command::Mcp { command } => mcp_serve::dispatch(home, command).await,
         Command::Status(args) => status::run(home, args).await,
         Command::Completions(args) => completions::run(&args, Cli::command()),
         Command::Supervise { dir } => supervise(&dir).await,

@@ -13,6 +13,7 @@ mod inbox_notify;
 mod inbox_web;
 mod interactive;
 mod loop_guard;
+mod mcp_serve;
 mod memory;
 mod output;
 mod pairing;
