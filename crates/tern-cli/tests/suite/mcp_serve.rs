@@ -124,6 +124,18 @@ async fn every_tool_over_stdio_through_the_running_gateway() {
     assert_eq!(killed["processId"], json!(proc_id), "{killed}");
     assert_ne!(killed["status"], "running", "{killed}");
 
+    // A dangerous command is refused, saying why; a hard-line one too.
+    let e1 = c
+        .tool_error("process_start", json!({"command": "rm -rf ./build"}))
+        .await;
+    assert!(e1.contains("approval"), "{e1}");
+    let e2 = c
+        .tool_error("process_start", json!({"command": "rm -rf /"}))
+        .await;
+    assert!(e2.contains("hard-line"), "{e2}");
+    let listed = c.ok("process_list", json!({})).await;
+    assert_eq!(listed["processes"].as_array().unwrap().len(), 1, "{listed}");
+
     // Sessions: a turn through the gateway's turn manager.
     let created = c.ok("session_create", json!({"title": "mcp"})).await;
     let session = id_of(&created["session"], "id");
@@ -135,8 +147,19 @@ async fn every_tool_over_stdio_through_the_running_gateway() {
         )
         .await;
     assert_eq!(chat["answer"], "Hi from the gateway.", "{chat}");
+    // Its own, and the one the started process got (the refused ones left none).
     let listed = c.ok("session_list", json!({})).await;
-    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2, "{listed}");
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    assert!(
+        ids.contains(&owner.as_str()) && ids.contains(&session.as_str()),
+        "{listed}"
+    );
     let msgs = c
         .ok("session_messages", json!({"sessionId": session.clone()}))
         .await;

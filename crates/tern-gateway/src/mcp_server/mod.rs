@@ -64,6 +64,10 @@ process_start, then process_poll/process_log/process_write/process_kill. Agent s
 session_create, session_chat (runs one turn and returns the answer), session_list, \
 session_messages.";
 
+/// Why a dangerous command (see `tern_tools::danger`) is not run by `process_start`.
+const DANGEROUS_OVER_MCP: &str = "process_start does not run commands that need a human's \
+approval; an agent session can (session_chat), asking a reviewer in the inbox first";
+
 /// A tool call's failure, as the client reads it (`isError: true`).
 #[derive(Debug)]
 pub(crate) struct ToolFail(pub(crate) String);
@@ -342,7 +346,12 @@ pub(crate) fn tool_context(call: &Call<'_>, session_id: &str) -> tern_tools::Too
         call_seq: 0,
         workdir: gw.settings.workdir.clone(),
         cancel: call.ctx.ct.child_token(),
-        approver: gw.approver.clone(),
+        // The gateway's approver would open a durable wait that resumes `session_id` with a
+        // model turn once a human decides: nothing an MCP client asked for. Dangerous
+        // commands are refused here instead, with the way to have one run.
+        approver: Arc::new(tern_tools::DenyAll {
+            reason: DANGEROUS_OVER_MCP.to_owned(),
+        }),
         limits: gw.agent.settings().limits.clone(),
         preapproved: false,
         subagents: None,

@@ -5,8 +5,9 @@
 //! (an admin key: all), as the session API scopes sessions: another key's process is "not
 //! found". Starting and handling one goes through the model's own `terminal` (with
 //! `background: true`) and `process` tools on that session, so whatever holds for the
-//! agent's commands holds here: the sandbox, the hard-line list, dangerous commands needing
-//! an approval, `[processes]` limits. Without `sessionId`, `process_start` makes a session
+//! agent's commands holds here: the sandbox, the hard-line list, `[processes]` limits — and
+//! more: a dangerous command, which the agent would have a human approve through the inbox
+//! (resuming its session with a model turn), is refused, saying so. Without `sessionId`, `process_start` makes a session
 //! of the key for the process (`source: mcp`) and says which.
 
 use std::collections::HashMap;
@@ -85,7 +86,7 @@ pub(crate) fn tools() -> Vec<ToolDef> {
         super::def::<StartArgs>(
             "process_start",
             "Start a shell command in the background on the gateway's machine (sandboxed like \
-             the agent's commands; dangerous ones need a human's approval first). Returns \
+             the agent's commands; dangerous ones, such as recursive deletes, are refused). Returns \
              {processId, sessionId, pid} at once; the process outlives this call and gateway \
              restarts.",
         ),
@@ -184,6 +185,7 @@ async fn start(call: &Call<'_>, args: Value) -> ToolOut {
     if a.command.trim().is_empty() {
         return Err(ToolFail::new("`command` must not be empty"));
     }
+    let made = a.session_id.is_none();
     let session_id = match a.session_id {
         Some(id) => {
             crate::api::session_or_404(call.gw, &call.key, &id).await?;
@@ -214,7 +216,16 @@ async fn start(call: &Call<'_>, args: Value) -> ToolOut {
     if let Some(w) = a.workdir {
         t["workdir"] = json!(w);
     }
-    let mut out = run_tool(call, &session_id, "terminal", t).await?;
+    let mut out = match run_tool(call, &session_id, "terminal", t).await {
+        Ok(out) => out,
+        Err(e) => {
+            // A refused command leaves no empty session of its own behind.
+            if made && let Err(d) = call.gw.store.delete_session(&session_id).await {
+                tracing::warn!(session = %session_id, error = %d, "cannot remove the unused session");
+            }
+            return Err(e);
+        }
+    };
     tracing::info!(key = %call.key.name, session = %session_id, process = ?out.get("process_id"), "background process started over MCP");
     if let Some(o) = out.as_object_mut() {
         // The tool names the process `session_id` too (Hermes's name); here that key is the
