@@ -14,7 +14,7 @@
 //! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes — also
 //! the 404 of an unknown path and the 405 of a wrong method under the inbox's prefixes.
 //!
-//! `/mcp` is tern as an MCP server ([`mcp_server`]): rmcp's streamable HTTP service behind
+//! `/mcp` is tern as an MCP server (`mcp_server`): rmcp's streamable HTTP service behind
 //! the same key check, its tools calling the same services as the routes above.
 //!
 //! Shutdown ([`Gateway::drain`]): new turns are refused, running ones get the drain timeout
@@ -33,7 +33,7 @@ mod idle;
 mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
-pub mod mcp_server;
+mod mcp_server;
 mod openai;
 mod procs;
 mod reviewer_api;

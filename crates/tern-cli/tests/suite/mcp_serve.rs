@@ -37,7 +37,7 @@ fn id_of(v: &Value, field: &str) -> String {
 #[tokio::test]
 async fn every_tool_over_stdio_through_the_running_gateway() {
     let e = Env::with_model().await;
-    let _gw = e.gateway();
+    let gw = e.gateway();
     let key = e.create_key("claude", false);
     let mut c = serve(&e, &key).await;
     assert_eq!(c.hello["server"]["name"], "tern", "{}", c.hello);
@@ -63,6 +63,26 @@ async fn every_tool_over_stdio_through_the_running_gateway() {
     let decided = &decided["structuredContent"];
     assert_eq!(decided["status"], "decided", "{decided}");
     assert_eq!(decided["result"]["outcome"]["type"], "APPROVE", "{decided}");
+
+    // A cancel goes through the bridge: the gateway's wait ends (its log says so).
+    let again = c
+        .ok("request_approval", json!({"summary": "Wait for me?"}))
+        .await;
+    let waiting = c
+        .start_call(
+            "wait_for_decision",
+            json!({"requestId": again["requestId"], "timeout": 600}),
+        )
+        .await;
+    c.progress(waiting).await;
+    c.cancel(waiting).await;
+    assert!(c.answer(waiting).await.is_err());
+    eventually("the gateway to end the cancelled wait", async || {
+        gw.logs()
+            .contains("wait_for_decision cancelled by the client")
+            .then_some(())
+    })
+    .await;
 
     let asked = c
         .ok(

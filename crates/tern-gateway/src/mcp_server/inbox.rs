@@ -391,6 +391,7 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
                 return Ok(out);
             }
             () = call.ctx.ct.cancelled() => {
+                tracing::info!(request = %a.request_id, key = %call.key.name, "wait_for_decision cancelled by the client");
                 return Err(ToolFail::new("cancelled by the client"));
             }
             () = call.gw.closing.cancelled() => {

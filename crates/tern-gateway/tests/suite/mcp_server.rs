@@ -313,8 +313,59 @@ async fn a_cancel_ends_a_waiting_call_and_the_session_goes_on() {
     let ended = c.answer(waiting).await;
     assert!(ended.is_err(), "{ended:?}");
     // The wait's end answered nothing, and the request is still pending for a later look.
-    let now = c.ok("get_decision", json!({"requestId": request})).await;
+    let now = c
+        .ok("get_decision", json!({"requestId": request.clone()}))
+        .await;
     assert_eq!(now["status"], "pending", "{now}");
+    // A wait whose time runs out says so, still pending.
+    let out = c
+        .ok(
+            "wait_for_decision",
+            json!({"requestId": request, "timeout": 1}),
+        )
+        .await;
+    assert_eq!(out["status"], "pending", "{out}");
+    assert_eq!(out["timedOut"], true, "{out}");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_session_chat_interrupts_its_turn() {
+    let g = start().await;
+    let mut c = g.client(&g.key).await;
+    let session = id_of(&c.ok("session_create", json!({})).await["session"], "id");
+    let gate = tern_fake_model::Gate::new();
+    g.fake.push(Reply::text("too late").held(&gate));
+    let before = g.fake.requests().len();
+    let chat = c
+        .start_call(
+            "session_chat",
+            json!({"sessionId": session.clone(), "message": "take your time"}),
+        )
+        .await;
+    tern_test_support::eventually("the turn to reach the model", async || {
+        (g.fake.requests().len() > before).then_some(())
+    })
+    .await;
+    c.cancel(chat).await;
+    assert!(c.answer(chat).await.is_err());
+    // The turn recorded its interruption and the session takes turns again.
+    tern_test_support::eventually("the [interrupted] marker", async || {
+        let msgs = g.gw.store.messages(&session).await.unwrap();
+        msgs.last()
+            .is_some_and(|m| m.content.as_deref() == Some("[interrupted]"))
+            .then_some(())
+    })
+    .await;
+    gate.open();
+    g.fake.push(Reply::text("Back."));
+    let again = c
+        .ok(
+            "session_chat",
+            json!({"sessionId": session, "message": "again"}),
+        )
+        .await;
+    assert_eq!(again["answer"], "Back.", "{again}");
     c.close().await;
 }
 
@@ -425,6 +476,16 @@ async fn a_second_key_sees_none_of_the_first_keys_requests_sessions_or_mcp_sessi
     let (status, body) = common::status_json(r).await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "session_not_found", "{body}");
+    // Nor can it end it.
+    let r = reqwest::Client::new()
+        .delete(g.mcp())
+        .bearer_auth(&other)
+        .header("Mcp-Session-Id", &a_session)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = common::status_json(r).await;
+    assert_eq!(status, 404, "{body}");
     let mine = a.ok("session_list", json!({})).await;
     assert_eq!(mine["sessions"][0]["id"], json!(session), "{mine}");
 
