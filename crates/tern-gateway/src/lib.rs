@@ -414,13 +414,7 @@ impl Gateway {
             ));
         if serve == Serve::Everything {
             // MCP (`mcp_server`): its sessions bound to the key that opened them.
-            let mcp = Router::new()
-                .route_service("/mcp", mcp_server::service(self))
-                .route_layer(middleware::from_fn_with_state(
-                    mcp_server::Bindings::default(),
-                    mcp_server::bind_sessions,
-                ));
-            authed = authed.merge(agent_routes).merge(mcp);
+            authed = authed.merge(agent_routes).merge(mcp_server::routes(self));
         }
         let authed = authed.route_layer(middleware::from_fn_with_state(self.clone(), require_key));
         let body_limit = DefaultBodyLimit::max(self.settings.max_body_bytes);

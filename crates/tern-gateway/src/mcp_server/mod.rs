@@ -239,28 +239,46 @@ impl ServerHandler for TernMcp {
     }
 }
 
-/// Which key initialized each live MCP session.
-#[derive(Clone, Default)]
-pub(crate) struct Bindings(Arc<Mutex<HashMap<String, String>>>);
+/// How long an MCP session may go without a message before rmcp ends it. Longer than the
+/// longest `wait_for_decision` (which may send nothing without a progress token) and than
+/// most turns of `session_chat`: rmcp's default of 5 minutes would end a session in the
+/// middle of such a call.
+const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Which key initialized each live MCP session, beside rmcp's sessions.
+#[derive(Clone)]
+pub(crate) struct Bindings {
+    owners: Arc<Mutex<HashMap<String, String>>>,
+    sessions: Arc<LocalSessionManager>,
+}
 
 impl Bindings {
     fn owner(&self, session: &str) -> Option<String> {
-        self.0
+        self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(session)
             .cloned()
     }
 
-    fn bind(&self, session: String, key_id: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(session, key_id);
+    /// Binds `session` to `key_id`, and forgets the sessions rmcp has ended since (idle,
+    /// or closed), so the map stays as small as the live sessions.
+    async fn bind(&self, session: String, key_id: String) {
+        let live: std::collections::HashSet<String> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        owners.retain(|s, _| live.contains(s));
+        owners.insert(session, key_id);
     }
 
     fn forget(&self, session: &str) {
-        self.0
+        self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(session);
@@ -270,11 +288,7 @@ impl Bindings {
 /// Binds MCP sessions to keys: the `Mcp-Session-Id` a response to `initialize` creates
 /// belongs to the request's key, and a request of another key naming it gets 404. Runs
 /// after the key check, so the request has a [`CallerKey`].
-pub(crate) async fn bind_sessions(
-    State(bindings): State<Bindings>,
-    req: Request,
-    next: Next,
-) -> Response {
+async fn bind_sessions(State(bindings): State<Bindings>, req: Request, next: Next) -> Response {
     let Some(key) = req.extensions().get::<CallerKey>().cloned() else {
         return ApiError::unauthorized().into_response();
     };
@@ -299,7 +313,7 @@ pub(crate) async fn bind_sessions(
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
             {
-                bindings.bind(new.to_owned(), key.id);
+                bindings.bind(new.to_owned(), key.id).await;
             }
         }
         // Ended (DELETE) or gone (rmcp no longer knows it): nothing left to guard.
@@ -318,9 +332,10 @@ fn session_not_found() -> Response {
     .into_response()
 }
 
-/// rmcp's streamable HTTP service for `gw`: one [`TernMcp`] per session, sessions ended when
-/// the gateway closes, bodies held to the API's limit.
-pub(crate) fn service(gw: &AppState) -> StreamableHttpService<TernMcp, LocalSessionManager> {
+/// `/mcp`: rmcp's streamable HTTP service for `gw` — one [`TernMcp`] per session, sessions
+/// ended when the gateway closes, bodies held to the API's limit — behind the binding of
+/// sessions to keys. The caller puts it behind the key check.
+pub(crate) fn routes(gw: &AppState) -> axum::Router<AppState> {
     let config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(gw.settings.max_body_bytes)
         .with_cancellation_token(gw.closing.child_token())
@@ -329,12 +344,22 @@ pub(crate) fn service(gw: &AppState) -> StreamableHttpService<TernMcp, LocalSess
         // rebinding page cannot know, and the gateway may listen on any address
         // (`[gateway] listen`), so the check would only refuse legitimate clients.
         .disable_allowed_hosts();
-    let gw = gw.clone();
-    StreamableHttpService::new(
-        move || Ok(TernMcp::new(gw.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    )
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(SESSION_IDLE);
+    let manager = Arc::new(manager);
+    let bindings = Bindings {
+        owners: Arc::default(),
+        sessions: manager.clone(),
+    };
+    let gw2 = gw.clone();
+    let service =
+        StreamableHttpService::new(move || Ok(TernMcp::new(gw2.clone())), manager, config);
+    axum::Router::new()
+        .route_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn_with_state(
+            bindings,
+            bind_sessions,
+        ))
 }
 
 /// A `ToolContext` for running one of the agent's tools on `session_id` for an MCP call.
