@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use rmcp::model::ProgressNotificationParam;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -22,14 +21,12 @@ use tern_inbox::service::DEFAULT_PROJECT;
 use tern_waits::tools::request_approval::ApprovalArgs;
 use tern_waits::tools::request_elicitation::ElicitationArgs;
 
-use super::{Call, ToolDef, ToolFail, ToolOut, parse_args};
+use super::{Call, PROGRESS_EVERY, ToolDef, ToolFail, ToolOut, parse_args, report_progress};
 
 /// The longest `wait_for_decision` waits in one call.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;
 /// Its default.
 const DEFAULT_WAIT_SECS: u64 = 300;
-/// How often a waiting call reports progress (when the client gave a progress token).
-pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// Where a request goes; the arguments every request tool takes besides its own.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -359,7 +356,6 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
         )));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let token = call.ctx.meta.get_progress_token();
     let mut changes = call.gw.inbox.changes();
     let mut ticks = tokio::time::interval(PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -373,15 +369,8 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
         tokio::select! {
             _ = changes.recv() => {}
             _ = ticks.tick() => {
-                if let Some(token) = &token {
-                    let waited = started.elapsed().as_secs_f64().floor();
-                    let param = ProgressNotificationParam::new(token.clone(), waited)
-                        .with_total(secs as f64)
-                        .with_message(format!("waiting for a human's decision on {}", a.request_id));
-                    if let Err(e) = call.ctx.peer.notify_progress(param).await {
-                        tracing::debug!(error = %e, "cannot send an MCP progress notification");
-                    }
-                }
+                let message = format!("waiting for a human's decision on {}", a.request_id);
+                report_progress(call, started, Some(secs as f64), message).await;
             }
             () = tokio::time::sleep_until(deadline) => {
                 let mut out = decision(call, &a.request_id).await?.json();

@@ -362,6 +362,31 @@ pub(crate) fn routes(gw: &AppState) -> axum::Router<AppState> {
         ))
 }
 
+/// How often a long call (`wait_for_decision`, `session_chat`) reports progress, when the
+/// client gave a progress token: often enough to keep clients that reset their timeout on
+/// progress waiting.
+pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tells the client how long the call has been at it (seconds since `started`: it only
+/// grows, as the protocol wants), if it asked for progress.
+pub(crate) async fn report_progress(
+    call: &Call<'_>,
+    started: tokio::time::Instant,
+    total: Option<f64>,
+    message: String,
+) {
+    let Some(token) = call.ctx.meta.get_progress_token() else {
+        return;
+    };
+    let mut param =
+        rmcp::model::ProgressNotificationParam::new(token, started.elapsed().as_secs_f64().floor())
+            .with_message(message);
+    param.total = total;
+    if let Err(e) = call.ctx.peer.notify_progress(param).await {
+        tracing::debug!(error = %e, "cannot send an MCP progress notification");
+    }
+}
+
 /// A `ToolContext` for running one of the agent's tools on `session_id` for an MCP call.
 pub(crate) fn tool_context(call: &Call<'_>, session_id: &str) -> tern_tools::ToolContext {
     let gw = call.gw;

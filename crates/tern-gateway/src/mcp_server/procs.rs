@@ -209,6 +209,14 @@ async fn start(call: &Call<'_>, args: Value) -> ToolOut {
                     toolsets: None,
                 })
                 .await?;
+            call.gw.hooks.emit(tern_hooks::HookEvent::SessionStart(
+                tern_hooks::SessionStart {
+                    session_id: s.id.clone(),
+                    source: s.source.clone(),
+                    model: s.model.clone(),
+                    parent_id: None,
+                },
+            ));
             s.id
         }
     };

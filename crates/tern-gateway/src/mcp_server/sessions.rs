@@ -4,8 +4,9 @@
 //! Same owners, same answers: a session belongs to the key that created it (an admin key
 //! sees all), another key's is "not found"; a chat is admitted by the gateway's turn
 //! manager (the concurrency cap, one turn at a time per session) and runs like
-//! `POST /api/sessions/{id}/chat`. An MCP cancel of `session_chat` interrupts the turn, as
-//! a client going away does over HTTP.
+//! `POST /api/sessions/{id}/chat`. While the turn runs it reports progress (with a progress
+//! token); an MCP cancel of `session_chat` interrupts the turn, as a client going away does
+//! over HTTP.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 use tern_hooks::{HookEvent, SessionStart};
 use tern_store::NewSession;
 
-use super::{Call, ToolDef, ToolFail, ToolOut, parse_args};
+use super::{Call, PROGRESS_EVERY, ToolDef, ToolFail, ToolOut, parse_args, report_progress};
 use crate::api;
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -121,10 +122,21 @@ async fn chat(call: &Call<'_>, args: Value) -> ToolOut {
     }
     let guard = gw.turns.admit(&gw.agent, &a.session_id)?;
     // Dropping the turn's future (a cancel) interrupts it: it records its interruption.
-    let o = tokio::select! {
-        o = api::run_detached(gw, guard, &a.session_id, input, None) => o?,
-        () = call.ctx.ct.cancelled() => {
-            return Err(ToolFail::new("cancelled by the client; the turn was interrupted"));
+    let turn = api::run_detached(gw, guard, &a.session_id, input, None);
+    tokio::pin!(turn);
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let o = loop {
+        tokio::select! {
+            o = &mut turn => break o?,
+            _ = ticks.tick() => {
+                let message = format!("the agent's turn on {} is running", a.session_id);
+                report_progress(call, started, None, message).await;
+            }
+            () = call.ctx.ct.cancelled() => {
+                return Err(ToolFail::new("cancelled by the client; the turn was interrupted"));
+            }
         }
     };
     Ok(json!({

@@ -347,6 +347,14 @@ async fn a_cancelled_session_chat_interrupts_its_turn() {
         (g.fake.requests().len() > before).then_some(())
     })
     .await;
+    // The running turn reports progress.
+    let progress = c.progress(chat).await;
+    assert!(
+        progress["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("turn")),
+        "{progress}"
+    );
     c.cancel(chat).await;
     assert!(c.answer(chat).await.is_err());
     // The turn recorded its interruption and the session takes turns again.
