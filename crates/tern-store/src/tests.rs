@@ -106,6 +106,49 @@ async fn messages_keep_openai_shape_and_tokens() {
 }
 
 #[tokio::test]
+async fn a_message_with_image_parts_is_stored_whole_and_searched_by_its_text() {
+    let (dir, s) = store().await;
+    let sess = s.create_session(new_session("cli")).await.unwrap();
+    s.append_message(&sess.id, &NewMessage::new(Role::User, "plain words"))
+        .await
+        .unwrap();
+    let parts = vec![
+        tern_llm::ContentPart::text("Images from tool call c1 (shot): 1"),
+        tern_llm::ContentPart::image_data("image/png", "iVBORw0KGgoAAAA"),
+    ];
+    s.append_message(
+        &sess.id,
+        &NewMessage {
+            parts: Some(parts.clone()),
+            ..NewMessage::new(Role::User, "Images from tool call c1 (shot): [image: image/png]")
+        },
+    )
+    .await
+    .unwrap();
+    drop(s);
+    // Reopened, as after a restart: the parts come back as they went in, next to a message
+    // stored without any.
+    let s = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    for msgs in [
+        s.messages(&sess.id).await.unwrap(),
+        s.messages_all(&sess.id).await.unwrap(),
+    ] {
+        assert_eq!(msgs[0].parts, None);
+        assert_eq!(msgs[1].parts.as_ref(), Some(&parts));
+        let req = serde_json::to_value(msgs[1].to_request()).unwrap();
+        assert_eq!(req["content"][1]["type"], "image_url");
+        assert_eq!(
+            req["content"][1]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0KGgoAAAA"
+        );
+        assert_eq!(serde_json::to_value(msgs[0].to_request()).unwrap()["content"], "plain words");
+    }
+    // The index holds the text, never the image's data.
+    assert_eq!(s.search("shot", 10).await.unwrap().len(), 1);
+    assert!(s.search("iVBORw0KGgoAAAA", 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn append_to_missing_session_is_an_error() {
     let (_d, s) = store().await;
     assert!(matches!(
