@@ -776,7 +776,7 @@ impl Store {
     /// The active transcript of a session, in order: what the model sees. Messages a
     /// compaction replaced are left out (see [`Store::messages_all`]), the current summary
     /// (if any) sits right after the kept head, and a tool output the cheap pass cut has its
-    /// placeholder as `content`.
+    /// placeholder as `content` (a message with images: without its `parts`).
     ///
     /// SQLite builds the transcript as one JSON array and serde reads it back: sqlx moves
     /// every value of every row between threads with an allocation each, which made row-wise
@@ -786,7 +786,8 @@ impl Store {
         let json: Option<String> = sqlx::query_scalar(
             "SELECT json_group_array(json_object(\
                'id', id, 'seq', seq, 'role', role, \
-               'content', COALESCE(model_content, content), 'parts', json(parts), \
+               'content', COALESCE(model_content, content), \
+               'parts', CASE WHEN model_content IS NULL THEN json(parts) END, \
                'tool_calls', json(tool_calls), \
                'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
                'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
