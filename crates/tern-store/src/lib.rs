@@ -186,6 +186,16 @@ pub struct Message {
 }
 
 impl Message {
+    /// How many images the model is shown with this message (its `image_url` parts).
+    pub fn images(&self) -> usize {
+        self.parts.as_ref().map_or(0, |parts| {
+            parts
+                .iter()
+                .filter(|p| matches!(p, ContentPart::ImageUrl { .. }))
+                .count()
+        })
+    }
+
     /// The message as sent to the model.
     pub fn to_request(&self) -> RequestMessage {
         RequestMessage {
