@@ -1100,6 +1100,40 @@ mod tests {
     }
 
     #[test]
+    fn the_cheap_pass_shows_old_images_as_their_description() {
+        let mut t = transcript();
+        // A user message in the middle of the transcript (the third: after round 3) shows
+        // images.
+        let at = t
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::User)
+            .nth(2)
+            .unwrap()
+            .0;
+        t[at].content = Some("[image from tool call c (shot): image/png, 3 bytes]".into());
+        t[at].parts = Some(vec![
+            tern_llm::ContentPart::text("[image from tool call c (shot): image/png, 3 bytes]"),
+            tern_llm::ContentPart::image_data("image/png", "BwcH"),
+        ]);
+        let plan = Plan::new(&t, 0, 0).unwrap();
+        assert!(plan.middle.contains(&at));
+        let elide = plan.elisions(&t, usize::MAX);
+        assert_eq!(elide.len(), 1, "only the images, no tool output is long enough");
+        assert_eq!(elide[0].0, at);
+        assert_eq!(
+            elide[0].1.placeholder,
+            format!("[image from tool call c (shot): image/png, 3 bytes]\n{IMAGES_ELIDED}")
+        );
+        // What it saves: the image's fixed cost, less the note that says so.
+        let without = estimate_with_text(&t[at], Some(&elide[0].1.placeholder));
+        assert_eq!(
+            estimate_message(&t[at]) - without,
+            window::TOKENS_PER_IMAGE - estimate_text(&format!("\n{IMAGES_ELIDED}")),
+        );
+    }
+
+    #[test]
     fn the_tail_takes_whole_exchanges_within_its_budget_and_at_least_the_last_request() {
         let t = transcript();
         let last_user = t.iter().rposition(|m| m.role == Role::User).unwrap();

@@ -149,6 +149,52 @@ async fn a_message_with_image_parts_is_stored_whole_and_searched_by_its_text() {
 }
 
 #[tokio::test]
+async fn an_elided_image_message_is_sent_as_its_placeholder_without_parts() {
+    let (_d, s) = store().await;
+    let sess = s.create_session(new_session("cli")).await.unwrap();
+    let stored = s
+        .append_messages(
+            &sess.id,
+            &[
+                NewMessage::new(Role::User, "the task"),
+                NewMessage {
+                    parts: Some(vec![
+                        tern_llm::ContentPart::text("[image]"),
+                        tern_llm::ContentPart::image_data("image/png", "BwcH"),
+                    ]),
+                    ..NewMessage::new(Role::User, "[image]")
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    s.compact(
+        &sess.id,
+        &NewCompaction {
+            reason: CompactionReason::Auto,
+            planned_through_seq: 2,
+            planned_after: None,
+            elide: vec![Elision {
+                message_id: stored[1].id,
+                placeholder: "[image] (no longer shown)".into(),
+            }],
+            summary: None,
+            tokens_before: 2000,
+            tokens_after: 10,
+        },
+    )
+    .await
+    .unwrap();
+    let active = s.messages(&sess.id).await.unwrap();
+    assert_eq!(active[1].content.as_deref(), Some("[image] (no longer shown)"));
+    assert_eq!(active[1].parts, None, "the model is sent the placeholder alone");
+    assert_eq!(active[1].images(), 0);
+    let all = s.messages_all(&sess.id).await.unwrap();
+    assert_eq!(all[1].images(), 1, "the store keeps the image");
+    assert_eq!(all[1].model_content.as_deref(), Some("[image] (no longer shown)"));
+}
+
+#[tokio::test]
 async fn append_to_missing_session_is_an_error() {
     let (_d, s) = store().await;
     assert!(matches!(
