@@ -1119,7 +1119,11 @@ mod tests {
         let plan = Plan::new(&t, 0, 0).unwrap();
         assert!(plan.middle.contains(&at));
         let elide = plan.elisions(&t, usize::MAX);
-        assert_eq!(elide.len(), 1, "only the images, no tool output is long enough");
+        assert_eq!(
+            elide.len(),
+            1,
+            "only the images, no tool output is long enough"
+        );
         assert_eq!(elide[0].0, at);
         assert_eq!(
             elide[0].1.placeholder,

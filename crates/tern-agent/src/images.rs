@@ -87,7 +87,11 @@ pub(crate) struct CallImages {
 pub(crate) fn message(step: &[CallImages]) -> Option<NewMessage> {
     let mut lines = vec!["Images from the tool calls above, in order:".to_owned()];
     let mut images = Vec::new();
-    for CallImages { call, images: of_call } in step {
+    for CallImages {
+        call,
+        images: of_call,
+    } in step
+    {
         for image in of_call {
             let size = image.decoded_len();
             let about = format!(
@@ -117,10 +121,7 @@ pub(crate) fn message(step: &[CallImages]) -> Option<NewMessage> {
                 Some(why) => lines.push(format!("[{about}; not shown: {why}]")),
                 None => {
                     lines.push(format!("[{about}]"));
-                    images.push(ContentPart::image_data(
-                        &image.mime_type,
-                        image.data.trim(),
-                    ));
+                    images.push(ContentPart::image_data(&image.mime_type, image.data.trim()));
                 }
             }
         }
@@ -187,7 +188,11 @@ mod tests {
         assert_eq!(parts[0], ContentPart::text(text));
         assert_eq!(
             image_urls(&m),
-            ["data:image/png;base64,BwcH", "data:image/jpeg;base64,BwcHBwcH", "data:image/png;base64,BwcH"]
+            [
+                "data:image/png;base64,BwcH",
+                "data:image/jpeg;base64,BwcHBwcH",
+                "data:image/png;base64,BwcH"
+            ]
         );
     }
 

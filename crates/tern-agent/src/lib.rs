@@ -632,10 +632,7 @@ impl Agent {
             }
             // After every call's result: tool messages must follow their calls directly.
             if !images.is_empty()
-                && self
-                    .vision
-                    .accepts_images(llm, &self.settings.model)
-                    .await
+                && self.vision.accepts_images(llm, &self.settings.model).await
                 && let Some(m) = images::message(&images)
             {
                 transcript.push(self.store.append_message(sid, &m.turn(turn_id)).await?);

@@ -151,7 +151,10 @@ fn served_window(entry: &Value) -> Option<u64> {
 
 /// OpenRouter's `/models` entry: whether `image` is among the model's input modalities.
 fn input_images(entry: &Value) -> Option<bool> {
-    let modalities = entry.get("architecture")?.get("input_modalities")?.as_array()?;
+    let modalities = entry
+        .get("architecture")?
+        .get("input_modalities")?
+        .as_array()?;
     Some(modalities.iter().any(|m| m.as_str() == Some("image")))
 }
 

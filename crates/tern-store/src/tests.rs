@@ -120,7 +120,10 @@ async fn a_message_with_image_parts_is_stored_whole_and_searched_by_its_text() {
         &sess.id,
         &NewMessage {
             parts: Some(parts.clone()),
-            ..NewMessage::new(Role::User, "Images from tool call c1 (shot): [image: image/png]")
+            ..NewMessage::new(
+                Role::User,
+                "Images from tool call c1 (shot): [image: image/png]",
+            )
         },
     )
     .await
@@ -141,7 +144,10 @@ async fn a_message_with_image_parts_is_stored_whole_and_searched_by_its_text() {
             req["content"][1]["image_url"]["url"],
             "data:image/png;base64,iVBORw0KGgoAAAA"
         );
-        assert_eq!(serde_json::to_value(msgs[0].to_request()).unwrap()["content"], "plain words");
+        assert_eq!(
+            serde_json::to_value(msgs[0].to_request()).unwrap()["content"],
+            "plain words"
+        );
     }
     // The index holds the text, never the image's data.
     assert_eq!(s.search("shot", 10).await.unwrap().len(), 1);
@@ -186,12 +192,21 @@ async fn an_elided_image_message_is_sent_as_its_placeholder_without_parts() {
     .await
     .unwrap();
     let active = s.messages(&sess.id).await.unwrap();
-    assert_eq!(active[1].content.as_deref(), Some("[image] (no longer shown)"));
-    assert_eq!(active[1].parts, None, "the model is sent the placeholder alone");
+    assert_eq!(
+        active[1].content.as_deref(),
+        Some("[image] (no longer shown)")
+    );
+    assert_eq!(
+        active[1].parts, None,
+        "the model is sent the placeholder alone"
+    );
     assert_eq!(active[1].images(), 0);
     let all = s.messages_all(&sess.id).await.unwrap();
     assert_eq!(all[1].images(), 1, "the store keeps the image");
-    assert_eq!(all[1].model_content.as_deref(), Some("[image] (no longer shown)"));
+    assert_eq!(
+        all[1].model_content.as_deref(),
+        Some("[image] (no longer shown)")
+    );
 }
 
 #[tokio::test]

@@ -233,7 +233,12 @@ impl ToolImage {
 impl std::fmt::Debug for ToolImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Not the data: megabytes of base64 in a log line help no one.
-        write!(f, "ToolImage({}, {} bytes)", self.mime_type, self.decoded_len())
+        write!(
+            f,
+            "ToolImage({}, {} bytes)",
+            self.mime_type,
+            self.decoded_len()
+        )
     }
 }
 

@@ -151,7 +151,9 @@ async fn an_oversized_image_is_described_not_sent() {
     let after = &e.chat_requests()[1];
     let urls = image_urls(after);
     assert_eq!(urls, [format!("data:image/png;base64,{}", png(12).data)]);
-    let text = after.last().unwrap()["content"][0]["text"].as_str().unwrap();
+    let text = after.last().unwrap()["content"][0]["text"]
+        .as_str()
+        .unwrap();
     assert!(
         text.contains(&format!(
             "[image from tool call call_1 (shot): image/png, {} bytes; not shown: larger than 4 MiB]",

@@ -12,7 +12,9 @@ use tern_fake_model::{FakeModel, Reply};
 use tern_gateway::{GatewaySettings, auth};
 use tern_llm::{Client, ClientConfig};
 use tern_store::Store;
-use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolImage, ToolLimits, ToolResult, ToolSpec};
+use tern_tools::{
+    BoxFuture, DynTool, Registry, ToolContext, ToolImage, ToolLimits, ToolResult, ToolSpec,
+};
 
 /// A 1×1 PNG, in base64.
 const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
@@ -143,10 +145,7 @@ async fn an_image_in_a_session_survives_a_gateway_restart() {
     chat(&http, &url, &key, &id, "what did you see?").await;
     let sent = fake.requests().last().unwrap().messages().to_vec();
     assert_eq!(image_urls(&sent), [pixel], "the image was not reloaded");
-    let images = sent
-        .iter()
-        .find(|m| m["content"].is_array())
-        .unwrap();
+    let images = sent.iter().find(|m| m["content"].is_array()).unwrap();
     assert_eq!(images["role"], "user");
     assert!(
         images["content"][0]["text"]
@@ -164,6 +163,9 @@ async fn an_image_in_a_session_survives_a_gateway_restart() {
         .await
         .unwrap();
     let body = r.text().await.unwrap();
-    assert!(body.contains("[image from tool call call_1 (shot): image/png, 70 bytes]"), "{body}");
+    assert!(
+        body.contains("[image from tool call call_1 (shot): image/png, 70 bytes]"),
+        "{body}"
+    );
     assert!(!body.contains(PIXEL), "{body}");
 }

@@ -108,7 +108,10 @@ async fn the_image_goes_to_a_model_that_accepts_images() {
     assert_eq!(parts[1]["type"], "image_url");
     let url = parts[1]["image_url"]["url"].as_str().unwrap();
     // server-everything's PNG, whole.
-    assert!(url.starts_with("data:image/png;base64,iVBORw0KGgo"), "{url}");
+    assert!(
+        url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{url}"
+    );
 }
 
 #[tokio::test]
@@ -125,5 +128,8 @@ async fn a_model_without_vision_reads_only_the_description() {
     );
     let body = Value::Array(messages).to_string();
     assert!(!body.contains("image_url"), "{body}");
-    assert!(!body.contains("iVBORw0KGgo"), "the image's data was sent: {body}");
+    assert!(
+        !body.contains("iVBORw0KGgo"),
+        "the image's data was sent: {body}"
+    );
 }
