@@ -133,7 +133,7 @@ async fn an_image_in_a_session_survives_a_gateway_restart() {
     chat(&http, &url, &key, &id, "take a screenshot").await;
     let pixel = format!("data:image/png;base64,{PIXEL}");
     let sent = fake.requests().last().unwrap().messages().to_vec();
-    assert_eq!(image_urls(&sent), [pixel.clone()]);
+    assert_eq!(image_urls(&sent), std::slice::from_ref(&pixel));
 
     // Restart: the server and its store are gone; a new gateway opens the same database.
     server.abort();
