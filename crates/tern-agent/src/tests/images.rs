@@ -181,6 +181,13 @@ async fn unset_vision_follows_what_the_server_reports() {
     e.shot_turn().await;
     assert_eq!(image_urls(&e.chat_requests()[1]).len(), 1);
 
+    // llama.cpp started with a multimodal projector says so in /props.
+    let e = env_with_shot(vec![png(40)], None).await;
+    e.fake
+        .set_props(serde_json::json!({"modalities": {"vision": true, "audio": false}}));
+    e.shot_turn().await;
+    assert_eq!(image_urls(&e.chat_requests()[1]).len(), 1);
+
     // A server that says nothing: no.
     let e = env_with_shot(vec![png(40)], None).await;
     e.shot_turn().await;
