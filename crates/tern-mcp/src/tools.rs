@@ -11,6 +11,7 @@ use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResul
 
 use crate::client::McpClient;
 use crate::error::McpError;
+use crate::result::collect_images;
 
 /// The longest tool name OpenAI function calling accepts.
 const MAX_TOOL_NAME: usize = 64;
@@ -84,8 +85,9 @@ impl DynTool for McpTool {
                 Value::Null => None,
                 _ => return Err(ToolError::new("tool arguments must be a JSON object")),
             };
+            let call = self.client.call_tool(&self.tool, arguments);
             tokio::select! {
-                r = self.client.call_tool(&self.tool, arguments) => {
+                r = collect_images(ctx.report.images.clone(), call) => {
                     r.map(Value::String).map_err(|e| ToolError::new(e.to_string()))
                 }
                 // Dropping the call sends the server `notifications/cancelled`.

@@ -8,6 +8,7 @@ mod cron;
 mod cron_crash;
 mod delegate;
 mod gateway;
+mod images;
 mod inbox;
 mod inbox_notify;
 mod inbox_web;

@@ -6,6 +6,7 @@ mod compact;
 mod cron_api;
 mod cron_runs;
 mod errors;
+mod images;
 mod inbox_api;
 mod inbox_decisions;
 mod inbox_uploads_policies;

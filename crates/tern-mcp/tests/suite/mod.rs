@@ -1,2 +1,3 @@
+mod images;
 mod stdio;
 mod tools;
