@@ -12,7 +12,7 @@
 //! transports), authenticated with an agent key. The gateway then does exactly what it does
 //! for an HTTP client — same tools, same scoping by key, same progress and cancellation.
 //!
-//! The key: `TERN_API_KEY`, or the file `--key-file` names. Never the home's `gateway.key`
+//! The key: the file `--key-file` names, else `TERN_API_KEY` (or `--key`). Never the home's `gateway.key`
 //! on its own: that is the operator's admin key, which sees every session, and an MCP
 //! client is an agent that should get a key of its own (`tern keys create NAME`).
 //! The gateway: `--url`, else the one `gateway.json` names on this home (as `tern status`
@@ -60,7 +60,7 @@ pub struct ServeArgs {
         conflicts_with = "key_file"
     )]
     pub key: Option<String>,
-    /// A file holding the agent API key (its first line)
+    /// A file holding the agent API key (its first line); wins over TERN_API_KEY
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
     /// The gateway's base URL (default: the gateway running on this home, from gateway.json)
@@ -98,9 +98,9 @@ pub async fn run(home: Option<PathBuf>, args: ServeArgs) -> anyhow::Result<ExitC
 }
 
 async fn key(args: &ServeArgs) -> anyhow::Result<String> {
-    let key = match (&args.key, &args.key_file) {
-        (Some(k), _) => k.clone(),
-        (None, Some(path)) => tokio::fs::read_to_string(path)
+    let key = match (&args.key_file, &args.key) {
+        (None, Some(k)) => k.clone(),
+        (Some(path), _) => tokio::fs::read_to_string(path)
             .await
             .with_context(|| format!("reading the key file {}", path.display()))?
             .lines()

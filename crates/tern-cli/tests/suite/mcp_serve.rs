@@ -188,9 +188,18 @@ async fn every_tool_over_stdio_through_the_running_gateway() {
         "{msgs}"
     );
 
-    // Another key sees none of it.
+    // Another key, from a file this time, sees none of it.
     let other = e.create_key("other", false);
-    let mut b = serve(&e, &other).await;
+    let key_file = e.dir.path().join("other.key");
+    std::fs::write(&key_file, format!("{other}\n")).unwrap();
+    let home = e.home().display().to_string();
+    let mut b = McpDriver::stdio(
+        std::path::Path::new(TERN),
+        &["mcp", "serve", "--key-file", key_file.to_str().unwrap()],
+        &[("TERN_HOME", home.as_str())],
+    )
+    .await;
+    assert!(b.connected(), "{}", b.hello);
     assert_eq!(
         b.ok("process_list", json!({})).await["processes"],
         json!([])
