@@ -357,6 +357,7 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut changes = call.gw.inbox.changes();
+    let mut feed_open = true;
     let mut ticks = tokio::time::interval(PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = tokio::time::Instant::now();
@@ -367,7 +368,13 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
             return Ok(now.json());
         }
         tokio::select! {
-            _ = changes.recv() => {}
+            r = changes.recv(), if feed_open => {
+                // Lagging is fine (the next look sees everything); a closed feed would wake
+                // the loop at once forever, so the ticks alone wake it from then on.
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
+                    feed_open = false;
+                }
+            }
             _ = ticks.tick() => {
                 let message = format!("waiting for a human's decision on {}", a.request_id);
                 report_progress(call, started, Some(secs as f64), message).await;

@@ -5,8 +5,9 @@
 //! The tools are the gateway's HTTP API said in MCP: they call the same services with the
 //! same scoping — the inbox's agent API ([`tern_inbox::Inbox`], owner = the key's id), the
 //! process manager through the model's own `terminal`/`process` tools (so the sandbox, the
-//! hard-line list and the dangerous-command approvals apply as they do to the agent), and
-//! the session API's store queries and turn manager. A crate of its own would have to reach
+//! hard-line list and the dangerous-command check apply as they do to the agent; a command
+//! that would need a human's approval is refused), and the session API's store queries and
+//! turn manager. A crate of its own would have to reach
 //! into all of the gateway's internals (turn admission, `session_or_404`, the key check), so
 //! the server lives beside them: one module per tool group (`inbox`, `procs`, `sessions`).
 //!
