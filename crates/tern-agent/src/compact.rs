@@ -11,7 +11,8 @@
 //!    call keeps its results; what lies between is the **middle**;
 //! 3. the cheap pass: tool outputs of the middle longer than
 //!    [`CompactionSettings::elide_over_chars`] are shown to the model as a placeholder that
-//!    says what was cut (the store keeps the output whole); if that brings the prompt under
+//!    says what was cut (the store keeps the output whole), and the images of the middle
+//!    ([`crate::images`]) as their description; if that brings the prompt under
 //!    [`CompactionSettings::target_share`] of the window, that is all;
 //! 4. otherwise one model call summarises the middle with a structured template (goal,
 //!    constraints and preferences, progress done / in progress / blocked, key decisions,
@@ -45,7 +46,9 @@ use tern_util::Backoff;
 // otherwise start what reads as another of tern's lines.
 use tern_util::text::one_line;
 
-use crate::window::{self, Window, WindowSource, estimate_message, estimate_text, next_prompt};
+use crate::window::{
+    self, Window, WindowSource, estimate_message, estimate_text, estimate_with_text, next_prompt,
+};
 use crate::{Agent, AgentError, Interrupt};
 
 /// The first words of the summariser's system prompt: how a summary request is told from the
@@ -58,6 +61,10 @@ pub const SUMMARY_HEADER: &str =
 
 /// The start of the placeholder of a tool output the cheap pass cut.
 pub const ELIDED_PREFIX: &str = "[tern: output cut from the context";
+
+/// Added to the description of images the cheap pass took out of the context.
+pub const IMAGES_ELIDED: &str =
+    "[tern: the images are no longer shown, to save room; run the tool again to see them]";
 
 /// How compaction behaves; part of [`crate::AgentSettings`].
 #[derive(Debug, Clone, PartialEq)]
@@ -517,7 +524,8 @@ impl Agent {
         let saved: u64 = elide
             .iter()
             .map(|(i, e)| {
-                estimate_message(&transcript[*i]).saturating_sub(estimate_text(&e.placeholder))
+                let m = &transcript[*i];
+                estimate_message(m).saturating_sub(estimate_with_text(m, Some(&e.placeholder)))
             })
             .sum();
         let middle = &transcript[plan.middle.clone()];
@@ -560,10 +568,7 @@ impl Agent {
                 continue;
             }
             after += match elide.iter().find(|(j, _)| *j == i) {
-                Some((_, e)) => {
-                    estimate_message(m) - estimate_text(m.content.as_deref().unwrap_or_default())
-                        + estimate_text(&e.placeholder)
-                }
+                Some((_, e)) => estimate_with_text(m, Some(&e.placeholder)),
                 None => estimate_message(m),
             };
         }
@@ -772,13 +777,24 @@ impl Plan {
         })
     }
 
-    /// The cheap pass: the long tool outputs of the middle not cut yet, with their index.
+    /// The cheap pass: the long tool outputs of the middle not cut yet, and its messages
+    /// still showing images, with their index.
     fn elisions(&self, t: &[Message], over_chars: usize) -> Vec<(usize, Elision)> {
         self.middle
             .clone()
             .filter_map(|i| {
                 let m = &t[i];
                 let content = m.content.as_deref()?;
+                if m.parts.is_some() {
+                    // The description alone: the store then sends neither parts nor pixels.
+                    return Some((
+                        i,
+                        Elision {
+                            message_id: m.id,
+                            placeholder: format!("{content}\n{IMAGES_ELIDED}"),
+                        },
+                    ));
+                }
                 if m.role != Role::Tool
                     || content.starts_with(ELIDED_PREFIX)
                     || content.chars().count() <= over_chars
@@ -1019,6 +1035,7 @@ mod tests {
             seq,
             role,
             content: Some(content.into()),
+            parts: None,
             tool_calls: calls
                 .iter()
                 .map(|c| ToolCall::new(*c, "terminal", "{}"))
@@ -1080,6 +1097,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_cheap_pass_shows_old_images_as_their_description() {
+        let mut t = transcript();
+        // A user message in the middle of the transcript (the third: after round 3) shows
+        // images.
+        let at = t
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::User)
+            .nth(2)
+            .unwrap()
+            .0;
+        t[at].content = Some("[image from tool call c (shot): image/png, 3 bytes]".into());
+        t[at].parts = Some(vec![
+            tern_llm::ContentPart::text("[image from tool call c (shot): image/png, 3 bytes]"),
+            tern_llm::ContentPart::image_data("image/png", "BwcH"),
+        ]);
+        let plan = Plan::new(&t, 0, 0).unwrap();
+        assert!(plan.middle.contains(&at));
+        let elide = plan.elisions(&t, usize::MAX);
+        assert_eq!(
+            elide.len(),
+            1,
+            "only the images, no tool output is long enough"
+        );
+        assert_eq!(elide[0].0, at);
+        assert_eq!(
+            elide[0].1.placeholder,
+            format!("[image from tool call c (shot): image/png, 3 bytes]\n{IMAGES_ELIDED}")
+        );
+        // What it saves: the image's fixed cost, less the note that says so.
+        let without = estimate_with_text(&t[at], Some(&elide[0].1.placeholder));
+        assert_eq!(
+            estimate_message(&t[at]) - without,
+            window::TOKENS_PER_IMAGE - estimate_text(&format!("\n{IMAGES_ELIDED}")),
+        );
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub fn agent(
     mut registry: Registry,
 ) -> Result<Agent, FromConfigError> {
     delegate::register(&mut registry);
-    let (llm, model, stream, context_length) = match eff.resolved_model() {
+    let (llm, model, stream, context_length, vision) = match eff.resolved_model() {
         Ok(m) => {
             let mut cfg = tern_llm::ClientConfig::new(m.base_url.clone());
             cfg.api_key = m.api_key.clone();
@@ -78,9 +78,10 @@ pub fn agent(
                 m.name,
                 m.stream,
                 m.context_length,
+                m.vision,
             )
         }
-        Err(e) => (Err(e.to_string()), String::new(), false, None),
+        Err(e) => (Err(e.to_string()), String::new(), false, None, None),
     };
     Ok(Agent::new(
         store,
@@ -102,7 +103,8 @@ pub fn agent(
             compaction: compaction(&eff.config.compaction),
         },
     )
-    .with_delegation(delegation(eff)))
+    .with_delegation(delegation(eff))
+    .with_vision(vision))
 }
 
 /// `[compaction]` as the agent applies it.

@@ -11,7 +11,8 @@
 //!    the enabled tools' schemas →
 //!    append its answer → run its tool calls concurrently, appending each result as soon as it
 //!    and the ones before it are done (the loop guard, `loop_guard.rs`, counts each call and
-//!    notes or stops one the model keeps repeating) → repeat until the model answers in text,
+//!    notes or stops one the model keeps repeating) → for a model that accepts images, a user
+//!    message with the images the calls produced ([`images`]) → repeat until the model answers in text,
 //!    the loop guard stops the turn, or `max_iterations` is reached;
 //! 4. the turn's [`CancellationToken`] can stop it at any await point: the model call is
 //!    dropped (aborting the HTTP request), tools are cancelled (the terminal kills its process
@@ -23,6 +24,7 @@
 pub mod compact;
 pub mod delegate;
 pub mod from_config;
+pub mod images;
 mod interrupt;
 mod loop_guard;
 mod prompt;
@@ -44,7 +46,7 @@ use tern_hooks::{
 };
 use tern_llm::{ChatRequest, Client, LlmError, RequestMessage, Role, StreamEvent, Usage};
 use tern_store::{Message, NewMessage, SessionStatus, Store, StoreError};
-use tern_tools::{Approver, Registry, ToolContext, ToolLimits, result_to_content};
+use tern_tools::{Approver, Registry, ToolContext, ToolLimits, ToolReport, result_to_content};
 
 use crate::loop_guard::LoopGuard;
 pub use compact::{CompactOutcome, CompactStats, CompactionSettings, ContextStatus};
@@ -263,6 +265,8 @@ pub struct Shared {
     compact_failures: compact::Failures,
     /// The window as the model server reports it, when `[model] context_length` is unset.
     discovery: Arc<window::Discovery>,
+    /// Whether the model accepts images (`[model] vision`, else the server's word).
+    vision: Arc<images::Vision>,
 }
 
 impl std::ops::Deref for Agent {
@@ -293,6 +297,7 @@ impl Agent {
                 delegation: DelegateSettings::default(),
                 compact_failures: compact::Failures::default(),
                 discovery: Arc::default(),
+                vision: Arc::default(),
             }),
         }
     }
@@ -318,6 +323,12 @@ impl Agent {
     /// turns this on; the gateway, whose sessions are not tied to its own directory, does not.
     pub fn with_project_instructions(self, home: Option<PathBuf>) -> Self {
         self.changed(|i| i.project_instructions = Some(home))
+    }
+
+    /// Whether the model accepts images (`[model] vision`): `None` asks its server when a tool
+    /// first produces an image, and no when the server does not say ([`images`]).
+    pub fn with_vision(self, vision: Option<bool>) -> Self {
+        self.changed(|i| i.vision = Arc::new(images::Vision::new(vision)))
     }
 
     /// The limits of `delegate_task`'s child sessions (`[delegate]`).
@@ -597,7 +608,7 @@ impl Agent {
                 });
             }
 
-            let answered = self
+            let (answered, images) = self
                 .run_tools(
                     req,
                     turn_id,
@@ -618,6 +629,13 @@ impl Agent {
                 return self
                     .loop_detected(sid, turn_id, stopped, usage, iteration)
                     .await;
+            }
+            // After every call's result: tool messages must follow their calls directly.
+            if !images.is_empty()
+                && self.vision.accepts_images(llm, &self.settings.model).await
+                && let Some(m) = images::message(&images)
+            {
+                transcript.push(self.store.append_message(sid, &m.turn(turn_id)).await?);
             }
         }
 
@@ -800,9 +818,10 @@ impl Agent {
     }
 
     /// Runs the calls concurrently and stores each result in call order as soon as it and
-    /// those before it are done. Returns how many calls got a stored result; on cancellation
-    /// the remaining ones are answered by [`Agent::interrupted`]. `calls` are those of the
-    /// transcript's last message, the assistant answer just stored.
+    /// those before it are done. Returns how many calls got a stored result, and the images
+    /// those calls produced; on cancellation the remaining ones are answered by
+    /// [`Agent::interrupted`]. `calls` are those of the transcript's last message, the
+    /// assistant answer just stored.
     #[expect(
         clippy::too_many_arguments,
         reason = "the parts of the turn the calls need, each used; a struct would only move the list"
@@ -816,7 +835,7 @@ impl Agent {
         emit: &(dyn Fn(AgentEvent) + Send + Sync),
         transcript: &mut Vec<Message>,
         guard: &mut LoopGuard,
-    ) -> Result<usize, AgentError> {
+    ) -> Result<(usize, Vec<images::CallImages>), AgentError> {
         // Where the calls' message sits: with the call id it tells this occurrence of a call
         // from a later one that reuses the id (see `ToolContext::call_seq`).
         let call_seq = transcript.last().map_or(0, |m| m.seq);
@@ -831,6 +850,8 @@ impl Agent {
                 });
                 let cancel = req.interrupt.token().clone();
                 let subagents = subagents.clone();
+                let report = ToolReport::default();
+                let images = report.images.clone();
                 async move {
                     let t0 = Instant::now();
                     let gate = self.hooks.pre_tool_call(PreToolCall {
@@ -845,7 +866,7 @@ impl Agent {
                     // future kills the hooks' processes).
                     let gate = tokio::select! {
                         g = gate => g,
-                        () = cancel.cancelled() => return (call, None, t0.elapsed()),
+                        () = cancel.cancelled() => return (call, None, t0.elapsed(), images),
                     };
                     let ctx = ToolContext {
                         session_id: req.session_id.clone(),
@@ -858,7 +879,7 @@ impl Agent {
                         preapproved: matches!(gate, ToolGate::Allow { .. }),
                         subagents,
                         toolsets: req.toolsets.as_slice().into(),
-                        report: Default::default(),
+                        report,
                     };
                     let r = match gate {
                         ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(
@@ -870,11 +891,12 @@ impl Agent {
                             () = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(2)).await } => None,
                         },
                     };
-                    (call, r, t0.elapsed())
+                    (call, r, t0.elapsed(), images)
                 }
             })
             .collect();
         let mut answered = 0;
+        let mut produced = Vec::new();
         // Results that finished while an earlier one was being stored, in call order.
         let mut finished = std::collections::VecDeque::new();
         loop {
@@ -882,7 +904,9 @@ impl Agent {
                 Some(done) => Some(done),
                 None => pending.next().await,
             };
-            let Some((call, r, took)) = next else { break };
+            let Some((call, r, took, images)) = next else {
+                break;
+            };
             let Some(r) = r else { break };
             let content = guard.observe(
                 &call.function.name,
@@ -921,8 +945,15 @@ impl Agent {
             };
             transcript.push(m);
             answered += 1;
+            let images = images.take();
+            if !images.is_empty() {
+                produced.push(images::CallImages {
+                    call: call.clone(),
+                    images,
+                });
+            }
         }
-        Ok(answered)
+        Ok((answered, produced))
     }
 
     /// Ends a turn the loop guard stopped, with a message that says why, stored as the

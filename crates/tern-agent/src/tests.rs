@@ -1074,6 +1074,7 @@ async fn a_broken_stream_is_retried_and_its_partial_text_discarded() {
 }
 
 mod compaction;
+mod images;
 
 /// A toolset's state outside the transcript, as a `SessionContext` gives it.
 struct Noted;

@@ -16,8 +16,15 @@
 //! last report is estimated, so the error stays small, and three bytes per token
 //! over-counts English prose (about four) while matching code, JSON and logs (about three),
 //! which is what tool outputs are: erring high compacts a little early, never too late.
+//!
+//! An image sent to the model (a message's `image_url` part, see [`crate::images`]) counts
+//! [`TOKENS_PER_IMAGE`], whatever its size: what an image costs depends on the model (OpenAI
+//! tiles it, 85 + 170 tokens per 512-pixel tile, about 765 for a 1024×1024 image; Claude
+//! charges about width × height / 750, up to about 1,600; Qwen-VL by 28-pixel patches), and
+//! the bytes of its base64 say little about its pixels. The figure errs high, as the rest of
+//! the estimate does.
 
-use tern_llm::Role;
+use tern_llm::{ContentPart, Role};
 use tern_store::Message;
 
 /// The window when neither the configuration nor the server says (`[model] context_length`,
@@ -33,13 +40,33 @@ pub const BYTES_PER_TOKEN: u64 = 3;
 /// Tokens a message costs beyond its text (role, separators of the chat template).
 const PER_MESSAGE: u64 = 4;
 
+/// The estimated cost of one image sent to the model (see the module docs).
+pub const TOKENS_PER_IMAGE: u64 = 1_600;
+
 /// Estimated tokens of `text`.
 pub fn estimate_text(text: &str) -> u64 {
     (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
 }
 
-/// Estimated tokens of one message as sent to the model.
+/// Estimated tokens of one message as sent to the model: its parts when it has them, else
+/// its text.
 pub fn estimate_message(m: &Message) -> u64 {
+    let Some(parts) = &m.parts else {
+        return estimate_with_text(m, m.content.as_deref());
+    };
+    let content: u64 = parts
+        .iter()
+        .map(|p| match p {
+            ContentPart::Text { text } => estimate_text(text),
+            ContentPart::ImageUrl { .. } => TOKENS_PER_IMAGE,
+        })
+        .sum();
+    estimate_with_text(m, None) + content
+}
+
+/// Estimated tokens of `m` sent with `text` as its content (e.g. a placeholder in place of
+/// what it holds).
+pub fn estimate_with_text(m: &Message, text: Option<&str>) -> u64 {
     let calls: u64 = m
         .tool_calls
         .iter()
@@ -51,7 +78,7 @@ pub fn estimate_message(m: &Message) -> u64 {
         })
         .sum();
     PER_MESSAGE
-        + m.content.as_deref().map_or(0, estimate_text)
+        + text.map_or(0, estimate_text)
         + m.tool_call_id.as_deref().map_or(0, estimate_text)
         + calls
 }
@@ -233,6 +260,7 @@ mod tests {
             seq,
             role,
             content: Some(content.into()),
+            parts: None,
             tool_calls: Vec::new(),
             tool_call_id: None,
             tool_name: None,
@@ -246,6 +274,19 @@ mod tests {
             model_content: None,
             compaction_id: None,
         }
+    }
+
+    #[test]
+    fn an_image_costs_a_fixed_figure_not_its_bytes() {
+        let text = "Images from the tool calls above, in order:";
+        let mut m = msg(1, Role::User, text, None);
+        let as_text = estimate_message(&m);
+        m.parts = Some(vec![
+            ContentPart::text(text),
+            ContentPart::image_data("image/png", &"A".repeat(3_000_000)),
+            ContentPart::image_data("image/png", "iVBOR"),
+        ]);
+        assert_eq!(estimate_message(&m), as_text + 2 * TOKENS_PER_IMAGE);
     }
 
     #[test]

@@ -10,12 +10,13 @@
 //! [gateway|inbox|waits|compact] [--runs N] [--tern PATH]` (`inbox`, `waits`, `compact`: see
 //! their modules;
 //! `procs [--size 1G] [--concurrency 64] [--runs 3]`, `sandbox`, `search [--rg PATH]`,
-//! `channels [--rounds N] [--idle SECS]`: see their modules)
+//! `channels [--rounds N] [--idle SECS]`, `mcp [--calls N] [--cancels N]`: see their modules)
 
 mod channels;
 mod compact;
 mod cron;
 mod inbox;
+mod mcp;
 mod procs;
 mod sandbox;
 mod search;
@@ -296,6 +297,7 @@ async fn main() -> anyhow::Result<()> {
         Some("compact") => return compact::bench_compact().await,
         Some("channels") => return channels::bench_channels().await,
         Some("cron") => return cron::bench_cron().await,
+        Some("mcp") => return mcp::bench_mcp().await,
         Some("search") => return search::bench_search().await,
         Some("gateway") => {
             let args = parse_args_from(2)?;

@@ -57,7 +57,8 @@ pub enum Command {
     Pairing(crate::pairing::PairingArgs),
     /// Chat channels (Telegram, Matrix): how each configured one is doing
     Channels(crate::channels::ChannelsArgs),
-    /// MCP servers: list the configured ones, a server's tools, call one (no gateway needed)
+    /// MCP: the configured servers (list, tools, call; no gateway needed) and `serve`, tern
+    /// as a server to MCP clients
     Mcp(crate::mcp::McpArgs),
     /// Scheduled jobs: add, list, show, edit, pause, resume, run, stop, remove, history
     Cron(crate::cron::CronArgs),

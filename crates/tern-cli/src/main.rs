@@ -19,6 +19,7 @@ mod exit;
 mod gateway;
 mod inbox;
 mod mcp;
+mod mcp_serve;
 mod memory;
 mod pairing;
 mod ps;

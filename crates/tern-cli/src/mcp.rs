@@ -1,4 +1,5 @@
-//! `tern mcp`: the configured MCP servers, for debugging without a gateway — `list` (from the
+//! `tern mcp`: `serve` (tern as an MCP server, `mcp_serve.rs`) and the configured MCP
+//! servers, for debugging without a gateway — `list` (from the
 //! configuration alone), `tools NAME` (starts the server and lists what it offers) and `call
 //! NAME TOOL` (one call, its result on stdout). A server is started as the gateway starts it:
 //! in the agent's sandbox unless it says otherwise, its stderr in tern's log.
@@ -24,6 +25,9 @@ pub struct McpArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum McpCommand {
+    /// Serve tern's inbox, processes and sessions to an MCP client on stdio, through the
+    /// running gateway
+    Serve(crate::mcp_serve::ServeArgs),
     /// The configured servers: transport, enabled, startup, sandbox, tools filter
     List {
         #[arg(long)]
@@ -78,10 +82,13 @@ struct ToolRow {
 }
 
 pub async fn run(home: Option<PathBuf>, args: McpArgs) -> anyhow::Result<ExitCode> {
-    let (home, eff) = context::load_config(home)?;
     match args.command {
-        McpCommand::List { json } => list(&eff, json),
+        McpCommand::Serve(serve) => {
+            crate::mcp_serve::dispatch(home, crate::mcp_serve::McpCommand::Serve(serve)).await
+        }
+        McpCommand::List { json } => list(&context::load_config(home)?.1, json),
         McpCommand::Tools { name, json } => {
+            let (home, eff) = context::load_config(home)?;
             let _log = context::init_logging(&home);
             tools(&home, &eff, &name, json).await
         }
@@ -91,6 +98,7 @@ pub async fn run(home: Option<PathBuf>, args: McpArgs) -> anyhow::Result<ExitCod
             args,
             json,
         } => {
+            let (home, eff) = context::load_config(home)?;
             let _log = context::init_logging(&home);
             call(&home, &eff, &name, &tool, &args, json.as_deref()).await
         }

@@ -560,6 +560,12 @@ fn write_message(out: &mut impl Write, m: &Message) -> std::io::Result<()> {
     if let Some(model) = &m.model {
         head.push_str(&format!(" [{model}]"));
     }
+    // The content below describes each image; the pixels themselves are only for the model.
+    match m.images() {
+        0 => {}
+        1 => head.push_str(" [image]"),
+        n => head.push_str(&format!(" [{n} images]")),
+    }
     if m.compaction_id.is_some() {
         // The summary has no seq of its own: it stands after the kept head.
         head = "summary of earlier work (compaction)".to_owned();

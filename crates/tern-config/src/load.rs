@@ -305,6 +305,7 @@ timeout_secs = 30
 max_retries = 0
 stream = false
 context_length = 32768
+vision = true
 
 [agent]
 max_iterations = 5

@@ -22,6 +22,10 @@ pub struct ModelConfig {
     /// The model's context window in tokens. Unset: what the server reports (`/v1/models`
     /// metadata, llama.cpp's `/props`), else 128,000.
     pub context_length: Option<u64>,
+    /// Whether the model accepts images: the images tools produce are then sent to it, not
+    /// only described. Unset: what the server reports (OpenRouter's `/v1/models`
+    /// `architecture.input_modalities`, llama.cpp's `/props` `modalities.vision`), else no.
+    pub vision: Option<bool>,
 }
 
 impl Default for ModelConfig {
@@ -34,6 +38,7 @@ impl Default for ModelConfig {
             max_retries: 3,
             stream: true,
             context_length: None,
+            vision: None,
         }
     }
 }
@@ -49,6 +54,7 @@ impl fmt::Debug for ModelConfig {
             .field("max_retries", &self.max_retries)
             .field("stream", &self.stream)
             .field("context_length", &self.context_length)
+            .field("vision", &self.vision)
             .finish()
     }
 }
@@ -65,6 +71,8 @@ pub struct ResolvedModel {
     pub stream: bool,
     /// `[model] context_length`: the window as configured, when it is.
     pub context_length: Option<u64>,
+    /// `[model] vision`: whether the model accepts images, when configured.
+    pub vision: Option<bool>,
 }
 
 // Hand-written so the API key never ends up in logs or panic messages.
@@ -78,6 +86,7 @@ impl fmt::Debug for ResolvedModel {
             .field("max_retries", &self.max_retries)
             .field("stream", &self.stream)
             .field("context_length", &self.context_length)
+            .field("vision", &self.vision)
             .finish()
     }
 }
@@ -97,6 +106,7 @@ impl ModelConfig {
                 max_retries: m.max_retries,
                 stream: m.stream,
                 context_length: m.context_length,
+                vision: m.vision,
             }),
             (base_url, name) => Err(ConfigError::ModelNotConfigured {
                 missing_base_url: base_url.is_none(),

@@ -69,6 +69,7 @@ timeout_secs = 30
 max_retries = 1
 stream = false
 context_length = 32768
+vision = true
 
 [agent]
 max_iterations = 5

@@ -51,7 +51,7 @@ pub(crate) fn session_json(s: &Session) -> Value {
     })
 }
 
-fn message_json(m: &Message) -> Value {
+pub(crate) fn message_json(m: &Message) -> Value {
     json!({
         "id": m.id,
         "session_id": m.session_id,

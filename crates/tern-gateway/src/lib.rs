@@ -14,6 +14,9 @@
 //! are a thin layer over [`tern_inbox::Inbox`] and answer errors in Pump Up's shapes — also
 //! the 404 of an unknown path and the 405 of a wrong method under the inbox's prefixes.
 //!
+//! `/mcp` is tern as an MCP server (`mcp_server`): rmcp's streamable HTTP service behind
+//! the same key check, its tools calling the same services as the routes above.
+//!
 //! Shutdown ([`Gateway::drain`]): new turns are refused, running ones get the drain timeout
 //! to finish, the rest are interrupted (each records its `[interrupted]` marker), then the
 //! server stops.
@@ -31,6 +34,7 @@ mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
 mod mcp_api;
+mod mcp_server;
 mod openai;
 mod procs;
 mod reviewer_api;
@@ -418,7 +422,8 @@ impl Gateway {
                 self.inbox_settings.max_upload_bytes,
             ));
         if serve == Serve::Everything {
-            authed = authed.merge(agent_routes);
+            // MCP (`mcp_server`): its sessions bound to the key that opened them.
+            authed = authed.merge(agent_routes).merge(mcp_server::routes(self));
         }
         let authed = authed.route_layer(middleware::from_fn_with_state(self.clone(), require_key));
         let body_limit = DefaultBodyLimit::max(self.settings.max_body_bytes);

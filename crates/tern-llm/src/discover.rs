@@ -12,6 +12,10 @@
 //!
 //! `{root}` is the base URL without its trailing `/v1`. Best effort: the whole lookup is
 //! bounded by `discovery_timeout`, and a failure is logged at debug and means "unknown".
+//!
+//! [`Client::accepts_images`] asks the same places whether the model takes images: the
+//! `/models` entry's `architecture.input_modalities` (OpenRouter), then llama.cpp's `/props`
+//! `modalities.vision` (true when the server was started with a multimodal projector).
 
 use serde_json::{Value, json};
 
@@ -30,6 +34,26 @@ impl Client {
                 None
             }
         }
+    }
+
+    /// Whether `model` accepts images as the server says, or `None` when it does not say (or
+    /// cannot be reached in time). Never an error, like [`Client::context_length`].
+    pub async fn accepts_images(&self, model: &str) -> Option<bool> {
+        let bound = self.config().discovery_timeout;
+        let ask = async {
+            let entry = self.model_entry(model).await;
+            if let Some(yes) = entry.as_ref().and_then(input_images) {
+                return Some(yes);
+            }
+            let props = self
+                .fetch_json(self.authed(self.http().get(self.root_url("props"))))
+                .await?;
+            props.get("modalities")?.get("vision")?.as_bool()
+        };
+        tokio::time::timeout(bound, ask).await.unwrap_or_else(|_| {
+            tracing::debug!(?bound, "image support lookup: no answer in time");
+            None
+        })
     }
 
     async fn ask_context_length(&self, model: &str) -> Option<u64> {
@@ -125,6 +149,15 @@ fn served_window(entry: &Value) -> Option<u64> {
         .or_else(|| number(entry, &["max_model_len"]))
 }
 
+/// OpenRouter's `/models` entry: whether `image` is among the model's input modalities.
+fn input_images(entry: &Value) -> Option<bool> {
+    let modalities = entry
+        .get("architecture")?
+        .get("input_modalities")?
+        .as_array()?;
+    Some(modalities.iter().any(|m| m.as_str() == Some("image")))
+}
+
 /// llama.cpp's `/models` entry: what the model was trained for.
 fn trained_window(entry: &Value) -> Option<u64> {
     number(entry, &["meta", "n_ctx_train"])
@@ -163,5 +196,14 @@ mod tests {
         assert_eq!(number(&json!({"n": "8192"}), &["n"]), Some(8192));
         assert_eq!(number(&json!({"n": 0}), &["n"]), None);
         assert_eq!(number(&json!({"n": null}), &["n"]), None);
+    }
+
+    #[test]
+    fn reads_input_modalities() {
+        let vision = json!({"id": "a", "architecture": {"input_modalities": ["text", "image"]}});
+        assert_eq!(input_images(&vision), Some(true));
+        let text = json!({"id": "a", "architecture": {"input_modalities": ["text"]}});
+        assert_eq!(input_images(&text), Some(false));
+        assert_eq!(input_images(&json!({"id": "a"})), None);
     }
 }

@@ -73,14 +73,18 @@ impl ToolCall {
 
 /// A message as sent to the model. Reasoning is kept in the transcript but never sent back:
 /// several servers reject it in requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Its content is text (`content`), or, when `parts` is set, an array of parts sent as
+/// `content` in its place (a user message carrying images); `content` then holds the same
+/// message as text, for whatever reads messages as text.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestMessage {
     pub role: Role,
     /// `null` is allowed for an assistant message that only calls tools.
     pub content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Sent as `content` instead of the text when set.
+    pub parts: Option<Vec<ContentPart>>,
     pub tool_calls: Vec<ToolCall>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
 }
 
@@ -89,10 +93,73 @@ impl RequestMessage {
         Self {
             role,
             content: Some(content.into()),
+            parts: None,
             tool_calls: Vec::new(),
             tool_call_id: None,
         }
     }
+}
+
+impl Serialize for RequestMessage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Content<'a> {
+            Text(&'a Option<String>),
+            Parts(&'a [ContentPart]),
+        }
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            role: Role,
+            content: Content<'a>,
+            #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+            tool_calls: &'a [ToolCall],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tool_call_id: &'a Option<String>,
+        }
+        Wire {
+            role: self.role,
+            content: match &self.parts {
+                Some(parts) => Content::Parts(parts),
+                None => Content::Text(&self.content),
+            },
+            tool_calls: &self.tool_calls,
+            tool_call_id: &self.tool_call_id,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// One part of a message's content in chat completions' array form: text, or an image by URL
+/// (a `data:` URL carries the image itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+impl ContentPart {
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentPart::Text { text: text.into() }
+    }
+
+    /// An image given as its bytes in base64: a `data:` URL.
+    pub fn image_data(mime_type: &str, base64: &str) -> Self {
+        ContentPart::ImageUrl {
+            image_url: ImageUrl {
+                url: format!("data:{mime_type};base64,{base64}"),
+                detail: None,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageUrl {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// One chat-completions request.
@@ -214,4 +281,40 @@ pub(crate) struct WireModels {
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireModel {
     pub id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parts_are_sent_as_content() {
+        let mut m = RequestMessage::text(Role::User, "as text");
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            json!({"role": "user", "content": "as text"})
+        );
+        m.parts = Some(vec![
+            ContentPart::text("look"),
+            ContentPart::image_data("image/png", "iVBOR"),
+        ]);
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
+            ]})
+        );
+        let calls = RequestMessage {
+            role: Role::Assistant,
+            content: None,
+            parts: None,
+            tool_calls: vec![ToolCall::new("c1", "t", "{}")],
+            tool_call_id: None,
+        };
+        let v = serde_json::to_value(&calls).unwrap();
+        assert_eq!(v["content"], Value::Null);
+        assert_eq!(v["tool_calls"][0]["id"], "c1");
+    }
 }

@@ -1,13 +1,30 @@
 //! A `CallToolResult` as the text the model reads.
 //!
 //! Each content block becomes a paragraph: text as it is; an image or audio clip described by
-//! its type and size (the model gets no pixels yet: images go to models that accept them
-//! later, issue 17); an embedded resource's text, or a description of its blob; a resource
+//! its type and size; an embedded resource's text, or a description of its blob; a resource
 //! link as its name and URI. Structured content follows as JSON, unless the text already
 //! carries it (servers are asked to repeat it as text for older clients, and the model should
 //! not read it twice).
+//!
+//! An image is also handed, pixels and all, to the images of the call that is running it
+//! ([`collect_images`]), so a model that accepts images sees it; the description stays in
+//! the text for the transcript and for models that do not.
 
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use tern_tools::{ToolImage, ToolImages, base64_decoded_len as base64_len};
+
+tokio::task_local! {
+    /// Where the images of the call in flight go. A task-local rather than a parameter:
+    /// [`McpClient::call_tool`](crate::McpClient::call_tool) turns the result into text, and
+    /// the tool that awaits it ([`McpTool`](crate::McpTool)) holds the call's
+    /// [`ToolImages`].
+    static IMAGES: ToolImages;
+}
+
+/// Runs `call` (an `McpClient::call_tool`) with the images of its result going to `images`.
+pub(crate) async fn collect_images<T>(images: ToolImages, call: impl Future<Output = T>) -> T {
+    IMAGES.scope(images, call).await
+}
 
 /// The text of `result`, whether it is an error or not (the caller reads `is_error`).
 pub fn result_text(result: &CallToolResult) -> String {
@@ -28,6 +45,13 @@ fn block_text(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(t) => t.text.clone(),
         ContentBlock::Image(i) => {
+            // Outside a collecting call (`tern mcp call`, tests) there is nowhere to go.
+            let _ = IMAGES.try_with(|images| {
+                images.push(ToolImage {
+                    mime_type: i.mime_type.clone(),
+                    data: i.data.clone(),
+                })
+            });
             format!("[image: {}, {} bytes]", i.mime_type, base64_len(&i.data))
         }
         ContentBlock::Audio(a) => {
@@ -64,19 +88,6 @@ fn block_text(block: &ContentBlock) -> String {
         // A content kind newer than this build: its JSON, so nothing is silently dropped.
         other => serde_json::to_string(other).unwrap_or_default(),
     }
-}
-
-/// The size of the bytes a base64 text encodes, without decoding it.
-fn base64_len(data: &str) -> usize {
-    let data = data.trim_end();
-    let padding = data.bytes().rev().take_while(|b| *b == b'=').count();
-    (data.len() / 4 * 3
-        + match data.len() % 4 {
-            2 => 1,
-            3 => 2,
-            _ => 0,
-        })
-    .saturating_sub(padding)
 }
 
 #[cfg(test)]

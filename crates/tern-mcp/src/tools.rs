@@ -13,6 +13,7 @@ use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResul
 use crate::client::McpClient;
 use crate::error::McpError;
 use crate::manager::ServerHandle;
+use crate::result::collect_images;
 
 /// The toolset that stands for every configured server's toolset (`mcp:NAME`).
 pub const TOOLSET_ALL: &str = "mcp";
@@ -96,7 +97,7 @@ impl DynTool for McpTool {
                 client.call_tool(&self.tool, arguments).await
             };
             tokio::select! {
-                r = call => {
+                r = collect_images(ctx.report.images.clone(), call) => {
                     r.map(Value::String).map_err(|e| ToolError::new(e.to_string()))
                 }
                 // Dropping the call sends the server `notifications/cancelled`.

@@ -75,6 +75,7 @@ impl Compaction {
             seq: self.after_seq,
             role: self.role?,
             content: Some(self.content.clone()?),
+            parts: None,
             tool_calls: Vec::new(),
             tool_call_id: None,
             tool_name: None,

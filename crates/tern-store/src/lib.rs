@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use tern_llm::{RequestMessage, Role, ToolCall};
+use tern_llm::{ContentPart, RequestMessage, Role, ToolCall};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -145,6 +145,11 @@ pub struct Message {
     pub seq: i64,
     pub role: Role,
     pub content: Option<String>,
+    /// The content as parts, sent to the model in place of `content` (which holds the same
+    /// message as text, images described): the images of a step's tool calls for a model
+    /// that accepts images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<ContentPart>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,11 +186,22 @@ pub struct Message {
 }
 
 impl Message {
+    /// How many images the model is shown with this message (its `image_url` parts).
+    pub fn images(&self) -> usize {
+        self.parts.as_ref().map_or(0, |parts| {
+            parts
+                .iter()
+                .filter(|p| matches!(p, ContentPart::ImageUrl { .. }))
+                .count()
+        })
+    }
+
     /// The message as sent to the model.
     pub fn to_request(&self) -> RequestMessage {
         RequestMessage {
             role: self.role,
             content: self.content.clone(),
+            parts: self.parts.clone(),
             tool_calls: self.tool_calls.clone(),
             tool_call_id: self.tool_call_id.clone(),
         }
@@ -197,6 +213,8 @@ impl Message {
 pub struct NewMessage {
     pub role: Option<Role>,
     pub content: Option<String>,
+    /// See [`Message::parts`].
+    pub parts: Option<Vec<ContentPart>>,
     pub tool_calls: Vec<ToolCall>,
     pub tool_call_id: Option<String>,
     pub tool_name: Option<String>,
@@ -768,7 +786,7 @@ impl Store {
     /// The active transcript of a session, in order: what the model sees. Messages a
     /// compaction replaced are left out (see [`Store::messages_all`]), the current summary
     /// (if any) sits right after the kept head, and a tool output the cheap pass cut has its
-    /// placeholder as `content`.
+    /// placeholder as `content` (a message with images: without its `parts`).
     ///
     /// SQLite builds the transcript as one JSON array and serde reads it back: sqlx moves
     /// every value of every row between threads with an allocation each, which made row-wise
@@ -778,7 +796,9 @@ impl Store {
         let json: Option<String> = sqlx::query_scalar(
             "SELECT json_group_array(json_object(\
                'id', id, 'seq', seq, 'role', role, \
-               'content', COALESCE(model_content, content), 'tool_calls', json(tool_calls), \
+               'content', COALESCE(model_content, content), \
+               'parts', CASE WHEN model_content IS NULL THEN json(parts) END, \
+               'tool_calls', json(tool_calls), \
                'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
                'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
                'completion_tokens', completion_tokens, 'model', model, \
@@ -805,7 +825,7 @@ impl Store {
         let json: Option<String> = sqlx::query_scalar(
             "SELECT json_group_array(json_object(\
                'id', id, 'seq', seq, 'role', role, \
-               'content', content, 'tool_calls', json(tool_calls), \
+               'content', content, 'parts', json(parts), 'tool_calls', json(tool_calls), \
                'tool_call_id', tool_call_id, 'tool_name', tool_name, 'reasoning', reasoning, \
                'turn_id', turn_id, 'prompt_tokens', prompt_tokens, \
                'completion_tokens', completion_tokens, 'model', model, \
@@ -1012,6 +1032,8 @@ struct MessageRow {
     seq: i64,
     role: Role,
     content: Option<String>,
+    #[serde(default)]
+    parts: Option<Vec<ContentPart>>,
     tool_calls: Option<Vec<ToolCall>>,
     tool_call_id: Option<String>,
     tool_name: Option<String>,
@@ -1035,6 +1057,7 @@ impl MessageRow {
             seq: self.seq,
             role: self.role,
             content: self.content,
+            parts: self.parts,
             tool_calls: self.tool_calls.unwrap_or_default(),
             tool_call_id: self.tool_call_id,
             tool_name: self.tool_name,
@@ -1073,17 +1096,24 @@ pub(crate) async fn insert_messages(
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             )
         };
+        let parts = m
+            .parts
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let row = sqlx::query(
-            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, \
-                 tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, model, \
-                 created_at) \
+            "INSERT INTO messages (session_id, seq, role, content, parts, tool_calls, \
+                 tool_call_id, tool_name, reasoning, turn_id, prompt_tokens, completion_tokens, \
+                 model, created_at) \
                  VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), \
-                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
+                 ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq",
         )
         .bind(session_id)
         .bind(session_id)
         .bind(role.as_str())
         .bind(&m.content)
+        .bind(&parts)
         .bind(&tool_calls)
         .bind(&m.tool_call_id)
         .bind(&m.tool_name)
@@ -1109,6 +1139,7 @@ pub(crate) async fn insert_messages(
             seq: row.try_get(1)?,
             role,
             content: m.content.clone(),
+            parts: m.parts.clone(),
             tool_calls: m.tool_calls.clone(),
             tool_call_id: m.tool_call_id.clone(),
             tool_name: m.tool_name.clone(),

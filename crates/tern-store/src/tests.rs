@@ -106,6 +106,110 @@ async fn messages_keep_openai_shape_and_tokens() {
 }
 
 #[tokio::test]
+async fn a_message_with_image_parts_is_stored_whole_and_searched_by_its_text() {
+    let (dir, s) = store().await;
+    let sess = s.create_session(new_session("cli")).await.unwrap();
+    s.append_message(&sess.id, &NewMessage::new(Role::User, "plain words"))
+        .await
+        .unwrap();
+    let parts = vec![
+        tern_llm::ContentPart::text("Images from tool call c1 (shot): 1"),
+        tern_llm::ContentPart::image_data("image/png", "iVBORw0KGgoAAAA"),
+    ];
+    s.append_message(
+        &sess.id,
+        &NewMessage {
+            parts: Some(parts.clone()),
+            ..NewMessage::new(
+                Role::User,
+                "Images from tool call c1 (shot): [image: image/png]",
+            )
+        },
+    )
+    .await
+    .unwrap();
+    drop(s);
+    // Reopened, as after a restart: the parts come back as they went in, next to a message
+    // stored without any.
+    let s = Store::open(&dir.path().join("tern.db")).await.unwrap();
+    for msgs in [
+        s.messages(&sess.id).await.unwrap(),
+        s.messages_all(&sess.id).await.unwrap(),
+    ] {
+        assert_eq!(msgs[0].parts, None);
+        assert_eq!(msgs[1].parts.as_ref(), Some(&parts));
+        let req = serde_json::to_value(msgs[1].to_request()).unwrap();
+        assert_eq!(req["content"][1]["type"], "image_url");
+        assert_eq!(
+            req["content"][1]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0KGgoAAAA"
+        );
+        assert_eq!(
+            serde_json::to_value(msgs[0].to_request()).unwrap()["content"],
+            "plain words"
+        );
+    }
+    // The index holds the text, never the image's data.
+    assert_eq!(s.search("shot", 10).await.unwrap().len(), 1);
+    assert!(s.search("iVBORw0KGgoAAAA", 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_elided_image_message_is_sent_as_its_placeholder_without_parts() {
+    let (_d, s) = store().await;
+    let sess = s.create_session(new_session("cli")).await.unwrap();
+    let stored = s
+        .append_messages(
+            &sess.id,
+            &[
+                NewMessage::new(Role::User, "the task"),
+                NewMessage {
+                    parts: Some(vec![
+                        tern_llm::ContentPart::text("[image]"),
+                        tern_llm::ContentPart::image_data("image/png", "BwcH"),
+                    ]),
+                    ..NewMessage::new(Role::User, "[image]")
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    s.compact(
+        &sess.id,
+        &NewCompaction {
+            reason: CompactionReason::Auto,
+            planned_through_seq: 2,
+            planned_after: None,
+            elide: vec![Elision {
+                message_id: stored[1].id,
+                placeholder: "[image] (no longer shown)".into(),
+            }],
+            summary: None,
+            tokens_before: 2000,
+            tokens_after: 10,
+        },
+    )
+    .await
+    .unwrap();
+    let active = s.messages(&sess.id).await.unwrap();
+    assert_eq!(
+        active[1].content.as_deref(),
+        Some("[image] (no longer shown)")
+    );
+    assert_eq!(
+        active[1].parts, None,
+        "the model is sent the placeholder alone"
+    );
+    assert_eq!(active[1].images(), 0);
+    let all = s.messages_all(&sess.id).await.unwrap();
+    assert_eq!(all[1].images(), 1, "the store keeps the image");
+    assert_eq!(
+        all[1].model_content.as_deref(),
+        Some("[image] (no longer shown)")
+    );
+}
+
+#[tokio::test]
 async fn append_to_missing_session_is_an_error() {
     let (_d, s) = store().await;
     assert!(matches!(

@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod http;
+pub mod mcp_client;
 pub mod procs;
 pub mod synapse;
 pub mod telegram;

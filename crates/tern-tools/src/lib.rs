@@ -200,12 +200,88 @@ pub struct ToolContext {
 /// nowhere (outside a turn, and in tests).
 #[derive(Clone, Default)]
 #[non_exhaustive]
-pub struct ToolReport {}
+pub struct ToolReport {
+    /// Images the call produced, for a model that accepts images: the agent takes them after
+    /// the call. The tool's result still describes each one in words, for models that do not.
+    pub images: ToolImages,
+}
 
 impl std::fmt::Debug for ToolReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolReport").finish_non_exhaustive()
+        f.debug_struct("ToolReport")
+            .field("images", &self.images.len())
+            .finish_non_exhaustive()
     }
+}
+
+/// An image a tool produced.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ToolImage {
+    /// E.g. `image/png`.
+    pub mime_type: String,
+    /// The image's bytes in base64, as MCP carries them.
+    pub data: String,
+}
+
+impl ToolImage {
+    /// The number of bytes `data` decodes to, without decoding it.
+    pub fn decoded_len(&self) -> usize {
+        base64_decoded_len(&self.data)
+    }
+}
+
+impl std::fmt::Debug for ToolImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the data: megabytes of base64 in a log line help no one.
+        write!(
+            f,
+            "ToolImage({}, {} bytes)",
+            self.mime_type,
+            self.decoded_len()
+        )
+    }
+}
+
+/// The images of one call, shared by the tool that pushes them and the agent that takes
+/// them. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ToolImages(Arc<std::sync::Mutex<Vec<ToolImage>>>);
+
+impl ToolImages {
+    pub fn push(&self, image: ToolImage) {
+        self.lock().push(image);
+    }
+
+    /// The images pushed so far, leaving none.
+    pub fn take(&self) -> Vec<ToolImage> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ToolImage>> {
+        // Every operation on the list is one call: a panic cannot leave it half-changed.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The size of the bytes a base64 text encodes, without decoding it.
+pub fn base64_decoded_len(data: &str) -> usize {
+    let data = data.trim_end();
+    let padding = data.bytes().rev().take_while(|b| *b == b'=').count();
+    (data.len() / 4 * 3
+        + match data.len() % 4 {
+            2 => 1,
+            3 => 2,
+            _ => 0,
+        })
+    .saturating_sub(padding)
 }
 
 impl ToolContext {

@@ -1,4 +1,5 @@
 mod http;
+mod images;
 mod manager;
 mod sandbox;
 mod stdio;

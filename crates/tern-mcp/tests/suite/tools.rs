@@ -143,23 +143,46 @@ async fn an_error_result_reaches_the_model_as_an_error() {
 }
 
 #[tokio::test]
-async fn an_image_reaches_the_model_described() {
+async fn an_image_is_described_in_the_result_and_handed_to_the_turn() {
     let registry = registry("").await;
+    let ctx = ctx(CancellationToken::new());
+    let images = ctx.report.images.clone();
     let r = registry
-        .call(
-            "mcp__everything__get-tiny-image",
-            "{}",
-            &toolsets(),
-            ctx(CancellationToken::new()),
-        )
+        .call("mcp__everything__get-tiny-image", "{}", &toolsets(), ctx)
         .await
         .unwrap();
     let text = r.as_str().unwrap();
     assert!(text.contains("[image: image/png, "), "{text}");
     assert!(
         !text.contains("iVBOR"),
-        "the image's data went to the model: {text}"
+        "the image's data went into the text: {text}"
     );
+    // The pixels go to the turn, for a model that accepts images: the server's PNG, whole.
+    let images = images.take();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0].mime_type, "image/png");
+    assert!(images[0].data.starts_with("iVBOR"), "{:?}", images[0]);
+    assert!(
+        text.contains(&format!("{} bytes]", images[0].decoded_len())),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_without_images_hands_none_to_the_turn() {
+    let registry = registry("").await;
+    let ctx = ctx(CancellationToken::new());
+    let images = ctx.report.images.clone();
+    registry
+        .call(
+            "mcp__everything__echo",
+            r#"{"message": "no pixels"}"#,
+            &toolsets(),
+            ctx,
+        )
+        .await
+        .unwrap();
+    assert!(images.is_empty());
 }
 
 #[tokio::test]
