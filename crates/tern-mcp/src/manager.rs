@@ -126,6 +126,10 @@ struct Server {
     demand: Notify,
     /// The tools it offers, as listed at boot.
     tools: std::sync::OnceLock<Vec<Tool>>,
+    /// Those tools as tern tools, made once: a registry made again (`tern chat`'s `/model`)
+    /// gets the same ones, so their leaked names are leaked once. They hold this server's
+    /// handle, so `shutdown` empties it to end the cycle.
+    built: std::sync::Mutex<Option<Vec<Arc<dyn tern_tools::DynTool>>>>,
 }
 
 /// A server as its tools see it: calls go to whatever client currently runs it.
@@ -150,6 +154,7 @@ impl ServerHandle {
             state: watch::Sender::new(State::Running(client)),
             demand: Notify::new(),
             tools: std::sync::OnceLock::new(),
+            built: std::sync::Mutex::new(None),
         }))
     }
 
@@ -306,6 +311,7 @@ impl McpManager {
                 state: watch::Sender::new(state),
                 demand: Notify::new(),
                 tools: std::sync::OnceLock::new(),
+                built: std::sync::Mutex::new(None),
             }));
             if config.enabled {
                 tasks.spawn(run(handle.0.clone(), stop.clone()));
@@ -355,7 +361,13 @@ impl McpManager {
         let mut added = Vec::new();
         for handle in self.servers.values() {
             if let Some(tools) = handle.0.tools.get() {
-                added.extend(crate::tools::register_listed(registry, handle, tools));
+                let Ok(mut built) = handle.0.built.lock() else {
+                    continue;
+                };
+                for tool in built.get_or_insert_with(|| crate::tools::build(handle, tools)) {
+                    registry.register(Arc::clone(tool));
+                    added.push(tool.spec().name);
+                }
             }
         }
         added
@@ -400,6 +412,11 @@ impl McpManager {
             .is_err()
         {
             tracing::warn!("MCP servers still closing after {SHUTDOWN_JOIN:?}; going on");
+        }
+        for handle in self.servers.values() {
+            if let Ok(mut built) = handle.0.built.lock() {
+                built.take();
+            }
         }
     }
 }

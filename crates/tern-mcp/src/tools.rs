@@ -133,16 +133,22 @@ pub(crate) fn register_listed(
     server: &ServerHandle,
     tools: &[rmcp::model::Tool],
 ) -> Vec<&'static str> {
-    let mut added = Vec::new();
+    let built = build(server, tools);
+    for tool in &built {
+        registry.register(Arc::clone(tool));
+    }
+    built.iter().map(|t| t.spec().name).collect()
+}
+
+/// The offered ones of `tools` as tern tools.
+pub(crate) fn build(server: &ServerHandle, tools: &[rmcp::model::Tool]) -> Vec<Arc<dyn DynTool>> {
+    let mut built: Vec<Arc<dyn DynTool>> = Vec::new();
     for tool in tools {
         if !server.config().offers_tool(&tool.name) {
             continue;
         }
         match McpTool::new(server.clone(), tool) {
-            Some(t) => {
-                added.push(t.spec.name);
-                registry.register(Arc::new(t));
-            }
+            Some(t) => built.push(Arc::new(t)),
             None => tracing::warn!(
                 server = server.name(),
                 tool = %tool.name,
@@ -152,7 +158,7 @@ pub(crate) fn register_listed(
             ),
         }
     }
-    added
+    built
 }
 
 /// The server's input schema as function-calling parameters: an object with `properties`
