@@ -22,11 +22,16 @@ fn everything_entry() -> PathBuf {
     entry
 }
 
-/// server-everything as `everything`, plus `extra` configuration.
+/// server-everything as `everything` (in the default sandbox where the kernel can enforce
+/// it, else without: a sandboxed server would not start), plus `extra` configuration.
 fn config(e: &Env, extra: &str) {
+    let sandbox = match tern_sandbox::Support::probe() {
+        tern_sandbox::Support::Missing { .. } => "sandbox = \"none\"\n",
+        tern_sandbox::Support::Landlock { .. } => "",
+    };
     e.config(&format!(
         "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n\
-         env = {{ SECRET_KEY = \"s3cret-value-do-not-print\" }}\n\n{extra}",
+         env = {{ SECRET_KEY = \"s3cret-value-do-not-print\" }}\n{sandbox}\n{extra}",
         everything_entry().display().to_string()
     ));
 }

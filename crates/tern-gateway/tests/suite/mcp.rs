@@ -25,6 +25,18 @@ fn everything_entry() -> PathBuf {
     entry
 }
 
+/// Where the kernel cannot enforce the sandbox a sandboxed server does not start (as the
+/// agent's commands do not run): there the server runs without one, and the rest is tested.
+fn unsandboxed_without_landlock() -> &'static str {
+    match tern_sandbox::Support::probe() {
+        tern_sandbox::Support::Missing { reason } => {
+            eprintln!("no Landlock ({reason}): the MCP server runs unsandboxed");
+            "sandbox = \"none\""
+        }
+        tern_sandbox::Support::Landlock { .. } => "",
+    }
+}
+
 #[tokio::test]
 async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
     let fake = FakeModel::start().await.unwrap();
@@ -37,9 +49,10 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
     let home = home_for(
         &fake,
         &format!(
-            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n\n\
+            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n{}\n\
              [mcp_servers.ghost]\ncommand = \"tern-no-such-program\"\n",
-            everything_entry().display().to_string()
+            everything_entry().display().to_string(),
+            unsandboxed_without_landlock()
         ),
     );
     let handle = common::builder(&home)
