@@ -109,11 +109,17 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
             .starts_with("cannot start MCP server `ghost` (`tern-no-such-program`): "),
         "{ghost}"
     );
-    // Without a key: refused.
+    // Without a key: refused; an agent key: forbidden (the servers are the gateway's).
     let r = reqwest::get(format!("{url}/api/mcp/servers"))
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    let agent = tern_gateway::auth::create_key(&handle.gateway().store, "agent")
+        .await
+        .unwrap();
+    let (status, body) = http_get(&format!("{url}/api/mcp/servers"), &agent).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden", "{body}");
 
     handle.shutdown().await.unwrap();
     tern_test_support::wait::eventually("the MCP server's process to be gone", async || {
