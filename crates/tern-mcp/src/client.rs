@@ -1,7 +1,8 @@
 //! [`McpClient`]: one configured MCP server, reached over its stdio or over streamable HTTP.
 //!
 //! A stdio server's program is started with tokio's `Command` (its `env` on top of tern's
-//! environment, its `cwd`), confined by the sandbox [`ClientOptions::sandbox`] gives unless
+//! environment less tern's secrets, scrubbed as the agent's commands' is, confined or not;
+//! its `cwd`), confined by the sandbox [`ClientOptions::sandbox`] gives unless
 //! its `sandbox` says otherwise, and handed to rmcp's child-process transport. An HTTP server
 //! is reached at its `url` with its `headers` and the bearer token read from the variable
 //! `bearer_token_env` names (read at each start, so a rotated token is picked up by a
@@ -122,6 +123,19 @@ impl McpClient {
                     cmd.current_dir(cwd);
                 }
                 let prepared = confine(name, config, options, &mut cmd).await?;
+                if prepared.is_none() {
+                    // Unconfined, the server still gets tern's environment less its secrets
+                    // (model keys, channel tokens, `TERN_*`), as confined ones do: a
+                    // third-party server, or a model asking it to print its environment,
+                    // must not read them.
+                    let policy = options
+                        .sandbox
+                        .as_ref()
+                        .map(|b| b.sandbox.policy().env.clone())
+                        .unwrap_or_default();
+                    cmd.env_clear()
+                        .envs(tern_sandbox::env::scrub(std::env::vars_os(), &policy));
+                }
                 cmd.envs(env);
                 let (transport, stderr) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::piped())

@@ -209,3 +209,32 @@ async fn tern_chat_offers_and_calls_the_servers_tools() {
         .unwrap();
     assert_eq!(tool["content"], "\"The sum of 20 and 22 is 42.\"");
 }
+
+/// A server gets tern's environment less tern's secrets, sandboxed or not (`sandbox =
+/// "none"`): a model asking server-everything's `get-env` for it reads no model key or
+/// `TERN_*` variable; the server's own configured `env` is there.
+#[test]
+fn a_server_never_gets_terns_secrets_in_its_environment() {
+    for extra in ["", "sandbox = \"none\"\n"] {
+        let e = Env::new();
+        config(&e, extra);
+        let o = e
+            .tern()
+            .args(["mcp", "call", "everything", "get-env"])
+            .env("OPENAI_API_KEY", "sk-must-not-leak")
+            .env("TERN_SERVER_KEY", "tern-must-not-leak")
+            .env("HARMLESS_SETTING", "kept")
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let text = stdout(&o);
+        assert!(text.contains("HARMLESS_SETTING"), "{extra}: {text}");
+        assert!(
+            text.contains("s3cret-value-do-not-print"),
+            "{extra}: {text}"
+        );
+        for leak in ["sk-must-not-leak", "tern-must-not-leak", "TERN_HOME"] {
+            assert!(!text.contains(leak), "{extra}: {leak} in {text}");
+        }
+    }
+}
