@@ -334,8 +334,7 @@ command = "cat >> {rec}; echo >> {rec}"
     // Every call that ran was reported to post_tool_call hooks, as from MCP.
     eventually("post_tool_call events from MCP", async || {
         let text = std::fs::read_to_string(&record).unwrap_or_default();
-        (text.contains(r#""source":"mcp""#) && text.contains(r#""tool":"process""#))
-            .then_some(())
+        (text.contains(r#""source":"mcp""#) && text.contains(r#""tool":"process""#)).then_some(())
     })
     .await;
     c.ok("process_kill", json!({"processId": proc_id})).await;
@@ -416,7 +415,10 @@ async fn the_bridge_takes_no_key_in_argv_no_admin_key_and_no_cleartext_to_anothe
     let c = McpDriver::stdio(
         std::path::Path::new(TERN),
         &["mcp", "serve", "--allow-admin-key"],
-        &[("TERN_HOME", home.as_str()), ("TERN_API_KEY", admin.as_str())],
+        &[
+            ("TERN_HOME", home.as_str()),
+            ("TERN_API_KEY", admin.as_str()),
+        ],
     )
     .await;
     assert!(c.connected(), "{}", c.hello);
@@ -435,7 +437,10 @@ async fn the_bridge_takes_no_key_in_argv_no_admin_key_and_no_cleartext_to_anothe
     let c = McpDriver::stdio(
         std::path::Path::new(TERN),
         &["mcp", "serve", "--url", &gw.url],
-        &[("TERN_HOME", home.as_str()), ("TERN_API_KEY", agent.as_str())],
+        &[
+            ("TERN_HOME", home.as_str()),
+            ("TERN_API_KEY", agent.as_str()),
+        ],
     )
     .await;
     assert!(c.connected(), "{}", c.hello);
@@ -456,13 +461,21 @@ async fn revoking_a_key_closes_its_mcp_sessions_and_ends_their_waits() {
         )
         .await;
     c.progress(waiting).await;
-    common::assert_ok(&e.tern().args(["keys", "revoke", "leaving"]).output().unwrap());
+    common::assert_ok(
+        &e.tern()
+            .args(["keys", "revoke", "leaving"])
+            .output()
+            .unwrap(),
+    );
     // The gateway closes the revoked key's session, which ends its 600 s wait now.
-    eventually("the revoked key's session closed and its wait ended", async || {
-        let logs = gw.logs();
-        (logs.contains("closing an MCP session: its key was revoked")
-            && logs.contains("wait_for_decision cancelled"))
-        .then_some(())
-    })
+    eventually(
+        "the revoked key's session closed and its wait ended",
+        async || {
+            let logs = gw.logs();
+            (logs.contains("closing an MCP session: its key was revoked")
+                && logs.contains("wait_for_decision cancelled"))
+            .then_some(())
+        },
+    )
     .await;
 }

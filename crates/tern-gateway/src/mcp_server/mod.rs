@@ -41,13 +41,13 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
-use futures_util::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::{
     ServerSseMessage, SessionId, SessionManager,
 };
@@ -315,7 +315,9 @@ impl Bindings {
     fn open(&self, key_id: &str) -> Result<(), &'static str> {
         let mut o = self.lock();
         if o.live_of(key_id) >= MAX_SESSIONS_PER_KEY {
-            return Err("this key has too many open MCP sessions; close some (DELETE /mcp) or let them idle out");
+            return Err(
+                "this key has too many open MCP sessions; close some (DELETE /mcp) or let them idle out",
+            );
         }
         if o.sessions.len() + o.opening.values().sum::<usize>() >= MAX_SESSIONS {
             return Err("the gateway has too many open MCP sessions; try again later");
@@ -505,7 +507,11 @@ async fn close_revoked(gw: AppState, guard: Guard) {
         };
         for s in guard.bindings.orphans(&active) {
             tracing::info!(session = %s, "closing an MCP session: its key was revoked");
-            if let Err(e) = guard.sessions.close_session(&SessionId::from(s.clone())).await {
+            if let Err(e) = guard
+                .sessions
+                .close_session(&SessionId::from(s.clone()))
+                .await
+            {
                 tracing::warn!(session = %s, error = %e, "cannot close a revoked key's MCP session");
             }
             guard.bindings.forget(&s);

@@ -214,16 +214,18 @@ async fn run_tool(call: &Call<'_>, session_id: &str, tool: &str, args: Value) ->
         Ok(v) => v.to_string(),
         Err(e) => e.0.clone(),
     };
-    hooks.emit(tern_hooks::HookEvent::PostToolCall(tern_hooks::PostToolCall {
-        session_id: session_id.to_owned(),
-        source: "mcp".into(),
-        turn_id: String::new(),
-        call_id,
-        tool: tool.to_owned(),
-        ok: r.is_ok(),
-        duration_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
-        result: result.chars().take(4096).collect(),
-    }));
+    hooks.emit(tern_hooks::HookEvent::PostToolCall(
+        tern_hooks::PostToolCall {
+            session_id: session_id.to_owned(),
+            source: "mcp".into(),
+            turn_id: String::new(),
+            call_id,
+            tool: tool.to_owned(),
+            ok: r.is_ok(),
+            duration_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+            result: result.chars().take(4096).collect(),
+        },
+    ));
     r.map_err(|e| ToolFail(e.0))
 }
 

@@ -585,7 +585,10 @@ async fn a_session_id_bound_to_no_key_is_refused_with_404_in_json() {
             .unwrap();
         let (status, body) = common::status_json(r).await;
         assert_eq!(status, 404, "{method}: {body}");
-        assert_eq!(body["error"]["code"], "session_not_found", "{method}: {body}");
+        assert_eq!(
+            body["error"]["code"], "session_not_found",
+            "{method}: {body}"
+        );
     }
 }
 
@@ -634,7 +637,10 @@ async fn a_key_has_at_most_32_waits_under_way() {
         assert_eq!(done["structuredContent"]["status"], "decided", "{done}");
     }
     let out = c
-        .ok("wait_for_decision", json!({"requestId": request, "timeout": 1}))
+        .ok(
+            "wait_for_decision",
+            json!({"requestId": request, "timeout": 1}),
+        )
         .await;
     assert_eq!(out["status"], "decided", "{out}");
     c.close().await;
