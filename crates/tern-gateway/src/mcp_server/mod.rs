@@ -312,7 +312,8 @@ impl Bindings {
     }
 
     /// Counts an `initialize` of `key_id` against the caps, or says which one it is over.
-    fn open(&self, key_id: &str) -> Result<(), &'static str> {
+    /// The count lasts as long as the returned [`Opening`].
+    fn open(&self, key_id: &str) -> Result<Opening, &'static str> {
         let mut o = self.lock();
         if o.live_of(key_id) >= MAX_SESSIONS_PER_KEY {
             return Err(
@@ -323,16 +324,10 @@ impl Bindings {
             return Err("the gateway has too many open MCP sessions; try again later");
         }
         *o.opening.entry(key_id.to_owned()).or_default() += 1;
-        Ok(())
-    }
-
-    /// The `initialize` of `key_id` is answered: its session, if rmcp made one, is bound.
-    fn opened(&self, key_id: &str, session: Option<String>) {
-        let mut o = self.lock();
-        o.done_opening(key_id);
-        if let Some(s) = session {
-            o.sessions.insert(s, key_id.to_owned());
-        }
+        Ok(Opening {
+            bindings: self.clone(),
+            key_id: key_id.to_owned(),
+        })
     }
 
     fn forget(&self, session: &str) {
@@ -347,6 +342,29 @@ impl Bindings {
             .filter(|(_, k)| *k != crate::auth::SERVER_KEY_ID && !active.contains(*k))
             .map(|(s, _)| s.clone())
             .collect()
+    }
+}
+
+/// An `initialize` under way, counted against the caps until it is answered — or dropped,
+/// when the client goes away first.
+struct Opening {
+    bindings: Bindings,
+    key_id: String,
+}
+
+impl Opening {
+    /// Answered: its session, if rmcp made one, is bound to the key (in the same lock as
+    /// the count ends, so the caps never miss it).
+    fn opened(self, session: Option<String>) {
+        if let Some(s) = session {
+            self.bindings.lock().sessions.insert(s, self.key_id.clone());
+        }
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.bindings.lock().done_opening(&self.key_id);
     }
 }
 
@@ -438,20 +456,37 @@ async fn bind_sessions(State(guard): State<Guard>, req: Request, next: Next) -> 
     let deleting = req.method() == axum::http::Method::DELETE;
     let Some(session) = session else {
         // No session: an `initialize` (a POST) makes one; anything else rmcp refuses.
-        let opening = req.method() == axum::http::Method::POST;
-        if opening && let Err(why) = guard.bindings.open(&key.id) {
-            tracing::warn!(key = %key.name, "MCP initialize refused: {why}");
-            return ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_sessions", why)
-                .into_response();
-        }
+        let opening = if req.method() == axum::http::Method::POST {
+            match guard.bindings.open(&key.id) {
+                Ok(o) => Some(o),
+                Err(why) => {
+                    tracing::warn!(key = %key.name, "MCP initialize refused: {why}");
+                    return ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_sessions", why)
+                        .into_response();
+                }
+            }
+        } else {
+            None
+        };
         let resp = next.run(req).await;
-        if opening {
+        if let Some(opening) = opening {
             let new = resp
                 .headers()
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            guard.bindings.opened(&key.id, new);
+            opening.opened(new.clone());
+            // Closed before it was bound (a failed handshake): `close_session` had nothing
+            // to forget yet, so it is forgotten here.
+            if let Some(s) = new
+                && !guard
+                    .sessions
+                    .has_session(&SessionId::from(s.clone()))
+                    .await
+                    .unwrap_or(true)
+            {
+                guard.bindings.forget(&s);
+            }
         }
         return resp;
     };
