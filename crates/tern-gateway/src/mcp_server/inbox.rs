@@ -8,6 +8,7 @@
 //! toolset's types (summary, context, recommendation, fields) without its workspace
 //! attachments: an MCP client's files are not on the gateway's disk.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -343,10 +344,59 @@ async fn decision(call: &Call<'_>, request_id: &str) -> Result<Decision, ToolFai
     })
 }
 
-/// `wait_for_decision`: the result once decided, or still pending after the timeout. Woken
-/// by the inbox's change feed; every [`PROGRESS_EVERY`] it looks again (a change missed by
-/// a lagging feed is still seen) and, with a progress token, tells the client it waits. An
-/// MCP cancel (`notifications/cancelled`) or the gateway's shutdown ends it at once.
+/// `wait_for_decision` calls one key may have under way at once, across its sessions:
+/// each holds a task and a feed subscription for up to 600 s.
+pub(crate) const MAX_WAITS_PER_KEY: usize = 32;
+
+/// How often a wait looks at its request without the change feed naming it: a backstop
+/// for a change missed by a lagging or closed feed, rare enough to cost nothing.
+const FALLBACK_LOOK: Duration = Duration::from_secs(30);
+
+/// The `wait_for_decision` calls under way, per key id.
+#[derive(Default)]
+pub(crate) struct Waits(std::sync::Mutex<HashMap<String, usize>>);
+
+/// One counted wait; uncounted when dropped (the call ended, however).
+struct WaitSlot<'a> {
+    waits: &'a Waits,
+    key: String,
+}
+
+impl Waits {
+    fn take(&self, key: &str) -> Result<WaitSlot<'_>, ToolFail> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(key.to_owned()).or_default();
+        if *n >= MAX_WAITS_PER_KEY {
+            return Err(ToolFail(format!(
+                "too many wait_for_decision calls under way for this key (at most \
+                 {MAX_WAITS_PER_KEY}); end some, or use get_decision"
+            )));
+        }
+        *n += 1;
+        Ok(WaitSlot {
+            waits: self,
+            key: key.to_owned(),
+        })
+    }
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        let mut m = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// `wait_for_decision`: the result once decided, or still pending after the timeout. Looks
+/// at the request when the inbox's change feed names it (or at a slow fallback tick, for a
+/// change a lagging feed missed); every [`PROGRESS_EVERY`], with a progress token, tells the
+/// client it waits. An MCP cancel (`notifications/cancelled`) or the gateway's shutdown ends
+/// it at once. A key has at most [`MAX_WAITS_PER_KEY`] under way.
 async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
     let a: WaitArgs = parse_args(args)?;
     let secs = a.timeout.unwrap_or(DEFAULT_WAIT_SECS);
@@ -355,26 +405,36 @@ async fn wait(call: &Call<'_>, args: Value) -> ToolOut {
             "`timeout` is 1 to {MAX_WAIT_SECS} seconds, not {secs}"
         )));
     }
+    let _slot = call.waits.take(&call.key.id)?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut changes = call.gw.inbox.changes();
     let mut feed_open = true;
     let mut ticks = tokio::time::interval(PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut fallback = tokio::time::interval(FALLBACK_LOOK);
+    fallback.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    fallback.reset();
     let started = tokio::time::Instant::now();
+    let mut look = true;
     loop {
         // Subscribed before this look, so a decision landing after it wakes the loop.
-        let now = decision(call, &a.request_id).await?;
-        if now.result.is_some() {
-            return Ok(now.json());
+        if look {
+            let now = decision(call, &a.request_id).await?;
+            if now.result.is_some() {
+                return Ok(now.json());
+            }
+            look = false;
         }
         tokio::select! {
-            r = changes.recv(), if feed_open => {
-                // Lagging is fine (the next look sees everything); a closed feed would wake
-                // the loop at once forever, so the ticks alone wake it from then on.
-                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
-                    feed_open = false;
-                }
-            }
+            r = changes.recv(), if feed_open => match r {
+                Ok(change) => look = change.request_id == a.request_id,
+                // Changes were missed: one may have been this request's.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => look = true,
+                // A closed feed would wake the loop at once forever: the fallback tick
+                // alone wakes it from then on.
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => feed_open = false,
+            },
+            _ = fallback.tick() => look = true,
             _ = ticks.tick() => {
                 let message = format!("waiting for a human's decision on {}", a.request_id);
                 report_progress(call, started, Some(secs as f64), message).await;

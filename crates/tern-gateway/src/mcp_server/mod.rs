@@ -17,8 +17,11 @@
 //!    bad or revoked one is a 401 with the JSON envelope, as anywhere in the API; the body
 //!    is held to `[gateway] max_body_bytes` (413).
 //! 2. [`bind_sessions`] binds each MCP session to the key that initialized it: a request
-//!    naming another key's `Mcp-Session-Id` gets 404, as an unknown session does (a 403
-//!    would confirm the id exists).
+//!    naming another key's `Mcp-Session-Id`, or one bound to no key, gets 404 (a 403 would
+//!    confirm the id exists; an unbound id fails closed). It holds `initialize` to
+//!    [`MAX_SESSIONS_PER_KEY`] and [`MAX_SESSIONS`] (429). [`TrackedSessions`] drops a
+//!    binding when rmcp closes its session, and [`close_revoked`] closes the sessions of
+//!    keys revoked since.
 //! 3. rmcp's [`StreamableHttpService`] runs one [`TernMcp`] per session. Every tool call
 //!    reads the key from that very request (the HTTP parts rmcp hands on), never from the
 //!    session, and scopes what it touches to it exactly as the HTTP API does.
@@ -38,11 +41,16 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::{
+    ServerSseMessage, SessionId, SessionManager,
+};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -111,6 +119,8 @@ pub(crate) type ToolOut = Result<Value, ToolFail>;
 /// cancellation, progress token and peer).
 pub(crate) struct Call<'a> {
     pub(crate) gw: &'a AppState,
+    /// The `wait_for_decision` calls under way, per key, across every session.
+    pub(crate) waits: &'a inbox::Waits,
     pub(crate) key: CallerKey,
     pub(crate) ctx: &'a RequestContext<RoleServer>,
 }
@@ -148,11 +158,12 @@ pub(crate) fn catalogue() -> Vec<ToolDef> {
 #[derive(Clone)]
 pub struct TernMcp {
     gw: AppState,
+    waits: Arc<inbox::Waits>,
 }
 
 impl TernMcp {
-    pub(crate) fn new(gw: AppState) -> Self {
-        Self { gw }
+    pub(crate) fn new(gw: AppState, waits: Arc<inbox::Waits>) -> Self {
+        Self { gw, waits }
     }
 
     /// The key of the request in `ctx`: put there by the gateway's key check on this very
@@ -215,6 +226,7 @@ impl ServerHandler for TernMcp {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let call = Call {
             gw: &self.gw,
+            waits: &self.waits,
             key,
             ctx: &context,
         };
@@ -240,56 +252,199 @@ impl ServerHandler for TernMcp {
     }
 }
 
-/// How long an MCP session may go without a message before rmcp ends it. Longer than the
-/// longest `wait_for_decision` (which may send nothing without a progress token) and than
-/// most turns of `session_chat`: rmcp's default of 5 minutes would end a session in the
-/// middle of such a call.
-const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How long an MCP session may go without a message before rmcp ends it: longer than the
+/// longest silent call (`wait_for_decision`, at most 600 s, which sends nothing without a
+/// progress token); rmcp's default of 5 minutes would end a session in such a call.
+const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
-/// Which key initialized each live MCP session, beside rmcp's sessions.
-#[derive(Clone)]
+/// Live MCP sessions one key may hold; its next `initialize` gets 429 (a client that leaks
+/// sessions learns it, rather than silently losing its oldest one mid-call).
+pub(crate) const MAX_SESSIONS_PER_KEY: usize = 16;
+
+/// Live MCP sessions on the gateway, all keys together; beyond it `initialize` gets 429.
+pub(crate) const MAX_SESSIONS: usize = 256;
+
+/// How often the sessions of revoked keys are looked for and closed. Revocation happens
+/// in the store (`tern keys revoke`, possibly another process), which tells nobody; a
+/// revoked key's requests are refused at once by the key check, and this ends its open
+/// sessions (and their waiting calls) soon after.
+const REVOCATION_SWEEP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The owners of live sessions, and the `initialize` requests under way per key (counted
+/// against the caps before rmcp makes their session).
+#[derive(Default)]
+struct Owners {
+    sessions: HashMap<String, String>,
+    opening: HashMap<String, usize>,
+}
+
+impl Owners {
+    fn live_of(&self, key_id: &str) -> usize {
+        self.sessions.values().filter(|k| *k == key_id).count()
+            + self.opening.get(key_id).copied().unwrap_or(0)
+    }
+
+    fn done_opening(&mut self, key_id: &str) {
+        if let Some(n) = self.opening.get_mut(key_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.opening.remove(key_id);
+            }
+        }
+    }
+}
+
+/// Which key initialized each live MCP session, beside rmcp's sessions. Shared with
+/// [`TrackedSessions`], which forgets a session's owner when rmcp closes it (DELETE, idle,
+/// shutdown), so the map holds the live sessions and no more.
+#[derive(Clone, Default)]
 pub(crate) struct Bindings {
-    owners: Arc<Mutex<HashMap<String, String>>>,
-    sessions: Arc<LocalSessionManager>,
+    owners: Arc<Mutex<Owners>>,
 }
 
 impl Bindings {
-    fn owner(&self, session: &str) -> Option<String> {
-        self.owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(session)
-            .cloned()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Binds `session` to `key_id`, and forgets the sessions rmcp has ended since (idle,
-    /// or closed), so the map stays as small as the live sessions.
-    async fn bind(&self, session: String, key_id: String) {
-        let live: std::collections::HashSet<String> = self
-            .sessions
-            .sessions
-            .read()
-            .await
-            .keys()
-            .map(|k| k.to_string())
-            .collect();
-        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
-        owners.retain(|s, _| live.contains(s));
-        owners.insert(session, key_id);
+    fn owner(&self, session: &str) -> Option<String> {
+        self.lock().sessions.get(session).cloned()
+    }
+
+    /// Counts an `initialize` of `key_id` against the caps, or says which one it is over.
+    /// The count lasts as long as the returned [`Opening`].
+    fn open(&self, key_id: &str) -> Result<Opening, &'static str> {
+        let mut o = self.lock();
+        if o.live_of(key_id) >= MAX_SESSIONS_PER_KEY {
+            return Err(
+                "this key has too many open MCP sessions; close some (DELETE /mcp) or let them idle out",
+            );
+        }
+        if o.sessions.len() + o.opening.values().sum::<usize>() >= MAX_SESSIONS {
+            return Err("the gateway has too many open MCP sessions; try again later");
+        }
+        *o.opening.entry(key_id.to_owned()).or_default() += 1;
+        Ok(Opening {
+            bindings: self.clone(),
+            key_id: key_id.to_owned(),
+        })
     }
 
     fn forget(&self, session: &str) {
-        self.owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(session);
+        self.lock().sessions.remove(session);
+    }
+
+    /// The sessions whose key is not in `active` (the server key is always active).
+    fn orphans(&self, active: &std::collections::HashSet<String>) -> Vec<String> {
+        self.lock()
+            .sessions
+            .iter()
+            .filter(|(_, k)| *k != crate::auth::SERVER_KEY_ID && !active.contains(*k))
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 }
 
+/// An `initialize` under way, counted against the caps until it is answered — or dropped,
+/// when the client goes away first.
+struct Opening {
+    bindings: Bindings,
+    key_id: String,
+}
+
+impl Opening {
+    /// Answered: its session, if rmcp made one, is bound to the key (in the same lock as
+    /// the count ends, so the caps never miss it).
+    fn opened(self, session: Option<String>) {
+        if let Some(s) = session {
+            self.bindings.lock().sessions.insert(s, self.key_id.clone());
+        }
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.bindings.lock().done_opening(&self.key_id);
+    }
+}
+
+/// rmcp's in-memory sessions, forgetting a session's owner when it closes: rmcp calls
+/// `close_session` on DELETE and when a session's service ends (idle timeout, shutdown).
+pub(crate) struct TrackedSessions {
+    inner: LocalSessionManager,
+    bindings: Bindings,
+}
+
+impl SessionManager for TrackedSessions {
+    type Error = <LocalSessionManager as SessionManager>::Error;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        let r = self.inner.close_session(id).await;
+        self.bindings.forget(id);
+        r
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_stream(id, message).await
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.resume(id, last_event_id).await
+    }
+}
+
+/// What [`bind_sessions`] works with.
+#[derive(Clone)]
+struct Guard {
+    bindings: Bindings,
+    sessions: Arc<TrackedSessions>,
+}
+
 /// Binds MCP sessions to keys: the `Mcp-Session-Id` a response to `initialize` creates
-/// belongs to the request's key, and a request of another key naming it gets 404. Runs
-/// after the key check, so the request has a [`CallerKey`].
-async fn bind_sessions(State(bindings): State<Bindings>, req: Request, next: Next) -> Response {
+/// belongs to the request's key; a request naming a session that is not the key's — of
+/// another key, or bound to none (fail closed) — gets 404. Holds `initialize` to the
+/// session caps (429). Runs after the key check, so the request has a [`CallerKey`].
+async fn bind_sessions(State(guard): State<Guard>, req: Request, next: Next) -> Response {
     let Some(key) = req.extensions().get::<CallerKey>().cloned() else {
         return ApiError::unauthorized().into_response();
     };
@@ -299,27 +454,59 @@ async fn bind_sessions(State(bindings): State<Bindings>, req: Request, next: Nex
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let deleting = req.method() == axum::http::Method::DELETE;
-    if let Some(s) = &session
-        && let Some(owner) = bindings.owner(s)
-        && owner != key.id
-    {
-        tracing::warn!(key = %key.name, "an MCP session of another key was named; refused");
-        return session_not_found();
-    }
-    let resp = next.run(req).await;
-    match session {
-        None => {
-            if let Some(new) = resp
+    let Some(session) = session else {
+        // No session: an `initialize` (a POST) makes one; anything else rmcp refuses.
+        let opening = if req.method() == axum::http::Method::POST {
+            match guard.bindings.open(&key.id) {
+                Ok(o) => Some(o),
+                Err(why) => {
+                    tracing::warn!(key = %key.name, "MCP initialize refused: {why}");
+                    return ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_sessions", why)
+                        .into_response();
+                }
+            }
+        } else {
+            None
+        };
+        let resp = next.run(req).await;
+        if let Some(opening) = opening {
+            let new = resp
                 .headers()
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            opening.opened(new.clone());
+            // Closed before it was bound (a failed handshake): `close_session` had nothing
+            // to forget yet, so it is forgotten here.
+            if let Some(s) = new
+                && !guard
+                    .sessions
+                    .has_session(&SessionId::from(s.clone()))
+                    .await
+                    .unwrap_or(true)
             {
-                bindings.bind(new.to_owned(), key.id).await;
+                guard.bindings.forget(&s);
             }
         }
-        // Ended (DELETE) or gone (rmcp no longer knows it): nothing left to guard.
-        Some(s) if deleting || resp.status() == StatusCode::NOT_FOUND => bindings.forget(&s),
-        Some(_) => {}
+        return resp;
+    };
+    if guard.bindings.owner(&session).as_deref() != Some(key.id.as_str()) {
+        tracing::warn!(key = %key.name, "an MCP session not of this key was named; refused");
+        return session_not_found();
+    }
+    let resp = next.run(req).await;
+    let gone = if deleting {
+        resp.status().is_success()
+    } else {
+        resp.status() == StatusCode::NOT_FOUND
+            && !guard
+                .sessions
+                .has_session(&SessionId::from(session.clone()))
+                .await
+                .unwrap_or(true)
+    };
+    if gone {
+        guard.bindings.forget(&session);
     }
     resp
 }
@@ -331,6 +518,40 @@ fn session_not_found() -> Response {
         "No such MCP session; initialize a new one",
     )
     .into_response()
+}
+
+/// Every [`REVOCATION_SWEEP`], closes the MCP sessions whose key was revoked, until the
+/// gateway closes.
+async fn close_revoked(gw: AppState, guard: Guard) {
+    let mut ticks = tokio::time::interval(REVOCATION_SWEEP);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = gw.closing.cancelled() => return,
+        }
+        if guard.bindings.lock().sessions.is_empty() {
+            continue;
+        }
+        let active = match gw.store.active_keys().await {
+            Ok(keys) => keys.into_iter().map(|k| k.id).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the active keys to close revoked keys' MCP sessions");
+                continue;
+            }
+        };
+        for s in guard.bindings.orphans(&active) {
+            tracing::info!(session = %s, "closing an MCP session: its key was revoked");
+            if let Err(e) = guard
+                .sessions
+                .close_session(&SessionId::from(s.clone()))
+                .await
+            {
+                tracing::warn!(session = %s, error = %e, "cannot close a revoked key's MCP session");
+            }
+            guard.bindings.forget(&s);
+        }
+    }
 }
 
 /// `/mcp`: rmcp's streamable HTTP service for `gw` — one [`TernMcp`] per session, sessions
@@ -345,22 +566,32 @@ pub(crate) fn routes(gw: &AppState) -> axum::Router<AppState> {
         // rebinding page cannot know, and the gateway may listen on any address
         // (`[gateway] listen`), so the check would only refuse legitimate clients.
         .disable_allowed_hosts();
-    let mut manager = LocalSessionManager::default();
-    manager.session_config.keep_alive = Some(SESSION_IDLE);
-    let manager = Arc::new(manager);
-    let bindings = Bindings {
-        owners: Arc::default(),
-        sessions: manager.clone(),
+    let mut inner = LocalSessionManager::default();
+    inner.session_config.keep_alive = Some(SESSION_IDLE);
+    let bindings = Bindings::default();
+    let sessions = Arc::new(TrackedSessions {
+        inner,
+        bindings: bindings.clone(),
+    });
+    let guard = Guard {
+        bindings,
+        sessions: sessions.clone(),
     };
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(close_revoked(gw.clone(), guard.clone()));
+    } else {
+        tracing::warn!("no runtime: revoked keys' MCP sessions are not closed until they idle out");
+    }
     let gw2 = gw.clone();
-    let service =
-        StreamableHttpService::new(move || Ok(TernMcp::new(gw2.clone())), manager, config);
+    let waits = Arc::new(inbox::Waits::default());
+    let service = StreamableHttpService::new(
+        move || Ok(TernMcp::new(gw2.clone(), waits.clone())),
+        sessions,
+        config,
+    );
     axum::Router::new()
         .route_service("/mcp", service)
-        .route_layer(axum::middleware::from_fn_with_state(
-            bindings,
-            bind_sessions,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(guard, bind_sessions))
 }
 
 /// How often a long call (`wait_for_decision`, `session_chat`) reports progress, when the

@@ -7,8 +7,10 @@
 //! `background: true`) and `process` tools on that session, so whatever holds for the
 //! agent's commands holds here: the sandbox, the hard-line list, `[processes]` limits — and
 //! more: a dangerous command, which the agent would have a human approve through the inbox
-//! (resuming its session with a model turn), is refused, saying so. Without `sessionId`, `process_start` makes a session
-//! of the key for the process (`source: mcp`) and says which.
+//! (resuming its session with a model turn), is refused, saying so; so is a dangerous line
+//! written to a process's stdin. Every call goes through the operator's `pre_tool_call`
+//! hooks (`source: "mcp"`). Without `sessionId`, `process_start` makes a session of the key
+//! for the process (`source: mcp`) and says which.
 
 use std::collections::HashMap;
 
@@ -110,7 +112,9 @@ pub(crate) fn tools() -> Vec<ToolDef> {
         super::def::<WriteArgs>(
             "process_write",
             "Write to a process's stdin: `data`, with `submit` to press Enter after it, \
-             `close` to end its input.",
+             `close` to end its input. Each line of `data` gets the dangerous-command check \
+             process_start applies (a line that looks dangerous is refused); this is a best \
+             effort, not a sandbox for what the process does with its input.",
         ),
     ]
 }
@@ -166,16 +170,63 @@ fn terminal_enabled(call: &Call<'_>) -> Result<(), ToolFail> {
     }
 }
 
-/// Runs one of the agent's tools (`terminal`, `process`) on `session_id`.
+/// Runs one of the agent's tools (`terminal`, `process`) on `session_id`, through the
+/// operator's `pre_tool_call` gate as the agent loop runs it (`source: "mcp"`, the agent's
+/// tool name and arguments, so a hook written for the agent's `terminal` holds here too): a
+/// `block` refuses the call with the hook's message; `post_tool_call` follows every call
+/// that ran.
 async fn run_tool(call: &Call<'_>, session_id: &str, tool: &str, args: Value) -> ToolOut {
     let ctx = tool_context(call, session_id);
+    let call_id = ctx.call_id.clone();
+    let arguments = args.to_string();
+    let hooks = &call.gw.hooks;
+    let gate = hooks.pre_tool_call(tern_hooks::PreToolCall {
+        session_id: session_id.to_owned(),
+        source: "mcp".into(),
+        turn_id: String::new(),
+        call_id: call_id.clone(),
+        tool: tool.to_owned(),
+        arguments: arguments.clone(),
+    });
+    // A cancelled call must not wait for a slow hook's verdict (dropping the future kills
+    // the hooks' processes).
+    let gate = tokio::select! {
+        g = gate => g,
+        () = call.ctx.ct.cancelled() => return Err(ToolFail::new("cancelled by the client")),
+    };
+    if let tern_hooks::ToolGate::Block { hook, message } = gate {
+        tracing::info!(key = %call.key.name, session = %session_id, %tool, %hook, "MCP tool call blocked by a hook");
+        return Err(ToolFail(format!("blocked by the {hook} hook: {message}")));
+    }
+    // An `Allow` verdict is deliberately not honoured: `tool_context` leaves `preapproved`
+    // false, so a dangerous command is still refused over MCP. A hook allows for the agent,
+    // whose turn an operator configured; an MCP client is a key holder the hook was never
+    // written to vouch for.
+    let t0 = std::time::Instant::now();
     let toolsets = ["terminal".to_owned()];
-    call.gw
+    let r = call
+        .gw
         .agent
         .registry()
-        .call(tool, &args.to_string(), &toolsets, ctx)
-        .await
-        .map_err(|e| ToolFail(e.0))
+        .call(tool, &arguments, &toolsets, ctx)
+        .await;
+    let result = match &r {
+        Ok(v) => v.to_string(),
+        Err(e) => e.0.clone(),
+    };
+    hooks.emit(tern_hooks::HookEvent::PostToolCall(
+        tern_hooks::PostToolCall {
+            session_id: session_id.to_owned(),
+            source: "mcp".into(),
+            turn_id: String::new(),
+            call_id,
+            tool: tool.to_owned(),
+            ok: r.is_ok(),
+            duration_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+            result: result.chars().take(4096).collect(),
+        },
+    ));
+    r.map_err(|e| ToolFail(e.0))
 }
 
 async fn start(call: &Call<'_>, args: Value) -> ToolOut {
@@ -286,6 +337,9 @@ async fn write(call: &Call<'_>, args: Value) -> ToolOut {
     if a.submit && a.data.is_none() {
         return Err(ToolFail::new("`submit` needs `data`"));
     }
+    if let Some(data) = &a.data {
+        refuse_dangerous_input(data)?;
+    }
     let mut out = json!({"processId": a.process_id, "ok": true});
     if let Some(data) = a.data {
         let action = if a.submit { "submit" } else { "write" };
@@ -295,6 +349,28 @@ async fn write(call: &Call<'_>, args: Value) -> ToolOut {
         out = process_tool(call, &a.process_id, json!({"action": "close"})).await?;
     }
     Ok(out)
+}
+
+/// Text for a process's stdin may be a command for a shell reading it (`process_start` of
+/// `bash`, then `submit`): each line of it gets the dangerous-command check `process_start`
+/// gets, and one that would need a human's approval (or is hard-line) is refused, saying
+/// why. A best effort, as the description says: a program may read its input otherwise
+/// than as command lines, and a line sent in pieces is checked piece by piece.
+fn refuse_dangerous_input(data: &str) -> Result<(), ToolFail> {
+    for line in data.split(['\n', '\r']) {
+        match tern_tools::danger::check_command(line) {
+            tern_tools::danger::Verdict::Safe => {}
+            tern_tools::danger::Verdict::Dangerous { description, .. }
+            | tern_tools::danger::Verdict::Forbidden { description, .. } => {
+                return Err(ToolFail(format!(
+                    "refused: the input holds a command that needs a human's approval \
+                     ({description}). {}",
+                    super::DANGEROUS_OVER_MCP
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn list(call: &Call<'_>, args: Value) -> ToolOut {

@@ -503,3 +503,146 @@ async fn a_second_key_sees_none_of_the_first_keys_requests_sessions_or_mcp_sessi
     a.close().await;
     b.close().await;
 }
+
+/// A raw `initialize` of `key`: its status, its session id if one was made, and its body
+/// when it is an error.
+async fn initialize(g: &Gw, key: &str) -> (u16, Option<String>, Value) {
+    let r = reqwest::Client::new()
+        .post(g.mcp())
+        .bearer_auth(key)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}
+        }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    if status == 200 {
+        return (status, session, Value::Null);
+    }
+    let (_, body) = common::status_json(r).await;
+    (status, session, body)
+}
+
+#[tokio::test]
+async fn a_key_holds_at_most_16_mcp_sessions_and_a_closed_one_frees_its_place() {
+    let g = start().await;
+    let mut mine = Vec::new();
+    for _ in 0..16 {
+        let (status, session, body) = initialize(&g, &g.key).await;
+        assert_eq!(status, 200, "{body}");
+        mine.push(session.expect("a session id"));
+    }
+    let (status, session, body) = initialize(&g, &g.key).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_sessions", "{body}");
+    assert!(session.is_none());
+    // Another key has places of its own.
+    let other = auth::create_key(&g.gw.store, "other").await.unwrap();
+    let (status, _, body) = initialize(&g, &other).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Ending one (DELETE) frees its place for the key.
+    let r = reqwest::Client::new()
+        .delete(g.mcp())
+        .bearer_auth(&g.key)
+        .header("Mcp-Session-Id", &mine[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (status, _, body) = initialize(&g, &g.key).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = initialize(&g, &g.key).await;
+    assert_eq!(status, 429, "{body}");
+}
+
+#[tokio::test]
+async fn a_session_id_bound_to_no_key_is_refused_with_404_in_json() {
+    let g = start().await;
+    for (method, id) in [
+        (reqwest::Method::POST, "no-such-session"),
+        (reqwest::Method::GET, "no-such-session"),
+        (reqwest::Method::DELETE, "no-such-session"),
+    ] {
+        let r = reqwest::Client::new()
+            .request(method.clone(), g.mcp())
+            .bearer_auth(&g.key)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", id)
+            .header("Mcp-Protocol-Version", "2025-06-18")
+            .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                          "params": {"name": "session_list", "arguments": {}}}))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = common::status_json(r).await;
+        assert_eq!(status, 404, "{method}: {body}");
+        assert_eq!(
+            body["error"]["code"], "session_not_found",
+            "{method}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_key_has_at_most_32_waits_under_way() {
+    let g = start().await;
+    let mut c = g.client(&g.key).await;
+    let asked = c.ok("request_approval", json!({"summary": "Many?"})).await;
+    let request = id_of(&asked, "requestId");
+    let mut waits = Vec::new();
+    for _ in 0..32 {
+        waits.push(
+            c.start_call(
+                "wait_for_decision",
+                json!({"requestId": request.clone(), "timeout": 600}),
+            )
+            .await,
+        );
+    }
+    // All 32 are waiting on the server (each reported progress).
+    for w in &waits {
+        c.progress(*w).await;
+    }
+    let e = c
+        .tool_error(
+            "wait_for_decision",
+            json!({"requestId": request.clone(), "timeout": 1}),
+        )
+        .await;
+    assert!(e.contains("too many wait_for_decision"), "{e}");
+    // Another key is not held back by the first's.
+    let other = auth::create_key(&g.gw.store, "other").await.unwrap();
+    let mut b = g.client(&other).await;
+    let theirs = b.ok("request_approval", json!({"summary": "Mine"})).await;
+    let out = b
+        .ok(
+            "wait_for_decision",
+            json!({"requestId": id_of(&theirs, "requestId"), "timeout": 1}),
+        )
+        .await;
+    assert_eq!(out["timedOut"], true, "{out}");
+    // A decision ends every wait, and frees their places.
+    g.approve(&request).await;
+    for w in waits {
+        let done = c.answer(w).await.unwrap();
+        assert_eq!(done["structuredContent"]["status"], "decided", "{done}");
+    }
+    let out = c
+        .ok(
+            "wait_for_decision",
+            json!({"requestId": request, "timeout": 1}),
+        )
+        .await;
+    assert_eq!(out["status"], "decided", "{out}");
+    c.close().await;
+    b.close().await;
+}
