@@ -19,8 +19,9 @@ pub const DEFAULT_MCP_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one tool call may take, by default.
 pub const DEFAULT_MCP_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One `[mcp_servers.NAME]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+/// One `[mcp_servers.NAME]` table. Its `Debug` shows the names of `env` and `headers`, never
+/// their values, nor a URL's password.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// The program of a stdio server (looked up on `PATH`).
@@ -115,6 +116,29 @@ fn default_tool_timeout() -> String {
 
 fn default_enabled() -> bool {
     true
+}
+
+impl std::fmt::Debug for McpServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked =
+            |m: &BTreeMap<String, String>| m.keys().map(|k| format!("{k}=***")).collect::<Vec<_>>();
+        f.debug_struct("McpServerConfig")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &masked(&self.env))
+            .field("cwd", &self.cwd)
+            .field("url", &self.url.as_deref().map(crate::mask::mask_url))
+            .field("headers", &masked(&self.headers))
+            .field("bearer_token_env", &self.bearer_token_env)
+            .field("startup_timeout", &self.startup_timeout)
+            .field("tool_timeout", &self.tool_timeout)
+            .field("enabled_tools", &self.enabled_tools)
+            .field("disabled_tools", &self.disabled_tools)
+            .field("enabled", &self.enabled)
+            .field("startup", &self.startup)
+            .field("sandbox", &self.sandbox)
+            .finish()
+    }
 }
 
 /// How a server is reached, from a validated [`McpServerConfig`].
@@ -297,6 +321,24 @@ mod tests {
     use super::*;
     use crate::load;
     use crate::test_support::*;
+
+    #[test]
+    fn debug_never_shows_a_secret() {
+        let server: McpServerConfig = toml::from_str(
+            "url = \"https://u:pw-secret@mcp.example/mcp\"\nheaders = { X-Token = \"header-secret\" }\n",
+        )
+        .unwrap();
+        let stdio: McpServerConfig =
+            toml::from_str("command = \"node\"\nenv = { API_KEY = \"env-secret\" }\n").unwrap();
+        let text = format!("{server:?} {stdio:?}");
+        for secret in ["pw-secret", "header-secret", "env-secret"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(
+            text.contains("X-Token=***") && text.contains("API_KEY=***"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_stdio_server_with_defaults() {
