@@ -8,34 +8,90 @@
 //! child whose transport is dropped.
 //!
 //! A call that outlives `tool_timeout`, or whose future is dropped (an interrupted turn), is
-//! abandoned with `notifications/cancelled` sent to the server: rmcp's `call_tool` sends it
-//! when its request future is dropped before the answer.
+//! abandoned with `notifications/cancelled` sent to the server (by [`Abandon`], as the call
+//! is sent through rmcp's `Peer` to learn its progress token first).
+//!
+//! What the server sends tern during a call — progress, elicitations — goes through the
+//! client's handler (`handler.rs`) to the call it is for ([`CallOptions`]).
 
 use std::process::Stdio;
+use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, Implementation, JsonObject, RequestId,
+    ServerResult, Tool,
 };
-use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
+use rmcp::service::{ClientInitializeError, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
+use tern_tools::ProgressSink;
 use tern_config::{McpServerConfig, McpTransport};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
 
+use crate::elicit::{CallScope, Elicitor};
 use crate::error::McpError;
+use crate::handler::{Calls, Handler};
 use crate::result::result_text;
 
 /// What tern answers a server with, beyond the requests tern makes: the handlers of the
 /// server-to-client requests and notifications (progress, elicitation), filled in by whoever
 /// starts the client (the gateway, `tern chat`, `tern mcp call`). `Default`: none of them.
+/// (Progress needs no handler here: it goes to each call's own sink, [`CallOptions`].)
 #[derive(Clone, Default)]
 #[non_exhaustive]
-pub struct ClientOptions {}
+pub struct ClientOptions {
+    /// Who answers the server's `elicitation/create`; with one, the client advertises the
+    /// `elicitation` capability, without one it does not (and the server cannot ask).
+    pub elicitor: Option<Arc<dyn Elicitor>>,
+}
+
+impl ClientOptions {
+    /// Options whose elicitations `elicitor` answers.
+    pub fn with_elicitor(mut self, elicitor: Arc<dyn Elicitor>) -> Self {
+        self.elicitor = Some(elicitor);
+        self
+    }
+}
 
 impl std::fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientOptions").finish_non_exhaustive()
+        f.debug_struct("ClientOptions")
+            .field("elicitor", &self.elicitor.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one call takes besides its arguments: where its progress goes, and the tool call
+/// it is made for (the session an elicitation during it asks in). `Default`: neither.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct CallOptions {
+    pub progress: Option<ProgressSink>,
+    pub scope: Option<CallScope>,
+}
+
+impl CallOptions {
+    /// Progress reports of the call go to `sink`.
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// The call is made for `scope`.
+    pub fn with_scope(mut self, scope: CallScope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("progress", &self.progress.is_some())
+            .field("scope", &self.scope)
+            .finish()
     }
 }
 
@@ -43,7 +99,8 @@ impl std::fmt::Debug for ClientOptions {
 pub struct McpClient {
     name: String,
     config: McpServerConfig,
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, Handler>,
+    calls: Arc<Calls>,
     pid: Option<u32>,
 }
 
@@ -71,7 +128,6 @@ impl McpClient {
         config: &McpServerConfig,
         options: &ClientOptions,
     ) -> Result<Self, McpError> {
-        let _ = options;
         let McpTransport::Stdio {
             command,
             args,
@@ -101,14 +157,16 @@ impl McpClient {
         if let Some(stderr) = stderr {
             tokio::spawn(log_stderr(name.to_owned(), stderr));
         }
-        let info = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("tern", env!("CARGO_PKG_VERSION")),
-        );
+        let calls = Arc::new(Calls::default());
+        let handler = Handler {
+            server: name.to_owned(),
+            calls: Arc::clone(&calls),
+            elicitor: options.elicitor.clone(),
+        };
         let timeout = config.startup_timeout();
         // On a timeout the handshake's future is dropped with the transport in it, which
         // kills the child.
-        let service = match tokio::time::timeout(timeout, info.serve(transport)).await {
+        let service = match tokio::time::timeout(timeout, handler.serve(transport)).await {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
                 return Err(McpError::Initialize {
@@ -128,6 +186,7 @@ impl McpClient {
             name: name.to_owned(),
             config: config.clone(),
             service,
+            calls,
             pid,
         })
     }
@@ -172,10 +231,22 @@ impl McpClient {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<String, McpError> {
+        self.call_tool_with(tool, arguments, CallOptions::default())
+            .await
+    }
+
+    /// [`McpClient::call_tool`] with the progress sink and scope of `options`.
+    pub async fn call_tool_with(
+        &self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        options: CallOptions,
+    ) -> Result<String, McpError> {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let timeout = self.config.tool_timeout();
-        let result = match tokio::time::timeout(timeout, self.service.call_tool(params)).await {
+        let call = self.send_call(tool, params, options);
+        let result = match tokio::time::timeout(timeout, call).await {
             Ok(r) => r.map_err(|e| self.service_error("tools/call", e))?,
             Err(_) => {
                 return Err(McpError::ToolTimeout {
@@ -194,6 +265,44 @@ impl McpClient {
             });
         }
         Ok(text)
+    }
+
+    /// Sends `tools/call` and waits for its answer, the call registered for its progress
+    /// and elicitations meanwhile. Dropped before the answer, it tells the server to cancel.
+    async fn send_call(
+        &self,
+        tool: &str,
+        params: CallToolRequestParams,
+        options: CallOptions,
+    ) -> Result<CallToolResult, ServiceError> {
+        let peer = self.service.peer();
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let (handle, _registration) = {
+            // Nothing the server says about this call is looked up before it is registered.
+            let _gate = self.calls.gate.lock().await;
+            let handle = peer
+                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .await?;
+            let registration = self.calls.register(
+                handle.progress_token.clone(),
+                tool,
+                options.progress,
+                options.scope,
+            );
+            (handle, registration)
+        };
+        let mut abandon = Abandon {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let result = handle.await_response().await;
+        abandon.peer = None;
+        match result? {
+            ServerResult::CallToolResult(r) => Ok(r),
+            // A tool with no result to give may answer `{}`.
+            ServerResult::EmptyResult(_) => Ok(CallToolResult::success(Vec::new())),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
     }
 
     /// Ends the session and the server (stdin closed, then SIGTERM, then SIGKILL, as the MCP
@@ -220,6 +329,35 @@ impl McpClient {
                 reason: e.to_string(),
             },
         }
+    }
+}
+
+/// Armed while a call waits for its answer: dropped armed (a timeout, an interrupted turn),
+/// it sends the server `notifications/cancelled` for the call, so the server stops working
+/// on an answer nobody will read.
+struct Abandon {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the call was abandoned (timed out or interrupted)".to_owned()),
+        );
+        runtime.spawn(async move {
+            let cancelled = CancelledNotification::new(params);
+            if let Err(e) = peer.send_notification(cancelled.into()).await {
+                tracing::debug!(error = %e, "notifications/cancelled not sent");
+            }
+        });
     }
 }
 

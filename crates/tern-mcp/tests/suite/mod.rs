@@ -1,3 +1,4 @@
+mod calls;
 mod images;
 mod stdio;
 mod tools;
