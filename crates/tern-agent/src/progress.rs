@@ -4,8 +4,8 @@
 //!
 //! A chatty server must not flood any of them, so reports are throttled per call: one goes
 //! out at once when a second has passed since the last that went out; one that comes sooner
-//! is held, replacing any held before it, and goes out with the next report past the second
-//! or when the call ends ([`Progress::finish`]) — so where the call got to is always shown.
+//! is held, until a newer report replaces it or the call ends ([`Progress::finish`]), which
+//! sends it — so where the call got to is always shown.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,7 +65,10 @@ impl Progress {
     }
 
     fn report(&self, p: ToolProgress) {
-        let now = Instant::now();
+        self.report_at(p, Instant::now());
+    }
+
+    fn report_at(&self, p: ToolProgress, now: Instant) {
         let send = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if state
@@ -132,6 +135,39 @@ mod tests {
             total: Some(10.0),
             message: None,
         }
+    }
+
+    #[test]
+    fn one_report_a_second_goes_out_and_the_last_held_at_the_end() {
+        let seen: Arc<Mutex<Vec<f64>>> = Arc::default();
+        let events: EventSink = {
+            let seen = Arc::clone(&seen);
+            Arc::new(move |e| {
+                if let AgentEvent::ToolProgress { progress, .. } = e {
+                    seen.lock().unwrap().push(progress);
+                }
+            })
+        };
+        let progress = Progress::new(
+            Some(events),
+            Arc::new(HookBus::new()),
+            "s",
+            "cli",
+            "t",
+            "c",
+            "tool",
+        );
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        progress.report_at(p(1.0), at(0));
+        progress.report_at(p(2.0), at(300));
+        progress.report_at(p(3.0), at(600));
+        assert_eq!(*seen.lock().unwrap(), [1.0], "held within the second");
+        progress.report_at(p(4.0), at(1000));
+        progress.report_at(p(5.0), at(1200));
+        progress.finish();
+        // 2 and 3 were replaced by newer reports; 5 was held until the end.
+        assert_eq!(*seen.lock().unwrap(), [1.0, 4.0, 5.0]);
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod idle;
 mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
+pub mod mcp_elicit;
 mod mcp_server;
 mod openai;
 mod procs;
