@@ -10,6 +10,7 @@ mod images;
 mod inbox_api;
 mod inbox_decisions;
 mod inbox_uploads_policies;
+mod mcp_calls;
 mod mcp_server;
 mod reviewers;
 mod web;
