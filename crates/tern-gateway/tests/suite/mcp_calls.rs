@@ -326,3 +326,31 @@ async fn an_elicitation_dismissed_in_the_inbox_is_declined() {
     assert!(result.contains("User declined"), "{result}");
     assert!(result.contains("\\\"action\\\": \\\"decline\\\""), "{result}");
 }
+
+#[tokio::test]
+async fn an_interrupted_turn_withdraws_its_elicitation() {
+    let gw = start().await;
+    let session = gw.session().await;
+    let turn = gw.turn(
+        &session,
+        "mcp__everything__trigger-elicitation-request",
+        json!({}),
+    );
+    let view = gw.pending_request().await;
+    let stopped = gw
+        .http
+        .post(format!("{}/api/sessions/{session}/stop", gw.url))
+        .bearer_auth(&gw.key)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status(), 200);
+    assert_eq!(turn.await.unwrap(), 200);
+    let id = view.summary.id.clone();
+    eventually("the request withdrawn", async || {
+        let v = gw.inbox.request_view(&id).await.ok()?;
+        (v.summary.status == RequestStatus::Withdrawn).then_some(())
+    })
+    .await;
+}
