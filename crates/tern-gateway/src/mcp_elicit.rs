@@ -302,9 +302,7 @@ fn answer(fields: &[ElicitField], result: &Value) -> ElicitationAnswer {
 fn schema_value(f: &ElicitField, v: &Value) -> Option<Value> {
     match &f.kind {
         FieldKind::Number { integer, .. } => number_value(v.as_f64()?, *integer),
-        FieldKind::Choice { options } => choice_value(options, v.as_str()?)
-            .ok()
-            .map(Value::String),
+        FieldKind::Choice { options } => choice_value(options, v.as_str()?).ok().map(Value::String),
         FieldKind::MultiChoice { options, .. } => v
             .as_array()?
             .iter()

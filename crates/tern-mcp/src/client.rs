@@ -19,14 +19,16 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientRequest, Implementation, JsonObject, RequestId,
-    ServerResult, Tool,
+    CancelledNotificationParam, ClientRequest, Implementation, JsonObject, RequestId, ServerResult,
+    Tool,
 };
-use rmcp::service::{ClientInitializeError, Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::service::{
+    ClientInitializeError, Peer, PeerRequestOptions, RunningService, ServiceError,
+};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
-use tern_tools::ProgressSink;
 use tern_config::{McpServerConfig, McpTransport};
+use tern_tools::ProgressSink;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
 

@@ -108,7 +108,9 @@ pub enum FieldKind {
     },
     Boolean,
     /// One of `options` (`enum`, `oneOf` of `const`/`title`, or `enum` with `enumNames`).
-    Choice { options: Vec<Choice> },
+    Choice {
+        options: Vec<Choice>,
+    },
     /// Any of `options` (`"type": "array"` of enum items).
     MultiChoice {
         options: Vec<Choice>,
@@ -306,7 +308,9 @@ pub fn value_from_text(field: &ElicitField, text: &str) -> Result<Value, String>
                     max_items.map_or("any".to_owned(), |m| m.to_string())
                 ));
             }
-            Ok(Value::Array(picked.into_iter().map(Value::String).collect()))
+            Ok(Value::Array(
+                picked.into_iter().map(Value::String).collect(),
+            ))
         }
     }
 }

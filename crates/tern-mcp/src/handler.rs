@@ -201,10 +201,10 @@ impl ClientHandler for Handler {
             }
         };
         match answer {
-            Ok(ElicitationAnswer::Accept { content }) => Ok(ElicitResult::new(
-                ElicitationAction::Accept,
-            )
-            .with_content(serde_json::Value::Object(content))),
+            Ok(ElicitationAnswer::Accept { content }) => {
+                Ok(ElicitResult::new(ElicitationAction::Accept)
+                    .with_content(serde_json::Value::Object(content)))
+            }
             Ok(ElicitationAnswer::Decline) => Ok(ElicitResult::new(ElicitationAction::Decline)),
             Ok(ElicitationAnswer::Cancel) => Ok(ElicitResult::new(ElicitationAction::Cancel)),
             Err(e) => {

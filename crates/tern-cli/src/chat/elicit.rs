@@ -6,7 +6,6 @@
 //! ([`tern_mcp::elicit::value_from_text`]). An empty line takes the default, or skips an
 //! optional field. Ctrl-C or Ctrl-D at any prompt cancels.
 
-
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
@@ -235,9 +234,7 @@ mod tests {
             "",      // answer
             "",      // age: required, asked again
             "forty", // not a number, asked again
-            "36",
-            "Ada",
-            "",    // note: optional, skipped
+            "36", "Ada", "",    // note: optional, skipped
             "yes", // ok
             "",    // pet: the default
         ]);
@@ -259,10 +256,7 @@ mod tests {
         assert!(text.contains("  Name (required, text): "), "{text}");
         assert!(text.contains("  This one is required."), "{text}");
         assert!(text.contains("  Expected a number."), "{text}");
-        assert!(
-            text.contains("  pet (one of Cats / Dogs) [p1]: "),
-            "{text}"
-        );
+        assert!(text.contains("  pet (one of Cats / Dogs) [p1]: "), "{text}");
     }
 
     #[test]

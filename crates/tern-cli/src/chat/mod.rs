@@ -31,7 +31,10 @@ mod approve;
 // elicitor); until then its code is only reached from its tests.
 #[cfg_attr(
     not(test),
-    allow(dead_code, reason = "given to tern chat's MCP servers once it starts them")
+    allow(
+        dead_code,
+        reason = "given to tern chat's MCP servers once it starts them"
+    )
 )]
 mod elicit;
 mod input;

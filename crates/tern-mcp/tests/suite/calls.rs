@@ -8,9 +8,7 @@ use tern_mcp::elicit::FieldKind;
 use tern_mcp::{
     ClientOptions, ElicitError, ElicitationAnswer, ElicitationRequest, Elicitor, McpClient,
 };
-use tern_tools::{
-    BoxFuture, DenyAll, Registry, ToolContext, ToolLimits, ToolProgress, ToolReport,
-};
+use tern_tools::{BoxFuture, DenyAll, Registry, ToolContext, ToolLimits, ToolProgress, ToolReport};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{everything, everything_config};
@@ -58,7 +56,9 @@ async fn the_long_running_operation_reports_its_progress_in_order() {
         .await
         .unwrap();
     assert!(
-        r.as_str().unwrap().contains("Long running operation completed"),
+        r.as_str()
+            .unwrap()
+            .contains("Long running operation completed"),
         "{r}"
     );
     let seen = seen.lock().unwrap().clone();
@@ -141,11 +141,18 @@ async fn an_accepted_elicitation_reaches_the_server_with_its_values() {
     let req = &asked[0];
     assert_eq!(req.server, "everything");
     assert_eq!(req.tool.as_deref(), Some("trigger-elicitation-request"));
-    assert_eq!(req.message, "Please provide inputs for the following fields:");
+    assert_eq!(
+        req.message,
+        "Please provide inputs for the following fields:"
+    );
     // Asked for the call it arrived during.
     let scope = req.call.as_ref().unwrap();
     assert_eq!(
-        (scope.session_id.as_str(), scope.call_id.as_str(), scope.call_seq),
+        (
+            scope.session_id.as_str(),
+            scope.call_id.as_str(),
+            scope.call_seq
+        ),
         ("sess-1", "call-1", 7)
     );
     let name = req.fields.iter().find(|f| f.name == "name").unwrap();
