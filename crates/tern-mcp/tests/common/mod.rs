@@ -118,6 +118,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 }
 
 pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+    // With a single dispatcher in the process, tracing caches each callsite's interest as
+    // the thread that first reaches it sees it: a test without a subscriber that starts a
+    // server first would switch tern-mcp's log lines off for this one. A second dispatcher,
+    // kept for good, makes the interest everyone's, each event then going to its thread's.
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing_subscriber::registry()));
     let logs = Logs::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
