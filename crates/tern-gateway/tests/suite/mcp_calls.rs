@@ -12,13 +12,12 @@ use serde_json::{Value, json};
 use tern_agent::{Agent, AgentSettings, HookBus};
 use tern_fake_model::{FakeModel, Reply};
 use tern_gateway::mcp_elicit::InboxElicitor;
-use tern_gateway::{GatewaySettings, auth};
+use tern_gateway::{GatewaySettings, WaitsSetup, auth};
 use tern_inbox::review::{RequestFilter, RequestStatus};
 use tern_llm::{Client, ClientConfig, Role};
 use tern_mcp::{ClientOptions, McpClient};
 use tern_test_support::wait::eventually;
 use tern_tools::{Registry, ToolLimits};
-use tern_waits::client::EmbeddedInbox;
 
 struct Recorder(Mutex<Vec<Value>>);
 
@@ -66,11 +65,8 @@ async fn start() -> Gw {
     let key = auth::create_key(&store, "test").await.unwrap();
     let inbox = tern_inbox::Inbox::new(store.clone());
     inbox.ensure_default_project().await.unwrap();
-    let elicitor = InboxElicitor::new(
-        Arc::new(EmbeddedInbox::new(inbox.clone())),
-        tern_waits::tools::DEFAULT_PROJECT,
-    )
-    .with_changes(inbox.clone());
+    // As the gateway makes it: from its durable waits' inbox (its own, here).
+    let elicitor = InboxElicitor::for_waits(&WaitsSetup::embedded(&inbox), &inbox);
     // `[mcp_servers.everything]`, as the configuration file would give it.
     let config: tern_config::McpServerConfig = serde_json::from_value(json!({
         "command": "node",
