@@ -27,6 +27,7 @@ pub mod from_config;
 pub mod images;
 mod interrupt;
 mod loop_guard;
+mod progress;
 mod prompt;
 pub mod window;
 
@@ -55,6 +56,7 @@ pub use window::WindowSource;
 
 pub use interrupt::Interrupt;
 pub use loop_guard::LoopGuardSettings;
+pub use progress::PROGRESS_INTERVAL;
 pub use prompt::{
     INSTRUCTION_FILES, INSTRUCTIONS_CAP, default_system_prompt, instruction_files,
     project_instructions,
@@ -131,6 +133,15 @@ pub enum AgentEvent {
         duration_ms: u64,
         /// The tool message content given to the model.
         content: String,
+    },
+    /// A running tool reported how far it has got (an MCP server's progress), at most one
+    /// per call per second, the last before `ToolFinished` always.
+    ToolProgress {
+        call_id: String,
+        name: String,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
     },
     /// One model answer was stored (text, tool calls, or both).
     AssistantMessage {
@@ -868,6 +879,15 @@ impl Agent {
                         g = gate => g,
                         () = cancel.cancelled() => return (call, None, t0.elapsed(), images),
                     };
+                    let progress = progress::Progress::new(
+                        req.events.clone(),
+                        Arc::clone(&self.hooks),
+                        &req.session_id,
+                        source,
+                        turn_id,
+                        &call.id,
+                        &call.function.name,
+                    );
                     let ctx = ToolContext {
                         session_id: req.session_id.clone(),
                         call_id: call.id.clone(),
@@ -879,7 +899,7 @@ impl Agent {
                         preapproved: matches!(gate, ToolGate::Allow { .. }),
                         subagents,
                         toolsets: req.toolsets.as_slice().into(),
-                        report,
+                        report: report.with_progress(progress.sink()),
                     };
                     let r = match gate {
                         ToolGate::Block { hook, message } => Some(Err(tern_tools::ToolError::new(
@@ -891,6 +911,8 @@ impl Agent {
                             () = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(2)).await } => None,
                         },
                     };
+                    // Where the call got to shows before its result.
+                    progress.finish();
                     (call, r, t0.elapsed(), images)
                 }
             })

@@ -236,6 +236,20 @@ pub fn sink(style: Style) -> EventSink {
                     );
                 }
             }
+            AgentEvent::ToolProgress {
+                name,
+                progress,
+                total,
+                message,
+                ..
+            } => {
+                let _ = writeln!(
+                    err,
+                    "  {} {name} {}",
+                    style.dim("⋯"),
+                    style.dim(&progress_text(progress, total, message.as_deref()))
+                );
+            }
             // An interrupted answer has no message event: what was held back is shown.
             AgentEvent::TurnFinished { .. } if style.stream_answer => {
                 let rest = st.md.finish();
@@ -270,6 +284,19 @@ pub fn sink(style: Style) -> EventSink {
 
 /// What a tool printed, from its result: a command's output, a file's content, a
 /// directory's entries, or else the result itself.
+/// A tool's progress as shown: `3/5 (60%)`, or `3` without a total, then its message.
+pub fn progress_text(progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let mut text = match total {
+        Some(t) if t > 0.0 => format!("{progress}/{t} ({:.0}%)", progress / t * 100.0),
+        _ => progress.to_string(),
+    };
+    if let Some(m) = message.filter(|m| !m.trim().is_empty()) {
+        text.push_str(": ");
+        text.push_str(&one_line(m, 120));
+    }
+    text
+}
+
 pub fn tool_output(content: &str) -> String {
     let Ok(v) = serde_json::from_str::<Value>(content) else {
         return content.to_owned();
@@ -597,6 +624,15 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_shows_the_share_done_and_the_message() {
+        assert_eq!(progress_text(3.0, Some(5.0), None), "3/5 (60%)");
+        assert_eq!(
+            progress_text(0.5, None, Some("halfway\nthere")),
+            "0.5: halfway there"
+        );
+    }
 
     #[test]
     fn markdown_without_colour_keeps_the_structure() {

@@ -24,6 +24,7 @@ pub const HOOK_EVENT_NAMES: &[&str] = &[
     "post_llm_call",
     "pre_tool_call",
     "post_tool_call",
+    "tool_progress",
     "agent_loop_stopped",
     "wait_created",
     "wait_resolved",

@@ -612,6 +612,16 @@ pub(crate) async fn chat_stream(
                 if ok { "tool.completed" } else { "tool.failed" },
                 json!({"call_id": call_id, "name": name, "duration_ms": duration_ms, "result": content}),
             ),
+            AgentEvent::ToolProgress {
+                call_id,
+                name,
+                progress,
+                total,
+                message,
+            } => sse(
+                "tool.progress",
+                json!({"call_id": call_id, "name": name, "progress": progress, "total": total, "message": message}),
+            ),
             _ => return,
         };
         let _ = events_tx.send(e);

@@ -287,7 +287,15 @@ impl GatewayBuilder {
         let mcp = if inbox_only {
             tern_mcp::McpManager::empty()
         } else {
-            let mut options = tern_mcp::ClientOptions::default();
+            // A server's elicitations are asked in the inbox, in the calling session's task.
+            let mut elicitor = crate::mcp_elicit::InboxElicitor::new(
+                Arc::clone(&waits.client),
+                &waits.tools.project,
+            );
+            if waits.remote.is_none() {
+                elicitor = elicitor.with_changes(inbox.clone());
+            }
+            let mut options = tern_mcp::ClientOptions::default().with_elicitor(Arc::new(elicitor));
             options.sandbox = Some(tern_mcp::ServerSandbox {
                 sandbox: Arc::new(tern_agent::from_config::sandbox(&home, &eff)),
                 workspace: workdir.clone(),

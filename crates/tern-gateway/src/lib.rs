@@ -34,6 +34,7 @@ mod inbox_api;
 mod inbox_settings;
 mod inbox_upkeep;
 mod mcp_api;
+pub mod mcp_elicit;
 mod mcp_server;
 mod openai;
 mod procs;

@@ -130,6 +130,23 @@ pub struct PostToolCall {
     pub result: String,
 }
 
+/// A running tool reported progress (an MCP server's `notifications/progress`). At most one
+/// per call per second; the last report before the call ends is always sent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolProgress {
+    pub session_id: String,
+    pub source: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// How far it has got; grows with each report.
+    pub progress: f64,
+    /// Where it ends, when known.
+    pub total: Option<f64>,
+    /// What the tool said about it.
+    pub message: Option<String>,
+}
+
 /// Why a running turn was interrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -327,6 +344,7 @@ pub enum HookEvent {
     PostLlmCall(PostLlmCall),
     PreToolCall(PreToolCall),
     PostToolCall(PostToolCall),
+    ToolProgress(ToolProgress),
     AgentLoopStopped(AgentLoopStopped),
     WaitCreated(WaitCreated),
     WaitResolved(WaitResolved),
@@ -351,6 +369,7 @@ impl HookEvent {
             HookEvent::PostLlmCall(_) => "post_llm_call",
             HookEvent::PreToolCall(_) => "pre_tool_call",
             HookEvent::PostToolCall(_) => "post_tool_call",
+            HookEvent::ToolProgress(_) => "tool_progress",
             HookEvent::AgentLoopStopped(_) => "agent_loop_stopped",
             HookEvent::WaitCreated(_) => "wait_created",
             HookEvent::WaitResolved(_) => "wait_resolved",
@@ -374,6 +393,7 @@ impl HookEvent {
             HookEvent::PostLlmCall(e) => &e.session_id,
             HookEvent::PreToolCall(e) => &e.session_id,
             HookEvent::PostToolCall(e) => &e.session_id,
+            HookEvent::ToolProgress(e) => &e.session_id,
             HookEvent::AgentLoopStopped(e) => &e.session_id,
             HookEvent::WaitCreated(e) => &e.session_id,
             HookEvent::WaitResolved(e) => &e.session_id,

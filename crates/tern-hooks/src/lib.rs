@@ -426,6 +426,16 @@ mod tests {
                 duration_ms: 1,
                 result: s(),
             }),
+            HookEvent::ToolProgress(ToolProgress {
+                session_id: s(),
+                source: s(),
+                turn_id: s(),
+                call_id: s(),
+                tool: s(),
+                progress: 3.0,
+                total: Some(5.0),
+                message: None,
+            }),
             HookEvent::AgentLoopStopped(AgentLoopStopped {
                 session_id: s(),
                 source: s(),

@@ -12,8 +12,11 @@
 //! child whose transport is dropped.
 //!
 //! A call that outlives `tool_timeout`, or whose future is dropped (an interrupted turn), is
-//! abandoned with `notifications/cancelled` sent to the server: rmcp's `call_tool` sends it
-//! when its request future is dropped before the answer.
+//! abandoned with `notifications/cancelled` sent to the server (by [`Abandon`], as the call
+//! is sent through rmcp's `Peer` to learn its progress token first).
+//!
+//! What the server sends tern during a call — progress, elicitations — goes through the
+//! client's handler (`handler.rs`) to the call it is for ([`CallOptions`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,37 +24,89 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, Implementation, JsonObject, RequestId, ServerResult,
+    Tool,
 };
-use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
+use rmcp::service::{
+    ClientInitializeError, Peer, PeerRequestOptions, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use tern_config::{McpSandbox, McpServerConfig, McpTransport};
 use tern_sandbox::{Level, Mode, Sandbox};
+use tern_tools::ProgressSink;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
 use tokio::sync::watch;
 
+use crate::elicit::{CallScope, Elicitor};
 use crate::error::McpError;
+use crate::handler::{Calls, Handler};
 use crate::result::result_text;
 
 /// What tern answers a server with, beyond the requests tern makes: the handlers of the
 /// server-to-client requests and notifications (progress, elicitation), filled in by whoever
 /// starts the client (the gateway, `tern chat`, `tern mcp call`). `Default`: none of them.
+/// (Progress needs no handler here: it goes to each call's own sink, [`CallOptions`].)
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct ClientOptions {
     /// The sandbox stdio servers run in (the agent's, `[sandbox]`), unless a server's
     /// `sandbox` says otherwise; `None`: no sandbox.
     pub sandbox: Option<ServerSandbox>,
+    /// Who answers the server's `elicitation/create`; with one, the client advertises the
+    /// `elicitation` capability, without one it does not (and the server cannot ask).
+    pub elicitor: Option<Arc<dyn Elicitor>>,
+}
+
+impl ClientOptions {
+    /// Options whose elicitations `elicitor` answers.
+    pub fn with_elicitor(mut self, elicitor: Arc<dyn Elicitor>) -> Self {
+        self.elicitor = Some(elicitor);
+        self
+    }
 }
 
 impl std::fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientOptions")
             .field("sandbox", &self.sandbox)
+            .field("elicitor", &self.elicitor.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// What one call takes besides its arguments: where its progress goes, and the tool call
+/// it is made for (the session an elicitation during it asks in). `Default`: neither.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct CallOptions {
+    pub progress: Option<ProgressSink>,
+    pub scope: Option<CallScope>,
+}
+
+impl CallOptions {
+    /// Progress reports of the call go to `sink`.
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// The call is made for `scope`.
+    pub fn with_scope(mut self, scope: CallScope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("progress", &self.progress.is_some())
+            .field("scope", &self.scope)
+            .finish()
     }
 }
 
@@ -68,6 +123,8 @@ pub struct McpClient {
     name: String,
     config: McpServerConfig,
     peer: Peer<RoleClient>,
+    /// The calls in flight, for the progress and elicitations the server sends about them.
+    calls: Arc<Calls>,
     pid: Option<u32>,
     /// Cancels the service (ends the session, closes the transport); taken by `close`.
     stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
@@ -104,10 +161,12 @@ impl McpClient {
         options: &ClientOptions,
     ) -> Result<Self, McpError> {
         let timeout = config.startup_timeout();
-        let info = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("tern", env!("CARGO_PKG_VERSION")),
-        );
+        let calls = Arc::new(Calls::default());
+        let handler = Handler {
+            server: name.to_owned(),
+            calls: Arc::clone(&calls),
+            elicitor: options.elicitor.clone(),
+        };
         // On a timeout the handshake's future is dropped with the transport in it, which
         // kills the child (or drops the HTTP connection).
         let (service, pid, prepared) = match config.transport() {
@@ -149,7 +208,7 @@ impl McpClient {
                 if let Some(stderr) = stderr {
                     tokio::spawn(log_stderr(name.to_owned(), stderr));
                 }
-                let service = handshake(name, timeout, info.serve(transport)).await?;
+                let service = handshake(name, timeout, handler.serve(transport)).await?;
                 (service, pid, prepared)
             }
             McpTransport::Http {
@@ -167,7 +226,7 @@ impl McpClient {
                 }
                 http = http.custom_headers(http_headers(name, headers)?);
                 let transport = StreamableHttpClientTransport::from_config(http);
-                let service = handshake(name, timeout, info.serve(transport)).await?;
+                let service = handshake(name, timeout, handler.serve(transport)).await?;
                 (service, None, None)
             }
         };
@@ -187,6 +246,7 @@ impl McpClient {
             name: name.to_owned(),
             config: config.clone(),
             peer,
+            calls,
             pid,
             stop: Mutex::new(Some(stop)),
             ended,
@@ -235,10 +295,22 @@ impl McpClient {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<String, McpError> {
+        self.call_tool_with(tool, arguments, CallOptions::default())
+            .await
+    }
+
+    /// [`McpClient::call_tool`] with the progress sink and scope of `options`.
+    pub async fn call_tool_with(
+        &self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        options: CallOptions,
+    ) -> Result<String, McpError> {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let timeout = self.config.tool_timeout();
-        let result = match tokio::time::timeout(timeout, self.peer.call_tool(params)).await {
+        let call = self.send_call(tool, params, options);
+        let result = match tokio::time::timeout(timeout, call).await {
             Ok(r) => r.map_err(|e| self.service_error("tools/call", e))?,
             Err(_) => {
                 return Err(McpError::ToolTimeout {
@@ -257,6 +329,44 @@ impl McpClient {
             });
         }
         Ok(text)
+    }
+
+    /// Sends `tools/call` and waits for its answer, the call registered for its progress
+    /// and elicitations meanwhile. Dropped before the answer, it tells the server to cancel.
+    async fn send_call(
+        &self,
+        tool: &str,
+        params: CallToolRequestParams,
+        options: CallOptions,
+    ) -> Result<CallToolResult, ServiceError> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let (handle, _registration) = {
+            // Nothing the server says about this call is looked up before it is registered.
+            let _gate = self.calls.gate.lock().await;
+            let handle = self
+                .peer
+                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .await?;
+            let registration = self.calls.register(
+                handle.progress_token.clone(),
+                tool,
+                options.progress,
+                options.scope,
+            );
+            (handle, registration)
+        };
+        let mut abandon = Abandon {
+            peer: Some(self.peer.clone()),
+            id: handle.id.clone(),
+        };
+        let result = handle.await_response().await;
+        abandon.peer = None;
+        match result? {
+            ServerResult::CallToolResult(r) => Ok(r),
+            // A tool with no result to give may answer `{}`.
+            ServerResult::EmptyResult(_) => Ok(CallToolResult::success(Vec::new())),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
     }
 
     /// Whether the session has ended (the server exited or closed its output, or the
@@ -326,8 +436,8 @@ impl Drop for McpClient {
 async fn handshake(
     name: &str,
     timeout: std::time::Duration,
-    serve: impl Future<Output = Result<RunningService<RoleClient, ClientConfig>, ClientInitializeError>>,
-) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
+    serve: impl Future<Output = Result<RunningService<RoleClient, Handler>, ClientInitializeError>>,
+) -> Result<RunningService<RoleClient, Handler>, McpError> {
     match tokio::time::timeout(timeout, serve).await {
         Ok(Ok(service)) => Ok(service),
         Ok(Err(e)) => Err(McpError::Initialize {
@@ -412,6 +522,36 @@ fn http_headers(
             ))
         })
         .collect()
+}
+
+/// Armed while a call waits for its answer: dropped armed (a timeout, an interrupted turn),
+/// it sends the server `notifications/cancelled` for the call, so the server stops working
+/// on an answer nobody will read.
+struct Abandon {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the call was abandoned (timed out or interrupted)".to_owned()),
+        );
+        // A notification is one write: the task ends at once, or with the transport.
+        runtime.spawn(async move {
+            let cancelled = CancelledNotification::new(params);
+            if let Err(e) = peer.send_notification(cancelled.into()).await {
+                tracing::debug!(error = %e, "notifications/cancelled not sent");
+            }
+        });
+    }
 }
 
 /// Why `initialize` failed, in words: a server that exited says so rather than rmcp's

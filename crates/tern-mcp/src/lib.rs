@@ -8,17 +8,21 @@
 //! - [`manager`]: every configured server of a process, started at once (or lazily),
 //!   restarted with backoff when it crashes, reported by `status`, closed by `shutdown`;
 //! - [`tools`]: each of a server's tools as a tern tool `mcp__<server>__<tool>` in toolset
-//!   `mcp:<server>`, with the server's own JSON schema, added to a [`tern_tools::Registry`].
-//!
-//! Progress and elicitation come later (see issue 17).
+//!   `mcp:<server>`, with the server's own JSON schema, added to a [`tern_tools::Registry`];
+//! - [`elicit`]: a server's `elicitation/create` answered by an [`Elicitor`] (the gateway's
+//!   through the inbox, `tern chat`'s at the terminal); progress reports go to the calling
+//!   tool's `ToolReport`.
 
 pub mod client;
+pub mod elicit;
 mod error;
+mod handler;
 pub mod manager;
 mod result;
 pub mod tools;
 
-pub use client::{ClientOptions, McpClient, ServerSandbox};
+pub use client::{CallOptions, ClientOptions, McpClient, ServerSandbox};
+pub use elicit::{CallScope, ElicitError, ElicitationAnswer, ElicitationRequest, Elicitor};
 pub use error::McpError;
 pub use manager::{McpManager, ServerHandle, ServerState, ServerStatus};
 pub use result::result_text;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResult, ToolSpec};
 
-use crate::client::McpClient;
+use crate::client::{CallOptions, McpClient};
+use crate::elicit::CallScope;
 use crate::error::McpError;
 use crate::manager::ServerHandle;
 use crate::result::collect_images;
@@ -92,9 +93,18 @@ impl DynTool for McpTool {
                 Value::Null => None,
                 _ => return Err(ToolError::new("tool arguments must be a JSON object")),
             };
+            let mut options = CallOptions::default().with_scope(CallScope {
+                session_id: ctx.session_id.clone(),
+                call_id: ctx.call_id.clone(),
+                call_seq: ctx.call_seq,
+                cancel: ctx.cancel.clone(),
+            });
+            if let Some(sink) = &ctx.report.progress {
+                options = options.with_progress(Arc::clone(sink));
+            }
             let call = async {
                 let client = self.server.client().await?;
-                client.call_tool(&self.tool, arguments).await
+                client.call_tool_with(&self.tool, arguments, options).await
             };
             tokio::select! {
                 r = collect_images(ctx.report.images.clone(), call) => {

@@ -204,12 +204,16 @@ pub struct ToolReport {
     /// Images the call produced, for a model that accepts images: the agent takes them after
     /// the call. The tool's result still describes each one in words, for models that do not.
     pub images: ToolImages,
+    /// Where the tool's progress goes (an MCP server's `notifications/progress`); `None`:
+    /// nobody is listening.
+    pub progress: Option<ProgressSink>,
 }
 
 impl std::fmt::Debug for ToolReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolReport")
             .field("images", &self.images.len())
+            .field("progress", &self.progress.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -282,6 +286,33 @@ pub fn base64_decoded_len(data: &str) -> usize {
             _ => 0,
         })
     .saturating_sub(padding)
+}
+
+impl ToolReport {
+    /// A report whose progress goes to `sink`.
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Reports progress, if anyone listens.
+    pub fn progress(&self, progress: ToolProgress) {
+        if let Some(sink) = &self.progress {
+            sink(progress);
+        }
+    }
+}
+
+/// Receives a running tool's progress; called on the tool's task, so it must not block.
+pub type ProgressSink = Arc<dyn Fn(ToolProgress) + Send + Sync>;
+
+/// How far a running tool has got, as MCP's `notifications/progress` says it: `progress`
+/// grows with each report; `total`, when known, is where it ends.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolProgress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
 }
 
 impl ToolContext {

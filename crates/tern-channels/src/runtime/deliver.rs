@@ -76,6 +76,16 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
                         }
                         continue;
                     }
+                    Signal::ToolProgress { session, tool, progress, total } => {
+                        // Only in `all`: the other modes show a tool once, not as it runs.
+                        if inner.settings.progress == ProgressMode::All
+                            && let Some(chat) = inner.route(&session)
+                        {
+                            let line = tool_progress_line(&tool, progress, total);
+                            let _ = send(&inner, &chat, &line).await;
+                        }
+                        continue;
+                    }
                     Signal::TurnEnded(session) => {
                         active.remove(&session);
                     }
@@ -241,6 +251,16 @@ async fn send(inner: &Inner, chat: &ChatRef, markdown: &str) -> Result<(), Platf
     Ok(())
 }
 
+/// "⏳ mcp__srv__build: 3/5" — how far a running tool has got.
+fn tool_progress_line(tool: &str, progress: f64, total: Option<f64>) -> String {
+    let tool: String = tern_util::text::one_line(tool).chars().take(64).collect();
+    let tool = crate::format::escape_markdown(&tool);
+    match total {
+        Some(t) => format!("⏳ {tool}: {progress}/{t}"),
+        None => format!("⏳ {tool}: {progress}"),
+    }
+}
+
 /// "⚙️ terminal: ls -la" — the tool and the start of its main argument.
 fn progress_line(tool: &str, arguments: &str) -> String {
     let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
@@ -269,6 +289,18 @@ fn progress_line(tool: &str, arguments: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_progress_lines_show_how_far_it_got() {
+        assert_eq!(
+            crate::format::plain_text(&tool_progress_line("mcp__s__op", 3.0, Some(5.0))),
+            "⏳ mcp__s__op: 3/5"
+        );
+        assert_eq!(
+            crate::format::plain_text(&tool_progress_line("op", 0.5, None)),
+            "⏳ op: 0.5"
+        );
+    }
 
     #[test]
     fn progress_lines_show_the_tool_and_its_main_argument() {

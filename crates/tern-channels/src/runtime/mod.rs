@@ -94,6 +94,13 @@ enum Signal {
         tool: String,
         arguments: String,
     },
+    /// A running tool's progress (already throttled by the agent: one a second per call).
+    ToolProgress {
+        session: String,
+        tool: String,
+        progress: f64,
+        total: Option<f64>,
+    },
     TurnEnded(String),
 }
 
@@ -313,6 +320,12 @@ impl Subscriber for ChannelHooks {
                 session: session.to_owned(),
                 tool: e.tool.clone(),
                 arguments: e.arguments.clone(),
+            },
+            HookEvent::ToolProgress(e) => Signal::ToolProgress {
+                session: session.to_owned(),
+                tool: e.tool.clone(),
+                progress: e.progress,
+                total: e.total,
             },
             HookEvent::TurnEnd(_) => Signal::TurnEnded(session.to_owned()),
             HookEvent::WaitCreated(_)

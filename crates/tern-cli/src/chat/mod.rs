@@ -27,6 +27,16 @@ use tern_tools::approval::Grants;
 use tern_tools::{AllowAll, Approver, DenyAll};
 
 mod approve;
+// Nothing in `tern chat` starts MCP servers yet (issue 17's runtime part gives them this
+// elicitor); until then its code is only reached from its tests.
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "given to tern chat's MCP servers once it starts them"
+    )
+)]
+mod elicit;
 mod input;
 
 use crate::context;
@@ -246,6 +256,8 @@ struct Chat {
     verbose: bool,
     /// The MCP servers of this process (`[mcp_servers]`), closed when `tern chat` ends.
     mcp: tern_mcp::McpManager,
+    /// Where their elicitations are asked: the REPL's reader, once it has one.
+    elicit_reader: elicit::ReaderSlot,
 }
 
 /// The agent of `tern chat`: the configured model and hooks, project instructions on, the
@@ -402,7 +414,11 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         .with_context(|| format!("working directory {}", workdir.display()))?;
     // The MCP servers, all at once, in the agent's sandbox; one that fails is logged and
     // left out (`tern mcp list` shows the configured ones).
-    let mut mcp_options = tern_mcp::ClientOptions::default();
+    let elicit_reader = elicit::ReaderSlot::default();
+    let mut mcp_options =
+        tern_mcp::ClientOptions::default().with_elicitor(Arc::new(elicit::TerminalElicitor {
+            reader: Arc::clone(&elicit_reader),
+        }));
     mcp_options.sandbox = Some(tern_mcp::ServerSandbox {
         sandbox: Arc::new(tern_agent::from_config::sandbox(&home, &eff)),
         workspace: workdir.clone(),
@@ -448,6 +464,7 @@ pub async fn run(home: Option<PathBuf>, args: ChatArgs) -> anyhow::Result<ExitCo
         base_url: resolved.base_url.clone(),
         verbose: args.verbose,
         mcp: mcp.clone(),
+        elicit_reader,
     };
 
     let session = if let Some(id) = &args.session {
@@ -753,6 +770,8 @@ impl Repl {
 
 async fn repl(chat: &mut Chat, session: Option<Session>, yolo: bool) -> anyhow::Result<ExitCode> {
     let reader = Arc::new(Mutex::new(LineReader::new(chat.home.history_path())));
+    // MCP servers' elicitations are asked through the same reader from now on.
+    let _ = chat.elicit_reader.set(Arc::clone(&reader));
     let inner: Arc<dyn Approver> = if yolo {
         Arc::new(AllowAll)
     } else {

@@ -120,6 +120,35 @@ async fn a_conversation_with_a_tool_call_shows_progress_typing_and_the_answer() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_tools_progress_shows_in_the_chat_with_progress_all() {
+    let s = start("all").await;
+    s.model.push(Reply::text("hello"));
+    s.tg.user_sends(OWNER, OWNER, "hi");
+    s.tg.wait_sent(|m| m.chat_id == OWNER && text_of(m).contains("hello"))
+        .await;
+    let gw = s.handle.gateway();
+    let session = gw.store.list_sessions(10, 0).await.unwrap()[0].id.clone();
+    // What the agent emits while an MCP tool of the chat's session reports progress.
+    gw.hooks.emit(tern_hooks::HookEvent::ToolProgress(
+        tern_hooks::ToolProgress {
+            session_id: session,
+            source: "telegram".into(),
+            turn_id: "t".into(),
+            call_id: "c1".into(),
+            tool: "mcp__build__compile".into(),
+            progress: 2.0,
+            total: Some(4.0),
+            message: None,
+        },
+    ));
+    let line =
+        s.tg.wait_sent(|m| m.chat_id == OWNER && text_of(m).contains("compile"))
+            .await;
+    assert_eq!(text_of(&line), "⏳ mcp__build__compile: 2/4", "{line:?}");
+    s.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_tap_decides_once_through_the_inbox_and_the_session_resumes() {
     let s = start("off").await;
     s.model.set_responder(|body| {

@@ -11,6 +11,7 @@ mod inbox_api;
 mod inbox_decisions;
 mod inbox_uploads_policies;
 mod mcp;
+mod mcp_calls;
 mod mcp_server;
 mod reviewers;
 mod web;

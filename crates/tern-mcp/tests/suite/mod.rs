@@ -1,3 +1,4 @@
+mod calls;
 mod http;
 mod images;
 mod manager;
