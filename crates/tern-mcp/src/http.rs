@@ -1,0 +1,199 @@
+//! The HTTP client under rmcp's streamable HTTP transport: rmcp's own reqwest client, with
+//! one thing added — a request the server refused without answering it fails instead of
+//! waiting forever.
+//!
+//! A server that no longer knows tern's session (it was restarted) may answer a POST with
+//! an error status and a JSON-RPC error without an `id` (server-everything answers `400`,
+//! "No valid session ID provided"; the specification asks for `404`, which rmcp handles by
+//! initializing again). rmcp hands that error to its service, which cannot route an id-less
+//! error to the request and drops it: the call would wait until its `tool_timeout`, and
+//! every later call too, as nothing ends the session. An id-less error in answer to a
+//! request is the server refusing the request, so [`SessionHttp`] makes it a transport
+//! error; [`crate::McpClient`] then ends the session, and the manager starts a new one.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+/// How many redirects one request follows (as rmcp's default client).
+const MAX_REDIRECTS: usize = 10;
+
+/// rmcp's reqwest client for streamable HTTP, failing requests the server refused.
+#[derive(Clone)]
+pub(crate) struct SessionHttp(reqwest::Client);
+
+impl SessionHttp {
+    /// The client rmcp would build (no idle pooling; only same-origin 307/308 redirects,
+    /// which keep the method and body), or the error building it gave.
+    pub(crate) fn new() -> Result<Self, reqwest::Error> {
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            let keeps_body = matches!(
+                attempt.status(),
+                reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+            );
+            let same_origin = attempt
+                .previous()
+                .first()
+                .is_some_and(|first| first.origin() == attempt.url().origin());
+            if !keeps_body || !same_origin {
+                attempt.stop()
+            } else if attempt.previous().len() > MAX_REDIRECTS {
+                attempt.error(format!("exceeded {MAX_REDIRECTS} redirects"))
+            } else {
+                attempt.follow()
+            }
+        });
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(redirects)
+            .build()
+            .map(SessionHttp)
+    }
+}
+
+/// `response` to `message`, unless it is an id-less error answering a request (see the
+/// module docs).
+fn refused(
+    message_was_request: bool,
+    response: Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
+) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+    match response {
+        Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(e), _))
+            if message_was_request && e.id.is_none() =>
+        {
+            Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!(
+                    "the server refused the request without answering it: {} ({})",
+                    e.error.message, e.error.code.0
+                ),
+            )))
+        }
+        other => other,
+    }
+}
+
+impl StreamableHttpClient for SessionHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let request = matches!(message, ClientJsonRpcMessage::Request(_));
+        refused(
+            request,
+            self.0
+                .post_message(uri, message, session_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let request = matches!(message, ClientJsonRpcMessage::Request(_));
+        refused(
+            request,
+            self.0
+                .post_message_with_max_sse_event_size(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await,
+        )
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let request = matches!(message, ClientJsonRpcMessage::Request(_));
+        refused(
+            request,
+            self.0
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await,
+        )
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
