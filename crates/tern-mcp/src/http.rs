@@ -197,3 +197,38 @@ impl StreamableHttpClient for SessionHttp {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn json_answer(v: serde_json::Value) -> StreamableHttpPostResponse {
+        StreamableHttpPostResponse::Json(serde_json::from_value(v).unwrap(), None)
+    }
+
+    #[test]
+    fn an_id_less_error_to_a_request_is_a_transport_error() {
+        let refusal = || {
+            json_answer(json!({"jsonrpc": "2.0", "error": {
+                "code": -32000, "message": "Bad Request: No valid session ID provided"}}))
+        };
+        let err = refused(true, Ok(refusal())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unexpected server response: the server refused the request without answering it: Bad Request: No valid session ID provided (-32000)"
+        );
+        // A notification expects no answer; an error naming its request is that request's.
+        assert!(refused(false, Ok(refusal())).is_ok());
+        let answered = json_answer(json!({"jsonrpc": "2.0", "id": 3, "error": {
+            "code": -32602, "message": "Invalid params"}}));
+        assert!(matches!(
+            refused(true, Ok(answered)),
+            Ok(StreamableHttpPostResponse::Json(
+                ServerJsonRpcMessage::Error(_),
+                _
+            ))
+        ));
+    }
+}

@@ -18,9 +18,7 @@ use tern_mcp::{
     McpError, McpManager, ServerState,
 };
 use tern_test_support::wait::eventually;
-use tern_tools::{
-    BoxFuture, DenyAll, Registry, ToolContext, ToolLimits, ToolProgress, ToolReport,
-};
+use tern_tools::{BoxFuture, DenyAll, Registry, ToolContext, ToolLimits, ToolProgress, ToolReport};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
