@@ -217,6 +217,7 @@ impl McpClient {
                 bearer_token_env,
             } => {
                 let mut http = StreamableHttpClientTransportConfig::with_uri(url);
+                http.retry_config = crate::http::reconnects();
                 if let Some(var) = bearer_token_env {
                     let token = std::env::var(var).map_err(|_| McpError::MissingToken {
                         server: name.to_owned(),

@@ -10,14 +10,22 @@
 //! every later call too, as nothing ends the session. An id-less error in answer to a
 //! request is the server refusing the request, so [`SessionHttp`] makes it a transport
 //! error; [`crate::McpClient`] then ends the session, and the manager starts a new one.
+//!
+//! A response stream (a call's SSE answer, the session's GET stream) that breaks is
+//! reconnected by rmcp; by default for ever, with delays doubling without bound, so a call
+//! in flight when its server died waited until its `tool_timeout`. [`reconnects`] bounds
+//! that to a network blip's worth: past it the stream ends, the call fails as its
+//! connection closed, and the session ends as above.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolicy};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -26,6 +34,18 @@ use sse_stream::Sse;
 
 /// How many redirects one request follows (as rmcp's default client).
 const MAX_REDIRECTS: usize = 10;
+/// How many times a broken response stream is reconnected, and the first delay (doubling):
+/// 0.5 + 1 + 2 s, enough for a blip, short against a `tool_timeout`.
+const RECONNECTS: usize = 3;
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+/// The reconnection policy of response streams (see the module docs).
+pub(crate) fn reconnects() -> Arc<dyn SseRetryPolicy> {
+    let mut policy = ExponentialBackoff::default();
+    policy.max_times = Some(RECONNECTS);
+    policy.base_duration = RECONNECT_DELAY;
+    Arc::new(policy)
+}
 
 /// rmcp's reqwest client for streamable HTTP, failing requests the server refused.
 #[derive(Clone)]

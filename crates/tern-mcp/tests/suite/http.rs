@@ -536,3 +536,55 @@ async fn a_killed_http_server_is_restarted_and_serves_the_same_tool() {
     manager.shutdown().await;
     assert_eq!(state(), ServerState::Stopped);
 }
+
+#[tokio::test]
+async fn a_call_in_flight_when_the_http_server_dies_fails_and_the_next_is_served() {
+    let port = free_port();
+    let mut server = serve_http_on(port).await;
+    let servers = BTreeMap::from([("remote".to_owned(), remote(port, ""))]);
+    let manager = McpManager::start(&servers, ClientOptions::default()).await;
+    let mut registry = Registry::new();
+    manager.register(&mut registry);
+    let toolsets = manager.expand_toolsets(&["mcp".to_owned()]);
+    let seen: Arc<Mutex<Vec<ToolProgress>>> = Arc::default();
+    let sink = {
+        let seen = Arc::clone(&seen);
+        Arc::new(move |p: ToolProgress| seen.lock().unwrap().push(p))
+    };
+    let call = registry.call(
+        "mcp__remote__trigger-long-running-operation",
+        r#"{"duration": 60, "steps": 60}"#,
+        &toolsets,
+        ctx(
+            ToolReport::default().with_progress(sink),
+            CancellationToken::new(),
+        ),
+    );
+    // The server dies while it works on the call.
+    let (result, ()) = tokio::join!(call, async {
+        eventually("the call's first progress", async || {
+            (!seen.lock().unwrap().is_empty()).then_some(())
+        })
+        .await;
+        server.kill().await.unwrap();
+    });
+    // It may have had effects: it fails, and is not sent again.
+    let err = result.unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "MCP server `remote` is not running: its connection closed (see tern's log for its stderr)"
+    );
+    // Back on the same port: the next call waits for the manager's restart and is served.
+    let _server = serve_http_on(port).await;
+    let echoed = registry
+        .call(
+            "mcp__remote__echo",
+            r#"{"message": "back"}"#,
+            &toolsets,
+            ctx(ToolReport::default(), CancellationToken::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(echoed, "Echo: back");
+    manager.shutdown().await;
+}
