@@ -409,6 +409,15 @@ impl McpClient {
     }
 
     fn service_error(&self, method: &str, e: ServiceError) -> McpError {
+        if let Some(status) = crate::http::busy_status(&e) {
+            // The server (or what is in front of it) answered, rate-limited or failing for
+            // now: the session may well be fine, so it is kept.
+            return McpError::Protocol {
+                server: self.name.clone(),
+                method: method.to_owned(),
+                reason: format!("the server answered HTTP {status}"),
+            };
+        }
         match e {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 // Over streamable HTTP nothing else tells tern the server went away: rmcp's

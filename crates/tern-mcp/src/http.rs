@@ -25,10 +25,11 @@ use std::time::Duration;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::ServiceError;
 use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolicy};
 use rmcp::transport::streamable_http_client::{
-    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
-    StreamableHttpResponseLimits,
+    HttpStatusError, SseError, StreamableHttpClient, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use sse_stream::Sse;
 
@@ -78,6 +79,27 @@ impl SessionHttp {
             .build()
             .map(SessionHttp)
     }
+}
+
+/// The HTTP status of a request refused with 429 or a 5xx (rmcp's `HttpStatusError`), if
+/// that is why `e` failed.
+pub(crate) fn busy_status(e: &ServiceError) -> Option<u16> {
+    let ServiceError::TransportSend(e) = e else {
+        return None;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.error.as_ref());
+    while let Some(current) = source {
+        if let Some(status) = current.downcast_ref::<HttpStatusError>() {
+            return Some(status.status);
+        }
+        if let Some(StreamableHttpError::<reqwest::Error>::HttpStatus(status)) =
+            current.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return Some(status.status);
+        }
+        source = current.source();
+    }
+    None
 }
 
 /// `response` to `message`, unless it is an id-less error answering a request (see the
@@ -226,6 +248,28 @@ mod tests {
 
     fn json_answer(v: serde_json::Value) -> StreamableHttpPostResponse {
         StreamableHttpPostResponse::Json(serde_json::from_value(v).unwrap(), None)
+    }
+
+    fn send_error(e: StreamableHttpError<reqwest::Error>) -> ServiceError {
+        ServiceError::TransportSend(rmcp::transport::DynamicTransportError::new::<
+            rmcp::transport::StreamableHttpClientTransport<SessionHttp>,
+            rmcp::RoleClient,
+        >(e))
+    }
+
+    #[test]
+    fn a_busy_server_is_told_from_a_lost_session() {
+        for status in [429, 503] {
+            let busy = send_error(StreamableHttpError::HttpStatus(HttpStatusError::new(
+                status, None,
+            )));
+            assert_eq!(busy_status(&busy), Some(status));
+        }
+        let lost = send_error(StreamableHttpError::UnexpectedServerResponse(
+            "the server refused the request without answering it".into(),
+        ));
+        assert_eq!(busy_status(&lost), None);
+        assert_eq!(busy_status(&ServiceError::TransportClosed), None);
     }
 
     #[test]

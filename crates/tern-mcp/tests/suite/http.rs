@@ -82,6 +82,8 @@ struct Forwarded {
 struct Proxy {
     port: u16,
     seen: Arc<Mutex<Vec<Forwarded>>>,
+    /// A status to answer the next `tools/call` with, instead of forwarding it.
+    refuse_call: Arc<Mutex<Option<u16>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -90,15 +92,18 @@ struct ProxyState {
     upstream: String,
     http: reqwest::Client,
     seen: Arc<Mutex<Vec<Forwarded>>>,
+    refuse_call: Arc<Mutex<Option<u16>>>,
 }
 
 impl Proxy {
     async fn start(upstream_port: u16) -> Proxy {
         let seen: Arc<Mutex<Vec<Forwarded>>> = Arc::default();
+        let refuse_call: Arc<Mutex<Option<u16>>> = Arc::default();
         let state = ProxyState {
             upstream: format!("http://127.0.0.1:{upstream_port}"),
             http: reqwest::Client::new(),
             seen: Arc::clone(&seen),
+            refuse_call: Arc::clone(&refuse_call),
         };
         let app = axum::Router::new().fallback(forward).with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -106,7 +111,12 @@ impl Proxy {
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Proxy { port, seen, task }
+        Proxy {
+            port,
+            seen,
+            refuse_call,
+            task,
+        }
     }
 
     /// The messages with `method` the server has answered, in the order they were.
@@ -130,6 +140,14 @@ impl Drop for Proxy {
 async fn forward(State(state): State<ProxyState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let is_call = serde_json::from_slice::<Value>(&body).is_ok_and(|m| m["method"] == "tools/call");
+    if is_call && let Some(status) = state.refuse_call.lock().unwrap().take() {
+        return Response::builder()
+            .status(status)
+            .header("retry-after", "1")
+            .body(Body::from("busy"))
+            .unwrap();
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut upstream = state
         .http
@@ -587,4 +605,37 @@ async fn a_call_in_flight_when_the_http_server_dies_fails_and_the_next_is_served
         .unwrap();
     assert_eq!(echoed, "Echo: back");
     manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_busy_http_server_fails_the_call_and_keeps_the_session() {
+    let (_server, port) = serve_http().await;
+    let proxy = Proxy::start(port).await;
+    let client = McpClient::start("remote", &remote(proxy.port, ""))
+        .await
+        .unwrap();
+    for status in [429, 503] {
+        *proxy.refuse_call.lock().unwrap() = Some(status);
+        let err = client
+            .call_tool("echo", args(json!({"message": "busy?"})))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("MCP server `remote` refused `tools/call`: the server answered HTTP {status}")
+        );
+        // Rate-limited or failing for now is not a lost session: the same one serves the
+        // next call.
+        assert!(!client.is_closed());
+        assert_eq!(
+            client
+                .call_tool("echo", args(json!({"message": "again"})))
+                .await
+                .unwrap(),
+            "Echo: again"
+        );
+    }
+    let initialized = proxy.sent("initialize");
+    assert_eq!(initialized.len(), 1, "{initialized:?}");
+    client.close().await;
 }
