@@ -15,6 +15,11 @@
 //! abandoned with `notifications/cancelled` sent to the server (by [`Abandon`], as the call
 //! is sent through rmcp's `Peer` to learn its progress token first).
 //!
+//! A request the transport cannot carry (the HTTP server is down or no longer knows the
+//! session, a response stream stayed broken) ends the session, so [`crate::McpManager`]
+//! restarts the server as it does a stdio server that exited; an HTTP 429 or 5xx does not
+//! (the server answered). The HTTP client is `http.rs`'s.
+//!
 //! What the server sends tern during a call — progress, elicitations — goes through the
 //! client's handler (`handler.rs`) to the call it is for ([`CallOptions`]).
 
