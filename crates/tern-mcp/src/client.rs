@@ -15,6 +15,11 @@
 //! abandoned with `notifications/cancelled` sent to the server (by [`Abandon`], as the call
 //! is sent through rmcp's `Peer` to learn its progress token first).
 //!
+//! A request the transport cannot carry (the HTTP server is down or no longer knows the
+//! session, a response stream stayed broken) ends the session, so [`crate::McpManager`]
+//! restarts the server as it does a stdio server that exited; an HTTP 429 or 5xx does not
+//! (the server answered). The HTTP client is `http.rs`'s.
+//!
 //! What the server sends tern during a call — progress, elicitations — goes through the
 //! client's handler (`handler.rs`) to the call it is for ([`CallOptions`]).
 
@@ -217,6 +222,7 @@ impl McpClient {
                 bearer_token_env,
             } => {
                 let mut http = StreamableHttpClientTransportConfig::with_uri(url);
+                http.retry_config = crate::http::reconnects();
                 if let Some(var) = bearer_token_env {
                     let token = std::env::var(var).map_err(|_| McpError::MissingToken {
                         server: name.to_owned(),
@@ -225,7 +231,11 @@ impl McpClient {
                     http = http.auth_header(token);
                 }
                 http = http.custom_headers(http_headers(name, headers)?);
-                let transport = StreamableHttpClientTransport::from_config(http);
+                let client = crate::http::SessionHttp::new().map_err(|e| McpError::Initialize {
+                    server: name.to_owned(),
+                    reason: format!("cannot make its HTTP client: {e}"),
+                })?;
+                let transport = StreamableHttpClientTransport::with_client(client, http);
                 let service = handshake(name, timeout, handler.serve(transport)).await?;
                 (service, None, None)
             }
@@ -372,7 +382,9 @@ impl McpClient {
     /// Whether the session has ended (the server exited or closed its output, or the
     /// client was closed): no call can succeed any more.
     pub fn is_closed(&self) -> bool {
-        *self.ended.borrow()
+        // Ended, or being ended (the stop token taken): a session being torn down takes no
+        // new call, so a call made meanwhile waits for the manager's restart.
+        *self.ended.borrow() || self.stop.lock().map_or(true, |s| s.is_none())
     }
 
     /// Resolves once the session has ended (see [`McpClient::is_closed`]).
@@ -402,10 +414,30 @@ impl McpClient {
     }
 
     fn service_error(&self, method: &str, e: ServiceError) -> McpError {
-        match e {
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => McpError::Closed {
+        if let Some(status) = crate::http::busy_status(&e) {
+            // The server (or what is in front of it) answered, rate-limited or failing for
+            // now: the session may well be fine, so it is kept.
+            return McpError::Protocol {
                 server: self.name.clone(),
-            },
+                method: method.to_owned(),
+                reason: format!("the server answered HTTP {status}"),
+            };
+        }
+        match e {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                // Over streamable HTTP nothing else tells tern the server went away: rmcp's
+                // HTTP transport keeps its session when a request cannot be sent (the
+                // server is down, or restarted and no longer knows the session), so the
+                // session would never end, the manager never restart it, and every later
+                // call fail the same way. A request the transport could not carry means the
+                // session is over: end it, so the manager starts a new one. (Over stdio the
+                // child is gone anyway.)
+                self.end_session();
+                tracing::warn!(server = self.name, method, error = %e, "MCP transport failed; ending the session");
+                McpError::Closed {
+                    server: self.name.clone(),
+                }
+            }
             ServiceError::McpError(e) => McpError::Protocol {
                 server: self.name.clone(),
                 method: method.to_owned(),
@@ -420,15 +452,22 @@ impl McpClient {
     }
 }
 
-impl Drop for McpClient {
-    /// A client dropped without [`McpClient::close`] still ends its session, and with it the
-    /// server (rmcp kills a child whose transport is dropped).
-    fn drop(&mut self) {
+impl McpClient {
+    /// Ends the session without waiting for it to close ([`McpClient::close`] waits).
+    fn end_session(&self) {
         if let Ok(mut stop) = self.stop.lock()
             && let Some(stop) = stop.take()
         {
             stop.cancel();
         }
+    }
+}
+
+impl Drop for McpClient {
+    /// A client dropped without [`McpClient::close`] still ends its session, and with it the
+    /// server (rmcp kills a child whose transport is dropped).
+    fn drop(&mut self) {
+        self.end_session();
     }
 }
 

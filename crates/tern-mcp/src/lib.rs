@@ -17,6 +17,7 @@ pub mod client;
 pub mod elicit;
 mod error;
 mod handler;
+mod http;
 pub mod manager;
 mod result;
 pub mod tools;
