@@ -1,6 +1,7 @@
 //! An [`Agent`] from tern's configuration: the model client from `[model]` (or the error a
 //! turn reports when none is configured), the tool limits from `[tools]`, the sandbox from
-//! `[sandbox]` with tern's home protected, `delegate_task` with its limits from `[delegate]`.
+//! `[sandbox]` with tern's home protected, `delegate_task` with its limits from `[delegate]`,
+//! MCP servers' toolsets kept to the sessions their `sources` name.
 //! `tern chat`, `tern ask` and the gateway's builder all make their agent here.
 
 use std::path::PathBuf;
@@ -83,7 +84,7 @@ pub fn agent(
         }
         Err(e) => (Err(e.to_string()), String::new(), false, None, None),
     };
-    Ok(Agent::new(
+    let agent = Agent::new(
         store,
         llm,
         Arc::new(registry),
@@ -104,7 +105,33 @@ pub fn agent(
         },
     )
     .with_delegation(delegation(eff))
-    .with_vision(vision))
+    .with_vision(vision);
+    Ok(match mcp_source_filter(eff) {
+        Some(filter) => agent.with_toolset_filter(filter),
+        None => agent,
+    })
+}
+
+/// What `[mcp_servers.NAME] sources` asks: a turn of a session from elsewhere goes without the
+/// server's toolset, `mcp:NAME` (tern-mcp's name for it). `None` when no server sets `sources`.
+pub fn mcp_source_filter(eff: &Effective) -> Option<crate::ToolsetFilter> {
+    let restricted: Vec<(String, tern_config::McpServerConfig)> = eff
+        .config
+        .mcp_servers
+        .iter()
+        .filter(|(_, server)| server.sources.is_some())
+        .map(|(name, server)| (format!("mcp:{name}"), server.clone()))
+        .collect();
+    if restricted.is_empty() {
+        return None;
+    }
+    Some(Arc::new(move |source: &str, toolsets: &mut Vec<String>| {
+        toolsets.retain(|t| {
+            restricted
+                .iter()
+                .all(|(toolset, server)| t != toolset || server.serves(source))
+        });
+    }))
 }
 
 /// `[compaction]` as the agent applies it.
@@ -149,5 +176,43 @@ mod tests {
         );
         assert!(!policy.env.allows(OsStr::new("MX_BOT")));
         assert!(policy.env.allows(OsStr::new("PATH")));
+    }
+
+    #[test]
+    fn mcp_sources_take_a_servers_toolset_out_of_other_sessions_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = tern_config::Home {
+            root: dir.path().to_path_buf(),
+        };
+        let load = |text: &str| {
+            std::fs::write(home.config_path(), text).unwrap();
+            tern_config::load(&home, &|_| None).unwrap()
+        };
+        let eff = load("[mcp_servers.everything]\ncommand = \"x\"\n");
+        assert!(
+            super::mcp_source_filter(&eff).is_none(),
+            "nothing to filter"
+        );
+
+        let eff = load(
+            "[mcp_servers.jobs]\ncommand = \"x\"\nsources = [\"cron\"]\n\n\
+             [mcp_servers.chats]\ncommand = \"y\"\nsources = [\"chat\", \"cli\"]\n\n\
+             [mcp_servers.all]\ncommand = \"z\"\n",
+        );
+        let filter = super::mcp_source_filter(&eff).unwrap();
+        let turn = |source: &str| {
+            let mut t: Vec<String> = ["terminal", "mcp:jobs", "mcp:chats", "mcp:all", "file"]
+                .map(String::from)
+                .to_vec();
+            filter(source, &mut t);
+            t
+        };
+        assert_eq!(turn("cron"), ["terminal", "mcp:jobs", "mcp:all", "file"]);
+        assert_eq!(
+            turn("telegram"),
+            ["terminal", "mcp:chats", "mcp:all", "file"]
+        );
+        assert_eq!(turn("cli"), ["terminal", "mcp:chats", "mcp:all", "file"]);
+        assert_eq!(turn("api"), ["terminal", "mcp:all", "file"]);
     }
 }

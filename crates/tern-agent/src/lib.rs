@@ -278,7 +278,13 @@ pub struct Shared {
     discovery: Arc<window::Discovery>,
     /// Whether the model accepts images (`[model] vision`, else the server's word).
     vision: Arc<images::Vision>,
+    /// Narrows a turn's toolsets by its session's source (`[mcp_servers.NAME] sources`).
+    toolset_filter: Option<ToolsetFilter>,
 }
+
+/// Takes out of a turn's toolsets (second argument) those a session from the source (first
+/// argument, the store's `sessions.source`) may not have, before the model sees any tool.
+pub type ToolsetFilter = Arc<dyn Fn(&str, &mut Vec<String>) + Send + Sync>;
 
 impl std::ops::Deref for Agent {
     type Target = Shared;
@@ -309,6 +315,7 @@ impl Agent {
                 compact_failures: compact::Failures::default(),
                 discovery: Arc::default(),
                 vision: Arc::default(),
+                toolset_filter: None,
             }),
         }
     }
@@ -340,6 +347,13 @@ impl Agent {
     /// first produces an image, and no when the server does not say ([`images`]).
     pub fn with_vision(self, vision: Option<bool>) -> Self {
         self.changed(|i| i.vision = Arc::new(images::Vision::new(vision)))
+    }
+
+    /// Narrows every turn's toolsets by its session's source: API turns, chat turns, cron
+    /// runs and resumed waits alike, since all of them run here ([`from_config`] sets it from
+    /// `[mcp_servers.NAME] sources`).
+    pub fn with_toolset_filter(self, filter: ToolsetFilter) -> Self {
+        self.changed(|i| i.toolset_filter = Some(filter))
     }
 
     /// The limits of `delegate_task`'s child sessions (`[delegate]`).
@@ -429,6 +443,13 @@ impl Agent {
         // its turn: the resumer of a wait asks for the gateway's whole set.
         if let Some(allowed) = &session.toolsets {
             req.toolsets.retain(|t| allowed.contains(t));
+        }
+        // A child's toolsets were taken from its parent's turn, already narrowed by the
+        // parent's source; its own (`delegate`) says nothing of who started the work.
+        if let Some(filter) = &self.toolset_filter
+            && session.source != delegate::CHILD_SOURCE
+        {
+            filter(&session.source, &mut req.toolsets);
         }
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         if req.interrupt.is_triggered() {

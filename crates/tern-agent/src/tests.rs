@@ -1147,3 +1147,62 @@ async fn the_window_is_configured_else_what_the_server_says_else_the_default() {
         (32768, WindowSource::Configured)
     );
 }
+
+#[tokio::test]
+async fn the_toolset_filter_narrows_a_turn_by_its_sessions_source() {
+    let mut e = env().await;
+    // `file` only for sessions from `cron`; `test` (this session's source) goes without it.
+    let filter: ToolsetFilter = Arc::new(|source: &str, toolsets: &mut Vec<String>| {
+        if source != "cron" {
+            toolsets.retain(|t| t != "file");
+        }
+    });
+    e.agent = Arc::new((*e.agent).clone().with_toolset_filter(filter));
+    // The model calls a file tool anyway: refused, as for any tool the turn does not have.
+    e.fake
+        .push(Reply::tool_call("c1", "read_file", r#"{"path":"x.txt"}"#))
+        .push(Reply::text("no file tools here"));
+    std::fs::write(e.work.join("x.txt"), "secret-contents").unwrap();
+    let out = e.turn("read x.txt").await;
+    assert_eq!(out.status, TurnStatus::Completed);
+    let reqs = e.fake.requests();
+    assert_eq!(reqs[0].tool_names(), ["terminal"]);
+    let tool_msg = reqs[1]
+        .messages()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let text = tool_msg["content"].as_str().unwrap();
+    assert!(!text.contains("secret-contents"), "{text}");
+    assert!(text.contains("read_file"), "{text}");
+
+    // A session from `cron`, same agent and same requested toolsets: it has them.
+    let cron = e
+        .agent
+        .store()
+        .create_session(NewSession {
+            source: "cron".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    e.fake.push(Reply::text("ok"));
+    let mut req = e.request("list");
+    req.session_id = cron;
+    e.agent.run_turn(req).await.unwrap();
+    let mut names = e.fake.requests()[2].tool_names();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "list_dir",
+            "patch_file",
+            "read_file",
+            "search_files",
+            "terminal",
+            "write_file"
+        ]
+    );
+}

@@ -68,6 +68,8 @@ struct Row {
     sandbox: Option<&'static str>,
     enabled_tools: Option<Vec<String>>,
     disabled_tools: Vec<String>,
+    /// The sessions it serves, by source; `None`: all.
+    sources: Option<Vec<&'static str>>,
 }
 
 /// One offered tool as `tools` shows it.
@@ -130,6 +132,10 @@ fn list(eff: &Effective, json: bool) -> anyhow::Result<ExitCode> {
                 sandbox: s.sandbox.map(|m| m.as_str()),
                 enabled_tools: s.enabled_tools.clone(),
                 disabled_tools: s.disabled_tools.clone(),
+                sources: s
+                    .sources
+                    .as_ref()
+                    .map(|l| l.iter().map(|s| s.as_str()).collect()),
             }
         })
         .collect();
@@ -155,14 +161,17 @@ fn list(eff: &Effective, json: bool) -> anyhow::Result<ExitCode> {
         }
         writeln!(
             out,
-            "{}  {} {}  {}  startup {}  sandbox {}  tools {}",
+            "{}  {} {}  {}  startup {}  sandbox {}  tools {}  sessions {}",
             r.name,
             r.transport,
             r.target,
             if r.enabled { "enabled" } else { "disabled" },
             r.startup,
             r.sandbox.unwrap_or("default"),
-            tools
+            tools,
+            r.sources
+                .as_ref()
+                .map_or("all".to_owned(), |l| l.join(", "))
         )?;
     }
     Ok(ExitCode::SUCCESS)

@@ -92,8 +92,8 @@ pub use inbox::{
 pub use load::load;
 pub use mask::{mask_secret, mask_url};
 pub use mcp::{
-    DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT, McpSandbox, McpServerConfig, McpStartup,
-    McpTransport, is_valid_server_name,
+    CHAT_SOURCES, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT, McpSandbox,
+    McpServerConfig, McpSource, McpStartup, McpTransport, is_valid_server_name,
 };
 pub use memory::{
     DEFAULT_MEMORY_CHAR_LIMIT, DEFAULT_USER_CHAR_LIMIT, MAX_MEMORY_CHAR_LIMIT, MemoryConfig,

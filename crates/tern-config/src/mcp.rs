@@ -2,7 +2,8 @@
 //! shape codex and Hermes read: a stdio server is a `command` with `args`, `env` and `cwd`; a
 //! streamable HTTP server is a `url` with `headers` and a bearer token read from
 //! `bearer_token_env`. `env` and `headers` often carry credentials, so `tern config show`
-//! masks their values (`render.rs`).
+//! masks their values (`render.rs`). `sources` keeps a server's tools to some kinds of
+//! session ([`McpSource`], matched against the store's `sessions.source`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,6 +63,55 @@ pub struct McpServerConfig {
     /// `"full-access"`): none; `"read-only"`/`"workspace-write"`: that mode with the rest of
     /// `[sandbox]`.
     pub sandbox: Option<McpSandbox>,
+    /// The sessions whose turns get the server's tools, by where they come from; unset: all.
+    pub sources: Option<Vec<McpSource>>,
+}
+
+/// Where a session comes from, as `sources` names it: the `source` the gateway and `tern
+/// chat` store on the sessions they create, with `chat` for any chat channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpSource {
+    /// The session API (`/api/sessions`).
+    Api,
+    /// The OpenAI-compatible endpoint (`/v1/chat/completions`).
+    Openai,
+    /// Sessions of tern's own MCP server (`session_chat`, `process_start`).
+    Mcp,
+    /// Any chat channel: `telegram`, `matrix`, and platforms added later.
+    Chat,
+    Telegram,
+    Matrix,
+    /// Scheduled jobs' runs.
+    Cron,
+    /// `tern chat`.
+    Cli,
+}
+
+/// The chat platforms' session sources, which `chat` stands for.
+pub const CHAT_SOURCES: &[&str] = &["telegram", "matrix"];
+
+impl McpSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpSource::Api => "api",
+            McpSource::Openai => "openai",
+            McpSource::Mcp => "mcp",
+            McpSource::Chat => "chat",
+            McpSource::Telegram => "telegram",
+            McpSource::Matrix => "matrix",
+            McpSource::Cron => "cron",
+            McpSource::Cli => "cli",
+        }
+    }
+
+    /// Whether a session whose stored `source` is `source` is one of these.
+    pub fn matches(self, source: &str) -> bool {
+        match self {
+            McpSource::Chat => CHAT_SOURCES.contains(&source),
+            other => other.as_str() == source,
+        }
+    }
 }
 
 /// When a server is started (`startup`).
@@ -137,6 +187,7 @@ impl std::fmt::Debug for McpServerConfig {
             .field("enabled", &self.enabled)
             .field("startup", &self.startup)
             .field("sandbox", &self.sandbox)
+            .field("sources", &self.sources)
             .finish()
     }
 }
@@ -192,6 +243,15 @@ impl McpServerConfig {
             .as_ref()
             .is_none_or(|tools| tools.iter().any(|t| t == name));
         enabled && !self.disabled_tools.iter().any(|t| t == name)
+    }
+
+    /// Whether turns of a session from `source` (its stored `sessions.source`) get the
+    /// server's tools. A source no value of `sources` names — one tern adds later — does not:
+    /// a restricted server stays restricted.
+    pub fn serves(&self, source: &str) -> bool {
+        self.sources
+            .as_ref()
+            .is_none_or(|sources| sources.iter().any(|s| s.matches(source)))
     }
 }
 
@@ -303,6 +363,12 @@ pub(crate) fn validate_mcp_servers(
             return Err(invalid(format!(
                 "{both:?} is in both `enabled_tools` and `disabled_tools`"
             )));
+        }
+        if server.sources.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid(
+                "`sources` is empty: no session would get the server's tools; remove `sources` for every session, or set `enabled = false` to keep the server off"
+                    .to_owned(),
+            ));
         }
     }
     Ok(())
@@ -442,6 +508,18 @@ mod tests {
                 "[mcp_servers.a]\ncommand = \"x\"\nport = 1\n",
                 "unknown field",
             ),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nsources = [\"cron\", \"slack\"]\n",
+                "unknown variant `slack`, expected one of `api`, `openai`, `mcp`, `chat`, `telegram`, `matrix`, `cron`, `cli`",
+            ),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nsources = []\n",
+                "`sources` is empty",
+            ),
+            (
+                "[mcp_servers.a]\ncommand = \"x\"\nsources = \"cron\"\n",
+                "invalid type: string \"cron\", expected a sequence",
+            ),
         ] {
             write_config(&home, text);
             let err = load(&home, &no_env).unwrap_err().to_string();
@@ -467,5 +545,58 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn sources_keep_a_server_to_some_sessions() {
+        let (_d, home) = temp_home();
+        write_config(
+            &home,
+            "[mcp_servers.jobs]\ncommand = \"x\"\nsources = [\"cron\", \"chat\"]\n\n\
+             [mcp_servers.all]\ncommand = \"y\"\n",
+        );
+        let eff = load(&home, &no_env).unwrap();
+        let jobs = &eff.config.mcp_servers["jobs"];
+        assert_eq!(jobs.sources, Some(vec![McpSource::Cron, McpSource::Chat]));
+        for source in ["cron", "telegram", "matrix"] {
+            assert!(jobs.serves(source), "{source}");
+        }
+        // A child session (`delegate`) is none of them: it gets its parent's toolsets, which
+        // the agent does not filter again; anything else is left out, unknown sources too.
+        for source in [
+            "api", "openai", "mcp", "cli", "delegate", "chat", "", "CRON",
+        ] {
+            assert!(!jobs.serves(source), "{source}");
+        }
+        let all = &eff.config.mcp_servers["all"];
+        assert_eq!(all.sources, None);
+        for source in ["api", "cron", "telegram", "cli", "something-new"] {
+            assert!(all.serves(source), "{source}");
+        }
+    }
+
+    #[test]
+    fn each_source_matches_its_own_name() {
+        let every = [
+            McpSource::Api,
+            McpSource::Openai,
+            McpSource::Mcp,
+            McpSource::Chat,
+            McpSource::Telegram,
+            McpSource::Matrix,
+            McpSource::Cron,
+            McpSource::Cli,
+        ];
+        for s in every {
+            // The name `sources` is written with is the name serde reads.
+            let parsed: McpSource =
+                serde_json::from_value(serde_json::Value::String(s.as_str().to_owned())).unwrap();
+            assert_eq!(parsed, s);
+            if s != McpSource::Chat {
+                assert!(s.matches(s.as_str()), "{s:?}");
+            }
+        }
+        assert!(McpSource::Chat.matches("telegram") && McpSource::Chat.matches("matrix"));
+        assert!(!McpSource::Telegram.matches("matrix"));
     }
 }

@@ -587,3 +587,29 @@ async fn a_childs_later_turns_keep_to_its_toolsets_whatever_they_ask() {
         "{tools:?}"
     );
 }
+
+#[tokio::test]
+async fn a_child_keeps_what_the_toolset_filter_left_its_parent() {
+    let mut e = env(DelegateSettings::default()).await;
+    // `file` only for `api` sessions (the parent's source), never for `delegate` ones: the
+    // child still gets it, through its parent.
+    let filter: crate::ToolsetFilter = Arc::new(|source: &str, toolsets: &mut Vec<String>| {
+        if source != "api" {
+            toolsets.retain(|t| t != "file");
+        }
+    });
+    e.agent = e.agent.clone().with_toolset_filter(filter);
+    e.fake
+        .push(Reply::tool_call(
+            "d1",
+            "delegate_task",
+            r#"{"goal":"Read the notes"}"#,
+        ))
+        .push(Reply::text("read them"))
+        .push(Reply::text("done"));
+    assert_eq!(e.turn("delegate").await.status, TurnStatus::Completed);
+    let reqs = e.fake.requests();
+    assert!(is_child(&reqs[1].body));
+    let tools = reqs[1].tool_names();
+    assert!(tools.iter().any(|t| t == "read_file"), "{tools:?}");
+}

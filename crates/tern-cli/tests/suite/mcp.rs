@@ -1,7 +1,8 @@
 //! `tern mcp` and MCP servers in `tern chat`, as real processes against the real
 //! `@modelcontextprotocol/server-everything` (`npm ci` in `tests/mcp`): `list` from the
 //! configuration (never a secret), `tools`, `call` with typed `--arg`s or `--json`, errors
-//! that say what exists, and a `tern chat` turn calling a server's tool.
+//! that say what exists, a `tern chat` turn calling a server's tool, and `sources` keeping a
+//! server out of `tern chat`.
 
 use std::path::{Path, PathBuf};
 
@@ -43,7 +44,7 @@ fn mcp_list_shows_each_server_and_never_a_secret() {
         &e,
         "[mcp_servers.remote]\nurl = \"https://user:pw-secret@mcp.example/mcp\"\n\
          headers = { X-Token = \"header-secret\" }\nenabled = false\nstartup = \"lazy\"\n\
-         enabled_tools = [\"echo\"]\n",
+         enabled_tools = [\"echo\"]\nsources = [\"cron\", \"chat\"]\n",
     );
     let o = e.run(&["mcp", "list"]);
     assert_ok(&o);
@@ -51,7 +52,11 @@ fn mcp_list_shows_each_server_and_never_a_secret() {
     assert!(text.contains("everything  stdio node "), "{text}");
     assert!(text.contains("remote  http "), "{text}");
     assert!(text.contains("disabled  startup lazy"), "{text}");
-    assert!(text.contains("tools only echo"), "{text}");
+    assert!(
+        text.contains("tools only echo  sessions cron, chat"),
+        "{text}"
+    );
+    assert!(text.contains("tools all  sessions all"), "{text}");
     for secret in ["s3cret-value", "pw-secret", "header-secret"] {
         assert!(!text.contains(secret), "{secret} in {text}");
     }
@@ -63,6 +68,8 @@ fn mcp_list_shows_each_server_and_never_a_secret() {
     assert_eq!(rows[0]["enabled"], true);
     assert_eq!(rows[0]["startup"], "eager");
     assert_eq!(rows[1]["enabled_tools"], json!(["echo"]));
+    assert_eq!(rows[1]["sources"], json!(["cron", "chat"]));
+    assert_eq!(rows[0]["sources"], Value::Null);
     assert!(!stdout(&o).contains("secret"), "{}", stdout(&o));
 }
 
@@ -208,6 +215,33 @@ async fn tern_chat_offers_and_calls_the_servers_tools() {
         .cloned()
         .unwrap();
     assert_eq!(tool["content"], "\"The sum of 20 and 22 is 42.\"");
+}
+
+/// `sources`: `tern chat`'s sessions are `cli` ones; a server kept to others is not offered
+/// there, one that names `cli` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tern_chat_offers_a_server_only_when_its_sources_name_cli() {
+    let e = Env::with_model().await;
+    config(&e, "sources = [\"api\", \"cron\", \"chat\"]\n");
+    e.fake().push(Reply::text("without it"));
+    let o = e.run(&["chat", "-q", "hello"]);
+    assert_ok(&o);
+    let offered = e.fake().requests()[0].tool_names();
+    assert!(offered.iter().any(|t| t == "terminal"), "{offered:?}");
+    assert!(
+        !offered.iter().any(|t| t.starts_with("mcp__")),
+        "{offered:?}"
+    );
+
+    config(&e, "sources = [\"cli\"]\n");
+    e.fake().push(Reply::text("with it"));
+    let o = e.run(&["chat", "-q", "hello again"]);
+    assert_ok(&o);
+    let offered = e.fake().requests()[1].tool_names();
+    assert!(
+        offered.iter().any(|t| t == "mcp__everything__echo"),
+        "{offered:?}"
+    );
 }
 
 /// A server gets tern's environment less tern's secrets, sandboxed or not (`sandbox =

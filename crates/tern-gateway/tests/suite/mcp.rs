@@ -13,7 +13,7 @@ use crate::common::{self, home_for};
 const KEY: &str = "mcp-test-server-key-0123456789";
 
 /// server-everything's entry point; fails saying what to install when it is missing.
-fn everything_entry() -> PathBuf {
+pub(crate) fn everything_entry() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp");
     let entry = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
@@ -27,7 +27,7 @@ fn everything_entry() -> PathBuf {
 
 /// Where the kernel cannot enforce the sandbox a sandboxed server does not start (as the
 /// agent's commands do not run): there the server runs without one, and the rest is tested.
-fn unsandboxed_without_landlock() -> &'static str {
+pub(crate) fn unsandboxed_without_landlock() -> &'static str {
     match tern_sandbox::Support::probe() {
         tern_sandbox::Support::Missing { reason } => {
             eprintln!("no Landlock ({reason}): the MCP server runs unsandboxed");

@@ -13,5 +13,6 @@ mod inbox_uploads_policies;
 mod mcp;
 mod mcp_calls;
 mod mcp_server;
+mod mcp_sources;
 mod reviewers;
 mod web;
