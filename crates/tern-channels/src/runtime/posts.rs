@@ -17,7 +17,9 @@
 //!    tap, or a tap after a decision elsewhere, gets "already decided by …".
 //! 3. The inbox's follower sees the decision and the resumer runs the session's turn; the
 //!    delivery task edits the post to show the outcome and who decided
-//!    ([`Store::channel_posts_to_settle`]) and sends the resumed turn's answer.
+//!    ([`Store::channel_posts_to_settle`]) and sends the resumed turn's answer. An MCP
+//!    question resumes nothing: the gateway's elicitor sees the decision, answers the server
+//!    and stops waiting, and then the post is settled the same way.
 //!
 //! Where a platform has no buttons (Matrix), a reaction or a reply to the post stands for
 //! a tap; the sender is authenticated by the homeserver, and the same checks apply. An
