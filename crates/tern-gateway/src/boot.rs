@@ -296,7 +296,7 @@ impl GatewayBuilder {
                 elicitor = elicitor.with_changes(inbox.clone());
             }
             // Recorded for the chat channels, which post a chat session's questions. Those an
-            // earlier process waited for died with its tool calls: their posts are settled.
+            // earlier process waited for died with its tool calls: their posts are closed.
             match store.mcp_elicitations_abandon().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(

@@ -506,7 +506,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT m.request_id, m.session_id FROM mcp_elicitations m \
              JOIN channel_sessions c ON c.session_id = m.session_id \
-             WHERE c.channel = ? AND m.status = 'pending' \
+             WHERE c.channel = ? \
                AND NOT EXISTS (SELECT 1 FROM channel_posts p \
                                 WHERE p.channel = c.channel AND p.wait_id = ? || m.request_id) \
              ORDER BY m.created_at",
@@ -525,8 +525,8 @@ impl Store {
     /// and waits for its answer, so the session's chat is shown it.
     pub async fn mcp_elicitation_asked(&self, request_id: &str, session_id: &str) -> Result<()> {
         sqlx::query(
-            "INSERT INTO mcp_elicitations (request_id, session_id, status, created_at) \
-             VALUES (?, ?, 'pending', ?) ON CONFLICT (request_id) DO NOTHING",
+            "INSERT INTO mcp_elicitations (request_id, session_id, created_at) \
+             VALUES (?, ?, ?) ON CONFLICT (request_id) DO NOTHING",
         )
         .bind(request_id)
         .bind(session_id)
@@ -539,38 +539,30 @@ impl Store {
     /// The gateway no longer waits for the MCP elicitation's answer (answered the server,
     /// withdrew the request): a post of it is to be settled.
     pub async fn mcp_elicitation_ended(&self, request_id: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE mcp_elicitations SET status = 'ended', ended_at = ? \
-             WHERE request_id = ? AND status = 'pending'",
-        )
-        .bind(now_ms())
-        .bind(request_id)
-        .execute(self.pool())
-        .await?;
+        sqlx::query("DELETE FROM mcp_elicitations WHERE request_id = ?")
+            .bind(request_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// Whether the gateway still waits for the MCP elicitation's answer.
     pub async fn mcp_elicitation_pending(&self, request_id: &str) -> Result<bool> {
         Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM mcp_elicitations \
-             WHERE request_id = ? AND status = 'pending')",
+            "SELECT EXISTS (SELECT 1 FROM mcp_elicitations WHERE request_id = ?)",
         )
         .bind(request_id)
         .fetch_one(self.pool())
         .await?)
     }
 
-    /// Ends every pending MCP elicitation: at a start, none can still be waited for (the tool
+    /// Forgets every MCP elicitation: at a start, none can still be waited for (the tool
     /// calls that asked ended with the process that held them). How many.
     pub async fn mcp_elicitations_abandon(&self) -> Result<u64> {
-        Ok(sqlx::query(
-            "UPDATE mcp_elicitations SET status = 'ended', ended_at = ? WHERE status = 'pending'",
-        )
-        .bind(now_ms())
-        .execute(self.pool())
-        .await?
-        .rows_affected())
+        Ok(sqlx::query("DELETE FROM mcp_elicitations")
+            .execute(self.pool())
+            .await?
+            .rows_affected())
     }
 
     /// Records a post before it is sent (so its id can be signed into the buttons); the
@@ -655,7 +647,7 @@ impl Store {
              WHERE p.channel = ? AND p.status = 'open' AND p.message_id IS NOT NULL \
                AND NOT EXISTS (SELECT 1 FROM waits w WHERE w.id = p.wait_id AND w.status = 'pending') \
                AND NOT EXISTS (SELECT 1 FROM mcp_elicitations m \
-                                WHERE p.wait_id = ? || m.request_id AND m.status = 'pending') \
+                                WHERE p.wait_id = ? || m.request_id) \
              ORDER BY p.id",
         ))
         .bind(channel)

@@ -786,7 +786,9 @@ async fn a_chat_sessions_mcp_elicitation_is_posted_once_and_settled_when_no_long
     let (_d, s) = store().await;
     let chat = s.create_session(new_session("telegram")).await.unwrap();
     let other = s.create_session(new_session("cli")).await.unwrap();
-    s.channel_bind_session("tg", "111", "", &chat.id).await.unwrap();
+    s.channel_bind_session("tg", "111", "", &chat.id)
+        .await
+        .unwrap();
     s.mcp_elicitation_asked("r1", &chat.id).await.unwrap();
     s.mcp_elicitation_asked("r2", &other.id).await.unwrap();
     // Asked again (a retried record): still one.
