@@ -3,10 +3,12 @@
 //!
 //! A server's `elicitation/create` during a tool call becomes an inbox elicitation request in
 //! the calling session's task, as the `inbox` tools' requests are, so the web inbox and `tern
-//! inbox` show it like any other. Its schema's properties map to the inbox's field kinds
-//! (string → Text, with `email`/`uri` as its format, `date`/`date-time` → DateField/DateTime;
-//! number and integer → Number; boolean → Switch; enums → Select/Multiselect showing their
-//! titles), its defaults become the request's pre-filled recommendation. The elicitor then
+//! inbox` show it like any other, and (with [`InboxElicitor::with_store`]) a chat channel
+//! posts it to the session's chat, answered there through the inbox. Its schema's
+//! properties map to the inbox's field kinds (string → Text, with `email`/`uri` as its
+//! format, `date`/`date-time` → DateField/DateTime; number and integer → Number; boolean →
+//! Switch; enums → Select/Multiselect showing their titles), its defaults become the
+//! request's pre-filled recommendation. The elicitor then
 //! waits for the request's result (woken by the embedded inbox's change feed, else polling)
 //! and answers the server:
 //!
