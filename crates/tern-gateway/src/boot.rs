@@ -295,6 +295,17 @@ impl GatewayBuilder {
             if waits.remote.is_none() {
                 elicitor = elicitor.with_changes(inbox.clone());
             }
+            // Recorded for the chat channels, which post a chat session's questions. Those an
+            // earlier process waited for died with its tool calls: their posts are closed.
+            match store.mcp_elicitations_abandon().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    questions = n,
+                    "MCP elicitations an earlier process waited for are no longer waited for"
+                ),
+                Err(e) => tracing::warn!(error = %e, "cannot end earlier MCP elicitations"),
+            }
+            let elicitor = elicitor.with_store(store.clone());
             let mut options = tern_mcp::ClientOptions::default().with_elicitor(Arc::new(elicitor));
             options.sandbox = Some(tern_mcp::ServerSandbox {
                 sandbox: Arc::new(tern_agent::from_config::sandbox(&home, &eff)),

@@ -3,10 +3,12 @@
 //!
 //! A server's `elicitation/create` during a tool call becomes an inbox elicitation request in
 //! the calling session's task, as the `inbox` tools' requests are, so the web inbox and `tern
-//! inbox` show it like any other. Its schema's properties map to the inbox's field kinds
-//! (string → Text, with `email`/`uri` as its format, `date`/`date-time` → DateField/DateTime;
-//! number and integer → Number; boolean → Switch; enums → Select/Multiselect showing their
-//! titles), its defaults become the request's pre-filled recommendation. The elicitor then
+//! inbox` show it like any other, and (with [`InboxElicitor::with_store`]) a chat channel
+//! posts it to the session's chat, answered there through the inbox. Its schema's
+//! properties map to the inbox's field kinds (string → Text, with `email`/`uri` as its
+//! format, `date`/`date-time` → DateField/DateTime; number and integer → Number; boolean →
+//! Switch; enums → Select/Multiselect showing their titles), its defaults become the
+//! request's pre-filled recommendation. The elicitor then
 //! waits for the request's result (woken by the embedded inbox's change feed, else polling)
 //! and answers the server:
 //!
@@ -46,6 +48,8 @@ pub struct InboxElicitor {
     project: String,
     /// The embedded inbox's change feed, to wake on decisions.
     changes: Option<tern_inbox::Inbox>,
+    /// Where each question waited for is recorded, so the session's chat channel posts it.
+    store: Option<tern_store::Store>,
 }
 
 impl InboxElicitor {
@@ -55,6 +59,7 @@ impl InboxElicitor {
             client,
             project: project.into(),
             changes: None,
+            store: None,
         }
     }
 
@@ -77,6 +82,19 @@ impl InboxElicitor {
     /// Wakes on `inbox`'s change feed rather than polling (when `client` is that inbox).
     pub fn with_changes(mut self, inbox: tern_inbox::Inbox) -> Self {
         self.changes = Some(inbox);
+        self
+    }
+
+    /// Records each question in `store` while it is waited for, so a chat channel posts it
+    /// to the calling session's chat.
+    ///
+    /// Why a row of its own rather than a wait: a wait is durable and resumes the session
+    /// when decided, and this answer goes to the tool call holding it open instead. Why not
+    /// have the channel list the inbox's pending requests: the inbox may be remote, does not
+    /// know which requests are MCP questions, and cannot say when the gateway stopped
+    /// waiting for one (a restart loses the call; the request stays pending).
+    pub fn with_store(mut self, store: tern_store::Store) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -130,10 +148,32 @@ impl InboxElicitor {
             .await
             .map_err(failed)?;
         tracing::info!(server = req.server, tool, request = %id, session = %scope.session_id, "MCP elicitation sent to the inbox");
+        if let Some(store) = &self.store
+            && let Err(e) = store.mcp_elicitation_asked(&id, &scope.session_id).await
+        {
+            tracing::warn!(request = %id, error = %e, "cannot record an MCP elicitation for the session's chat");
+        }
+        let answer = self.await_answer(&req, &id).await;
+        // Before the server hears the answer, so the post is settled by the time the tool
+        // call ends (which wakes the channel).
+        if let Some(store) = &self.store
+            && let Err(e) = store.mcp_elicitation_ended(&id).await
+        {
+            tracing::warn!(request = %id, error = %e, "cannot record an MCP elicitation's end");
+        }
+        answer
+    }
+
+    /// Waits for the inbox's decision on request `id`, or for the call to be interrupted.
+    async fn await_answer(
+        &self,
+        req: &ElicitationRequest,
+        id: &str,
+    ) -> Result<ElicitationAnswer, ElicitError> {
         loop {
             // Subscribed before reading, so a decision in between still wakes the loop.
             let mut changes = self.changes.as_ref().map(tern_inbox::Inbox::changes);
-            match self.client.result(RequestKind::Elicitation, &id).await {
+            match self.client.result(RequestKind::Elicitation, id).await {
                 Ok(Some(result)) => return Ok(answer(&req.fields, &result)),
                 Ok(None) => {}
                 // Dismissed by a reviewer (only this elicitor withdraws it otherwise, and
@@ -154,7 +194,7 @@ impl InboxElicitor {
             tokio::select! {
                 () = req.cancel.cancelled() => {
                     let reason = "the tool call that asked was interrupted";
-                    if let Err(e) = self.client.withdraw(RequestKind::Elicitation, &id, reason).await {
+                    if let Err(e) = self.client.withdraw(RequestKind::Elicitation, id, reason).await {
                         tracing::warn!(request = %id, error = %e, "cannot withdraw an MCP elicitation");
                     }
                     return Ok(ElicitationAnswer::Cancel);

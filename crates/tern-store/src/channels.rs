@@ -1,6 +1,6 @@
 //! The tables of chat channels (`tern-channels` holds the runtime): each channel's cursor and
-//! health, the events it received, the sessions of each chat, and the requests posted to
-//! chats.
+//! health, the events it received, the sessions of each chat, the requests posted to chats,
+//! and the MCP elicitations the gateway waits on (which chats are shown like waits' requests).
 //!
 //! The two steps that make a channel exactly-once are single transactions here:
 //! [`Store::channel_record`] (the events of one poll and the cursor after them) and
@@ -72,6 +72,7 @@ pub struct ChannelPost {
     pub chat_id: String,
     pub thread_id: String,
     pub session_id: String,
+    /// The wait whose request this is, or [`MCP_POST_PREFIX`] and the request's id.
     pub wait_id: String,
     pub request_id: String,
     pub kind: String,
@@ -111,6 +112,10 @@ pub struct ChannelFile {
     pub chat_id: String,
     pub thread_id: String,
 }
+
+/// A post of an MCP elicitation has no wait: its `wait_id` is this prefix and the request's
+/// id, which keeps `(channel, wait_id)` unique and tells the two kinds of post apart.
+pub const MCP_POST_PREFIX: &str = "mcp-elicitation:";
 
 macro_rules! post_cols {
     () => {
@@ -492,6 +497,74 @@ impl Store {
         .await?)
     }
 
+    /// The pending MCP elicitations (see [`Store::mcp_elicitation_asked`]) of the channel's
+    /// sessions not posted to their chat yet, oldest first: `(request_id, session_id)`.
+    pub async fn channel_unposted_mcp_elicitations(
+        &self,
+        channel: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT m.request_id, m.session_id FROM mcp_elicitations m \
+             JOIN channel_sessions c ON c.session_id = m.session_id \
+             WHERE c.channel = ? \
+               AND NOT EXISTS (SELECT 1 FROM channel_posts p \
+                                WHERE p.channel = c.channel AND p.wait_id = ? || m.request_id) \
+             ORDER BY m.created_at",
+        )
+        .bind(channel)
+        .bind(MCP_POST_PREFIX)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get("request_id"), r.get("session_id")))
+            .collect())
+    }
+
+    /// Records that the gateway asked an MCP server's question in the inbox for `session_id`
+    /// and waits for its answer, so the session's chat is shown it.
+    pub async fn mcp_elicitation_asked(&self, request_id: &str, session_id: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO mcp_elicitations (request_id, session_id, created_at) \
+             VALUES (?, ?, ?) ON CONFLICT (request_id) DO NOTHING",
+        )
+        .bind(request_id)
+        .bind(session_id)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The gateway no longer waits for the MCP elicitation's answer (answered the server,
+    /// withdrew the request): a post of it is to be settled.
+    pub async fn mcp_elicitation_ended(&self, request_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM mcp_elicitations WHERE request_id = ?")
+            .bind(request_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the gateway still waits for the MCP elicitation's answer.
+    pub async fn mcp_elicitation_pending(&self, request_id: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM mcp_elicitations WHERE request_id = ?)",
+        )
+        .bind(request_id)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Forgets every MCP elicitation: at a start, none can still be waited for (the tool
+    /// calls that asked ended with the process that held them). How many.
+    pub async fn mcp_elicitations_abandon(&self) -> Result<u64> {
+        Ok(sqlx::query("DELETE FROM mcp_elicitations")
+            .execute(self.pool())
+            .await?
+            .rows_affected())
+    }
+
     /// Records a post before it is sent (so its id can be signed into the buttons); the
     /// existing post when the wait was posted already.
     pub async fn channel_post_create(&self, post: &ChannelPost) -> Result<ChannelPost> {
@@ -564,8 +637,8 @@ impl Store {
         .await?)
     }
 
-    /// The channel's open posts whose wait is no longer pending (decided, expired,
-    /// withdrawn): their messages are to be edited to say so.
+    /// The channel's open posts whose wait (or MCP elicitation) is no longer pending
+    /// (decided, expired, withdrawn): their messages are to be edited to say so.
     pub async fn channel_posts_to_settle(&self, channel: &str) -> Result<Vec<ChannelPost>> {
         Ok(sqlx::query_as(concat!(
             "SELECT ",
@@ -573,9 +646,12 @@ impl Store {
             " FROM channel_posts p \
              WHERE p.channel = ? AND p.status = 'open' AND p.message_id IS NOT NULL \
                AND NOT EXISTS (SELECT 1 FROM waits w WHERE w.id = p.wait_id AND w.status = 'pending') \
+               AND NOT EXISTS (SELECT 1 FROM mcp_elicitations m \
+                                WHERE p.wait_id = ? || m.request_id) \
              ORDER BY p.id",
         ))
         .bind(channel)
+        .bind(MCP_POST_PREFIX)
         .fetch_all(self.pool())
         .await?)
     }

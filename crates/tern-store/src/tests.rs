@@ -779,3 +779,63 @@ async fn a_channel_event_is_recorded_once_appended_once_and_known_answered() {
         .unwrap();
     assert!(s.channel_event_answered(id).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_chat_sessions_mcp_elicitation_is_posted_once_and_settled_when_no_longer_waited_for() {
+    use crate::channels::{ChannelPost, MCP_POST_PREFIX};
+    let (_d, s) = store().await;
+    let chat = s.create_session(new_session("telegram")).await.unwrap();
+    let other = s.create_session(new_session("cli")).await.unwrap();
+    s.channel_bind_session("tg", "111", "", &chat.id)
+        .await
+        .unwrap();
+    s.mcp_elicitation_asked("r1", &chat.id).await.unwrap();
+    s.mcp_elicitation_asked("r2", &other.id).await.unwrap();
+    // Asked again (a retried record): still one.
+    s.mcp_elicitation_asked("r1", &chat.id).await.unwrap();
+    assert_eq!(
+        s.channel_unposted_mcp_elicitations("tg").await.unwrap(),
+        vec![("r1".to_owned(), chat.id.clone())]
+    );
+    assert!(
+        s.channel_unposted_mcp_elicitations("matrix")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let post = s
+        .channel_post_create(&ChannelPost {
+            id: 0,
+            channel: "tg".into(),
+            chat_id: "111".into(),
+            thread_id: String::new(),
+            session_id: chat.id.clone(),
+            wait_id: format!("{MCP_POST_PREFIX}r1"),
+            request_id: "r1".into(),
+            kind: "elicitation".into(),
+            message_id: None,
+            status: "open".into(),
+            created_at: 0,
+        })
+        .await
+        .unwrap();
+    s.channel_post_sent(post.id, "m1").await.unwrap();
+    assert!(
+        s.channel_unposted_mcp_elicitations("tg")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Open while the gateway waits for the answer.
+    assert!(s.mcp_elicitation_pending("r1").await.unwrap());
+    assert!(s.channel_posts_to_settle("tg").await.unwrap().is_empty());
+    s.mcp_elicitation_ended("r1").await.unwrap();
+    assert!(!s.mcp_elicitation_pending("r1").await.unwrap());
+    let settle = s.channel_posts_to_settle("tg").await.unwrap();
+    assert_eq!(settle.len(), 1);
+    assert_eq!(settle[0].id, post.id);
+    // A start ends what an earlier process waited for.
+    assert_eq!(s.mcp_elicitations_abandon().await.unwrap(), 1);
+    assert!(!s.mcp_elicitation_pending("r2").await.unwrap());
+    assert_eq!(s.mcp_elicitations_abandon().await.unwrap(), 0);
+}

@@ -9,7 +9,8 @@
 //!    whoever started it (a chat message, a decision, a background process), reaches the
 //!    chat, and a restart resends nothing already sent (a crash between a send and its cursor
 //!    update sends that one message again: at-least-once, the best a chat API allows);
-//! 2. posts the open requests of its sessions, and edits the settled ones ([`super::posts`]);
+//! 2. posts the open requests of its sessions (their waits' and their MCP servers'
+//!    elicitations), and edits the settled ones ([`super::posts`]);
 //! 3. sends tool progress (per [`ProgressMode`]) and keeps "typing…" alive while a turn runs.
 //!
 //! A platform that asks to wait (429) is waited for; one that is unreachable leaves the
@@ -143,6 +144,15 @@ async fn flush(inner: &Inner) -> bool {
         match inner.store.channel_posts_unsent(channel).await {
             Ok(list) => {
                 for p in list {
+                    if posts::is_mcp(&p) {
+                        if let (Ok(true), Some(chat)) = (
+                            inner.store.mcp_elicitation_pending(&p.request_id).await,
+                            inner.route(&p.session_id),
+                        ) {
+                            posts::post_mcp(inner, &p.session_id, &p.request_id, &chat).await;
+                        }
+                        continue;
+                    }
                     if let (Ok(Some(w)), Some(chat)) = (
                         inner.store.wait(&p.wait_id).await,
                         inner.route(&p.session_id),
@@ -165,6 +175,18 @@ async fn flush(inner: &Inner) -> bool {
                 }
             }
             Err(e) => tracing::error!(channel, error = %e, "cannot read the waits to post"),
+        }
+        match inner.store.channel_unposted_mcp_elicitations(channel).await {
+            Ok(list) => {
+                for (request_id, session_id) in list {
+                    if let Some(chat) = inner.route(&session_id) {
+                        posts::post_mcp(inner, &session_id, &request_id, &chat).await;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(channel, error = %e, "cannot read the MCP elicitations to post")
+            }
         }
     }
     match inner.store.channel_posts_to_settle(channel).await {

@@ -5,7 +5,10 @@
 //! 1. A session of this channel opens a wait (`request_approval`, a dangerous command, a
 //!    sandbox escalation, an elicitation). The delivery task finds it
 //!    ([`Store::channel_unposted_waits`]), records a post, and sends the request with one
-//!    button per choice; each button's callback data is signed ([`crate::signing`]) over the
+//!    button per choice. An MCP server's question, asked in the inbox while the session's
+//!    tool call waits for it, has no wait: the gateway records it
+//!    ([`Store::mcp_elicitation_asked`]) and it is posted the same way ([`post_mcp`]).
+//!    Each button's callback data is signed ([`crate::signing`]) over the
 //!    channel, the chat, the post and the choice.
 //! 2. A tap comes back as a callback event. Its data is verified (a forged or altered one
 //!    decides nothing), the tapping user is checked **on every tap** against who may talk to
@@ -14,7 +17,9 @@
 //!    tap, or a tap after a decision elsewhere, gets "already decided by …".
 //! 3. The inbox's follower sees the decision and the resumer runs the session's turn; the
 //!    delivery task edits the post to show the outcome and who decided
-//!    ([`Store::channel_posts_to_settle`]) and sends the resumed turn's answer.
+//!    ([`Store::channel_posts_to_settle`]) and sends the resumed turn's answer. An MCP
+//!    question resumes nothing: the gateway's elicitor sees the decision, answers the server
+//!    and stops waiting, and then the post is settled the same way.
 //!
 //! Where a platform has no buttons (Matrix), a reaction or a reply to the post stands for
 //! a tap; the sender is authenticated by the homeserver, and the same checks apply. An
@@ -22,13 +27,14 @@
 //! reply (a number, short text); anything else gets a link to the web inbox.
 //!
 //! [`Store::channel_unposted_waits`]: tern_store::Store::channel_unposted_waits
+//! [`Store::mcp_elicitation_asked`]: tern_store::Store::mcp_elicitation_asked
 //! [`Store::channel_posts_to_settle`]: tern_store::Store::channel_posts_to_settle
 
 use serde_json::{Map, Value, json};
 use tern_inbox::fields::Field;
 use tern_inbox::review::{RequestStatus, RequestView};
 use tern_inbox::{InboxError, Outcome, OutcomeType};
-use tern_store::channels::{ChannelEvent, ChannelPost};
+use tern_store::channels::{ChannelEvent, ChannelPost, MCP_POST_PREFIX};
 use tern_store::{Wait, WaitKind};
 
 use super::Inner;
@@ -251,13 +257,21 @@ fn cut(text: &str, max: usize) -> (String, bool) {
 /// The post's text: what is asked, and how to answer here. Everything the agent wrote (the
 /// command, the summary, the context) is shown as exactly its text: escaped markdown, the
 /// command in a code block no line of it can close — a reviewer sees all of what they approve.
-fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> String {
-    let asked: Value = serde_json::from_str(&wait.request).unwrap_or(Value::Null);
+///
+/// `wait` is `None` for an MCP elicitation, which has no wait; `kind` is the post's.
+fn render(
+    inner: &Inner,
+    kind: &str,
+    wait: Option<&Wait>,
+    view: &RequestView,
+    how: &Answering,
+) -> String {
     let mut truncated = false;
     let (summary, t) = cut(&view.summary.summary, MAX_SUMMARY_CHARS);
     truncated |= t;
-    let mut out = match wait.kind {
-        WaitKind::Command => {
+    let mut out = match (kind, wait) {
+        ("command", Some(wait)) => {
+            let asked: Value = serde_json::from_str(&wait.request).unwrap_or(Value::Null);
             let command = asked.get("command").and_then(Value::as_str).unwrap_or("");
             let (command, t) = cut(command, MAX_COMMAND_CHARS);
             truncated |= t;
@@ -268,7 +282,7 @@ fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> St
             };
             format!("**{title}**\n\n{}", crate::format::code_block(&command))
         }
-        WaitKind::Elicitation => format!("**Question**: {}", escape_markdown(&summary)),
+        ("elicitation", _) => format!("**Question**: {}", escape_markdown(&summary)),
         _ => format!("**Approval needed**: {}", escape_markdown(&summary)),
     };
     if let Some(ctx) = &view.key_value_context {
@@ -291,7 +305,7 @@ fn render(inner: &Inner, wait: &Wait, view: &RequestView, how: &Answering) -> St
     for f in &view.fields {
         out.push_str(&format!("\n• {}", escape_markdown(field_label(f))));
     }
-    if truncated || !shows_whole(Some(wait), view) {
+    if truncated || !shows_whole(wait, view) {
         out.push_str(
             "\n\nPart of this request is not shown here (too long, or characters that do not \
              show): it can only be rejected from this chat; the inbox shows it whole",
@@ -323,6 +337,49 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
     let Some(request_id) = wait.request_id.clone() else {
         return;
     };
+    let record = ChannelPost {
+        id: 0,
+        channel: inner.settings.name.clone(),
+        chat_id: chat.chat_id.clone(),
+        thread_id: chat.thread_id.clone().unwrap_or_default(),
+        session_id: wait.session_id.clone(),
+        wait_id: wait.id.clone(),
+        request_id,
+        kind: wait.kind.as_str().to_owned(),
+        message_id: None,
+        status: "open".into(),
+        created_at: 0,
+    };
+    post_request(inner, record, Some(wait), chat).await;
+}
+
+/// Posts an MCP server's question, asked in the inbox for `session_id` while one of its tool
+/// calls waits for the answer (`tern-gateway`'s `InboxElicitor`), to the session's chat.
+///
+/// Such a question is an inbox elicitation request like an `inbox` tool's, only without a
+/// wait (nothing resumes the session later: the answer goes to the call holding it open),
+/// so it is posted, answered and settled the same way; the store's `mcp_elicitations`
+/// stands in for the wait: the post is open while the gateway still waits for the answer.
+pub(super) async fn post_mcp(inner: &Inner, session_id: &str, request_id: &str, chat: &ChatRef) {
+    let record = ChannelPost {
+        id: 0,
+        channel: inner.settings.name.clone(),
+        chat_id: chat.chat_id.clone(),
+        thread_id: chat.thread_id.clone().unwrap_or_default(),
+        session_id: session_id.to_owned(),
+        wait_id: format!("{MCP_POST_PREFIX}{request_id}"),
+        request_id: request_id.to_owned(),
+        kind: WaitKind::Elicitation.as_str().to_owned(),
+        message_id: None,
+        status: "open".into(),
+        created_at: 0,
+    };
+    post_request(inner, record, None, chat).await;
+}
+
+/// Records and sends a post of `record`'s request (of `wait`, when it has one).
+async fn post_request(inner: &Inner, record: ChannelPost, wait: Option<&Wait>, chat: &ChatRef) {
+    let request_id = record.request_id.clone();
     let Some(inbox) = inner.host.inbox() else {
         return;
     };
@@ -332,19 +389,6 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
             tracing::warn!(request = %request_id, error = %e, "cannot read a request to post it");
             return;
         }
-    };
-    let record = ChannelPost {
-        id: 0,
-        channel: inner.settings.name.clone(),
-        chat_id: chat.chat_id.clone(),
-        thread_id: chat.thread_id.clone().unwrap_or_default(),
-        session_id: wait.session_id.clone(),
-        wait_id: wait.id.clone(),
-        request_id: request_id.clone(),
-        kind: wait.kind.as_str().to_owned(),
-        message_id: None,
-        status: "open".into(),
-        created_at: 0,
     };
     let post = match inner.store.channel_post_create(&record).await {
         Ok(p) => p,
@@ -356,7 +400,7 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
     if post.message_id.is_some() {
         return;
     }
-    let how = answering(&post.kind, Some(wait), &view);
+    let how = answering(&post.kind, wait, &view);
     let buttons = match &how {
         Answering::Buttons(choices) => vec![
             choices
@@ -378,7 +422,7 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
         _ => Vec::new(),
     };
     let msg = OutMessage {
-        markdown: render(inner, wait, &view, &how),
+        markdown: render(inner, &post.kind, wait, &view, &how),
         buttons,
         reply_to: None,
     };
@@ -397,6 +441,11 @@ pub(super) async fn post(inner: &Inner, wait: &Wait, chat: &ChatRef) {
             tracing::warn!(channel = %inner.settings.name, request = %request_id, error = %e, "cannot post a request to the chat; retried later")
         }
     }
+}
+
+/// Whether the post is of an MCP elicitation (no wait).
+pub(super) fn is_mcp(post: &ChannelPost) -> bool {
+    post.wait_id.starts_with(MCP_POST_PREFIX)
 }
 
 /// The line that says how a settled request ended.
@@ -454,9 +503,16 @@ pub(super) async fn settle(inner: &Inner, post: &ChannelPost) {
         return;
     }
     let wait = inner.store.wait(&post.wait_id).await.ok().flatten();
-    let body = match &wait {
-        Some(w) => render(inner, w, &view, &Answering::Buttons(Vec::new())),
-        None => escape_markdown(&cut(&view.summary.summary, MAX_SUMMARY_CHARS).0),
+    let body = if wait.is_some() || is_mcp(post) {
+        render(
+            inner,
+            &post.kind,
+            wait.as_ref(),
+            &view,
+            &Answering::Buttons(Vec::new()),
+        )
+    } else {
+        escape_markdown(&cut(&view.summary.summary, MAX_SUMMARY_CHARS).0)
     };
     let chat = ChatRef {
         chat_id: post.chat_id.clone(),

@@ -2,6 +2,7 @@ mod api;
 mod boot;
 mod channels;
 mod channels_matrix;
+mod channels_mcp;
 mod compact;
 mod cron_api;
 mod cron_runs;
