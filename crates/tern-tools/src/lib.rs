@@ -504,9 +504,12 @@ impl Registry {
     }
 }
 
-/// Turns a tool result into the tool message content the model reads.
+/// Turns a tool result into the tool message content the model reads: a JSON value as JSON,
+/// except a result that is only text (an MCP server's), which the model reads as it is rather
+/// than as a quoted JSON string with its newlines and quotes escaped.
 pub fn result_to_content(r: &ToolResult) -> String {
     match r {
+        Ok(Value::String(text)) => text.clone(),
         Ok(v) => v.to_string(),
         Err(e) => json!({ "error": e.0 }).to_string(),
     }

@@ -471,3 +471,81 @@ async fn a_broken_stream_is_marked_void_and_the_answer_shown_once() {
     assert!(shown.contains("retry 1"), "the retry is reported:\n{shown}");
     assert_eq!(fake.requests().len(), 2);
 }
+
+/// Issue 17 at the terminal: an MCP server's `elicitation/create` during a tool call is asked
+/// at the REPL's prompt (`tern chat` starts the server with the terminal as its elicitor), and
+/// the human's decline goes back to the server, whose answer the model then reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_servers_elicitation_is_asked_at_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let entry = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "{} is missing: run `npm ci --no-audit --no-fund` in tests/mcp",
+        entry.display()
+    );
+    let sandbox = match tern_sandbox::Support::probe() {
+        tern_sandbox::Support::Missing { .. } => "sandbox = \"none\"\n",
+        tern_sandbox::Support::Landlock { .. } => "",
+    };
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n{sandbox}",
+            entry.display().to_string()
+        ),
+    )
+    .unwrap();
+
+    let fake = FakeModel::start().await.unwrap();
+    fake.push(Reply::tool_call(
+        "e1",
+        "mcp__everything__trigger-elicitation-request",
+        "{}",
+    ))
+    .push(Reply::text("You declined; nothing was filled in."));
+
+    let Chat {
+        master: _master,
+        mut child,
+        mut writer,
+        screen,
+    } = start_chat(&home, &work, &fake);
+    let screen = tokio::task::spawn_blocking(move || {
+        let mut at = screen.wait_for("Ctrl-D quits", 0);
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"fill in the form\r").unwrap();
+        at = screen.wait_for(
+            "MCP server `everything` asks (during `trigger-elicitation-request`)",
+            at,
+        );
+        at = screen.wait_for("[a]nswer, [d]ecline or [c]ancel?", at);
+        writer.write_all(b"d\r").unwrap();
+        at = screen.wait_for("You declined; nothing was filled in.", at);
+        at = screen.wait_for("› ", at);
+        writer.write_all(b"\x04").unwrap();
+        let _ = at;
+        screen
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "screen:\n{}", screen.0.lock().unwrap());
+    // The server got the decline: its result, in the model's second request, says so.
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    let msgs = reqs[1].messages();
+    let result = msgs.iter().find(|m| m["tool_call_id"] == "e1").unwrap();
+    let text = result["content"].as_str().unwrap();
+    assert!(
+        text.contains("User declined") && text.contains("\n  \"action\": \"decline\"\n"),
+        "{text}"
+    );
+}

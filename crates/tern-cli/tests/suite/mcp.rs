@@ -214,7 +214,7 @@ async fn tern_chat_offers_and_calls_the_servers_tools() {
         .find(|m| m["role"] == "tool")
         .cloned()
         .unwrap();
-    assert_eq!(tool["content"], "\"The sum of 20 and 22 is 42.\"");
+    assert_eq!(tool["content"], "The sum of 20 and 22 is 42.");
 }
 
 /// `sources`: `tern chat`'s sessions are `cli` ones; a server kept to others is not offered

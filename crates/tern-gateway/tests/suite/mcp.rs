@@ -92,7 +92,7 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
         .find(|m| m["role"] == "tool")
         .cloned()
         .unwrap();
-    assert_eq!(tool_message["content"], "\"Echo: through the gateway\"");
+    assert_eq!(tool_message["content"], "Echo: through the gateway");
 
     let (status, servers) = http_get(&format!("{url}/api/mcp/servers"), KEY).await;
     assert_eq!(status, 200, "{servers}");
