@@ -12,7 +12,7 @@
 //! child whose transport is dropped.
 //!
 //! A call that outlives `tool_timeout`, or whose future is dropped (an interrupted turn), is
-//! abandoned with `notifications/cancelled` sent to the server (by [`Abandon`], as the call
+//! abandoned with `notifications/cancelled` sent to the server (by `Abandon`, as the call
 //! is sent through rmcp's `Peer` to learn its progress token first).
 //!
 //! A request the transport cannot carry (the HTTP server is down or no longer knows the

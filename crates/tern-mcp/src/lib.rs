@@ -20,11 +20,13 @@ mod handler;
 mod http;
 pub mod manager;
 mod result;
+mod server;
 pub mod tools;
 
 pub use client::{CallOptions, ClientOptions, McpClient, ServerSandbox};
 pub use elicit::{CallScope, ElicitError, ElicitationAnswer, ElicitationRequest, Elicitor};
 pub use error::McpError;
-pub use manager::{McpManager, ServerHandle, ServerState, ServerStatus};
+pub use manager::McpManager;
 pub use result::result_text;
+pub use server::{ServerHandle, ServerState, ServerStatus};
 pub use tools::{McpTool, TOOLSET_ALL, register, tool_name, toolset};

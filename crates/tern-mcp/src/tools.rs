@@ -13,8 +13,8 @@ use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResul
 use crate::client::{CallOptions, McpClient};
 use crate::elicit::CallScope;
 use crate::error::McpError;
-use crate::manager::ServerHandle;
 use crate::result::collect_images;
+use crate::server::ServerHandle;
 
 /// The toolset that stands for every configured server's toolset (`mcp:NAME`).
 pub const TOOLSET_ALL: &str = "mcp";
