@@ -104,7 +104,7 @@ async fn with_vision_the_next_request_shows_the_image_after_the_tool_messages() 
     // The call, its result (the description), then the images as a user message.
     assert_eq!(after[n - 3]["tool_calls"][0]["id"], "call_1");
     assert_eq!(after[n - 2]["role"], "tool");
-    assert_eq!(after[n - 2]["content"], "\"[image: image/png, 40 bytes]\"");
+    assert_eq!(after[n - 2]["content"], "[image: image/png, 40 bytes]");
     let images = &after[n - 1];
     assert_eq!(images["role"], "user");
     let parts = images["content"].as_array().unwrap();
@@ -136,7 +136,7 @@ async fn without_vision_only_the_description_goes() {
     let after = &e.chat_requests()[1];
     let last = after.last().unwrap();
     assert_eq!(last["role"], "tool");
-    assert_eq!(last["content"], "\"[image: image/png, 40 bytes]\"");
+    assert_eq!(last["content"], "[image: image/png, 40 bytes]");
     assert!(image_urls(after).is_empty());
     assert!(
         e.transcript().await.iter().all(|m| m.parts.is_none()),

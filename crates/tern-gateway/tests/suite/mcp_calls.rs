@@ -320,10 +320,7 @@ async fn an_elicitation_dismissed_in_the_inbox_is_declined() {
     assert_eq!(turn.await.unwrap(), 200);
     let result = gw.tool_result(&session).await;
     assert!(result.contains("User declined"), "{result}");
-    assert!(
-        result.contains("\\\"action\\\": \\\"decline\\\""),
-        "{result}"
-    );
+    assert!(result.contains("\"action\": \"decline\""), "{result}");
 }
 
 #[tokio::test]
