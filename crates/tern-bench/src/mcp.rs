@@ -9,7 +9,9 @@
 //!
 //! - **Overhead**: `Registry::call` of each echo with the same arguments, round-robin, each
 //!   call timed from the call to its result: the native tool is the baseline, and what MCP adds
-//!   is the difference of the medians (and of the p99s).
+//!   is the difference of the medians (and of the p99s). A second baseline: the same server's
+//!   echo called without tern's client (JSON-RPC lines written and read by hand), which is
+//!   what the server and the pipe cost on their own.
 //! - **Cancel**: a call to `wait` (answers only when cancelled) is started, then its turn's
 //!   token cancelled; the server writes the moment the SDK aborted that request's signal (it
 //!   does so on `notifications/cancelled`) as microseconds of the wall clock, and the figure is
@@ -133,6 +135,66 @@ fn micros_now() -> anyhow::Result<i64> {
     )?)
 }
 
+/// The same server's echo without tern's client: JSON-RPC lines written to its stdin and read
+/// from its stdout by hand, one call at a time, timed as the registry calls are. What the
+/// server and the pipe cost on their own, so the figures above can be read as tern's share.
+async fn raw_roundtrips(entry: &Path, calls: usize) -> anyhow::Result<Vec<f64>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut child = tokio::process::Command::new("node")
+        .arg(entry)
+        .arg("stdio")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("no stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+    let mut call = async |id: usize, msg: Value| -> anyhow::Result<()> {
+        stdin.write_all(format!("{msg}\n").as_bytes()).await?;
+        if msg.get("id").is_none() {
+            return Ok(());
+        }
+        loop {
+            let line = lines
+                .next_line()
+                .await?
+                .context("the server closed its output")?;
+            let v: Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["id"] == id {
+                return Ok(());
+            }
+        }
+    };
+    call(
+        0,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "tern-bench", "version": "1"}}}),
+    )
+    .await?;
+    call(
+        0,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await?;
+    let mut times = Vec::with_capacity(calls);
+    for id in 1..=calls + 50 {
+        let t = Instant::now();
+        call(
+            id,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"message": "hello from tern-bench"}}}),
+        )
+        .await?;
+        if id > 50 {
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
 pub async fn bench_mcp() -> anyhow::Result<()> {
     let o = parse()?;
     let root = tests_mcp()?;
@@ -199,6 +261,19 @@ pub async fn bench_mcp() -> anyhow::Result<()> {
             p - base99
         );
     }
+
+    let raw = raw_roundtrips(
+        &root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        o.calls,
+    )
+    .await?;
+    let (m, p) = (pct(&raw, 0.5), pct(&raw, 0.99));
+    println!(
+        "| server-everything's echo without tern (JSON-RPC lines by hand) | {m:.0} | {:.0} | {p:.0} | {:.0} | {:.0} |",
+        pct(&raw, 0.9),
+        m - base50,
+        p - base99
+    );
 
     // Cancel → the server's abort of the request.
     let mut delays = Vec::with_capacity(o.cancels);
