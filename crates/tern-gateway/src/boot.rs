@@ -288,13 +288,11 @@ impl GatewayBuilder {
             tern_mcp::McpManager::empty()
         } else {
             // A server's elicitations are asked in the inbox, in the calling session's task.
-            let mut elicitor = crate::mcp_elicit::InboxElicitor::new(
+            let elicitor = crate::mcp_elicit::InboxElicitor::for_gateway(
                 Arc::clone(&waits.client),
                 &waits.tools.project,
+                waits.remote.is_none().then(|| inbox.clone()),
             );
-            if waits.remote.is_none() {
-                elicitor = elicitor.with_changes(inbox.clone());
-            }
             // Recorded for the chat channels, which post a chat session's questions. Those an
             // earlier process waited for died with its tool calls: their posts are closed.
             match store.mcp_elicitations_abandon().await {

@@ -63,19 +63,18 @@ impl InboxElicitor {
         }
     }
 
-    /// The elicitor of a gateway whose durable waits are `setup` and whose own inbox is
-    /// `inbox`: the same inbox (embedded, or remote), the `inbox` tools' project, woken by
-    /// the change feed when the inbox is the gateway's own.
-    pub fn for_waits(setup: &crate::WaitsSetup, inbox: &tern_inbox::Inbox) -> Self {
-        let project = setup
-            .tools
-            .as_ref()
-            .map_or(tern_waits::tools::DEFAULT_PROJECT, |t| t.project.as_str());
-        let elicitor = InboxElicitor::new(Arc::clone(&setup.client), project);
-        if setup.follow_embedded {
-            elicitor.with_changes(inbox.clone())
-        } else {
-            elicitor
+    /// The elicitor of a gateway: requests through its durable waits' inbox `client` (its
+    /// own, or a remote one), in the `inbox` tools' `project`, woken by the change feed of
+    /// `own` when that inbox is the gateway's own (`None`: a remote inbox, polled).
+    pub fn for_gateway(
+        client: Arc<dyn InboxClient>,
+        project: &str,
+        own: Option<tern_inbox::Inbox>,
+    ) -> Self {
+        let elicitor = InboxElicitor::new(client, project);
+        match own {
+            Some(inbox) => elicitor.with_changes(inbox),
+            None => elicitor,
         }
     }
 

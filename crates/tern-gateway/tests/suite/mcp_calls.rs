@@ -66,7 +66,12 @@ async fn start() -> Gw {
     let inbox = tern_inbox::Inbox::new(store.clone());
     inbox.ensure_default_project().await.unwrap();
     // As the gateway makes it: from its durable waits' inbox (its own, here).
-    let elicitor = InboxElicitor::for_waits(&WaitsSetup::embedded(&inbox), &inbox);
+    let waits = WaitsSetup::embedded(&inbox);
+    let elicitor = InboxElicitor::for_gateway(
+        waits.client,
+        tern_waits::tools::DEFAULT_PROJECT,
+        Some(inbox.clone()),
+    );
     // `[mcp_servers.everything]`, as the configuration file would give it.
     let config: tern_config::McpServerConfig = serde_json::from_value(json!({
         "command": "node",
