@@ -41,7 +41,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use tern_config::{McpSandbox, McpServerConfig, McpTransport};
 use tern_sandbox::{Level, Mode, Sandbox};
-use tern_tools::ProgressSink;
+use tern_tools::{ProgressSink, ToolImages};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
 use tokio::sync::watch;
@@ -49,7 +49,7 @@ use tokio::sync::watch;
 use crate::elicit::{CallScope, Elicitor};
 use crate::error::McpError;
 use crate::handler::{Calls, Handler};
-use crate::result::result_text;
+use crate::result::{push_images, result_text};
 
 /// What tern answers a server with, beyond the requests tern makes: the handlers of the
 /// server-to-client requests and notifications (progress, elicitation), filled in by whoever
@@ -90,6 +90,8 @@ impl std::fmt::Debug for ClientOptions {
 pub struct CallOptions {
     pub progress: Option<ProgressSink>,
     pub scope: Option<CallScope>,
+    /// Where the result's images go (besides their description in the text).
+    pub images: Option<ToolImages>,
 }
 
 impl CallOptions {
@@ -104,6 +106,12 @@ impl CallOptions {
         self.scope = Some(scope);
         self
     }
+
+    /// The result's images go to `images`.
+    pub fn with_images(mut self, images: ToolImages) -> Self {
+        self.images = Some(images);
+        self
+    }
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -111,6 +119,7 @@ impl std::fmt::Debug for CallOptions {
         f.debug_struct("CallOptions")
             .field("progress", &self.progress.is_some())
             .field("scope", &self.scope)
+            .field("images", &self.images.is_some())
             .finish()
     }
 }
@@ -319,6 +328,7 @@ impl McpClient {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let timeout = self.config.tool_timeout();
+        let images = options.images.clone();
         let call = self.send_call(tool, params, options);
         let result = match tokio::time::timeout(timeout, call).await {
             Ok(r) => r.map_err(|e| self.service_error("tools/call", e))?,
@@ -331,6 +341,9 @@ impl McpClient {
             }
         };
         let text = result_text(&result);
+        if let Some(images) = &images {
+            push_images(&result, images);
+        }
         if result.is_error == Some(true) {
             return Err(McpError::ToolFailed {
                 server: self.name.clone(),

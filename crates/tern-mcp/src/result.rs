@@ -6,24 +6,23 @@
 //! carries it (servers are asked to repeat it as text for older clients, and the model should
 //! not read it twice).
 //!
-//! An image is also handed, pixels and all, to the images of the call that is running it
-//! ([`collect_images`]), so a model that accepts images sees it; the description stays in
-//! the text for the transcript and for models that do not.
+//! An image is also handed, pixels and all, to the images of the call that asked
+//! ([`push_images`]), so a model that accepts images sees it; the description stays in the
+//! text for the transcript and for models that do not.
 
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use tern_tools::{ToolImage, ToolImages, base64_decoded_len as base64_len};
 
-tokio::task_local! {
-    /// Where the images of the call in flight go. A task-local rather than a parameter:
-    /// [`McpClient::call_tool`](crate::McpClient::call_tool) turns the result into text, and
-    /// the tool that awaits it ([`McpTool`](crate::McpTool)) holds the call's
-    /// [`ToolImages`].
-    static IMAGES: ToolImages;
-}
-
-/// Runs `call` (an `McpClient::call_tool`) with the images of its result going to `images`.
-pub(crate) async fn collect_images<T>(images: ToolImages, call: impl Future<Output = T>) -> T {
-    IMAGES.scope(images, call).await
+/// Hands each image of `result` to `images`.
+pub(crate) fn push_images(result: &CallToolResult, images: &ToolImages) {
+    for block in &result.content {
+        if let ContentBlock::Image(i) = block {
+            images.push(ToolImage {
+                mime_type: i.mime_type.clone(),
+                data: i.data.clone(),
+            });
+        }
+    }
 }
 
 /// The text of `result`, whether it is an error or not (the caller reads `is_error`).
@@ -45,13 +44,6 @@ fn block_text(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(t) => t.text.clone(),
         ContentBlock::Image(i) => {
-            // Outside a collecting call (`tern mcp call`, tests) there is nowhere to go.
-            let _ = IMAGES.try_with(|images| {
-                images.push(ToolImage {
-                    mime_type: i.mime_type.clone(),
-                    data: i.data.clone(),
-                })
-            });
             format!("[image: {}, {} bytes]", i.mime_type, base64_len(&i.data))
         }
         ContentBlock::Audio(a) => {

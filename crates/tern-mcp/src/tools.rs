@@ -13,7 +13,6 @@ use tern_tools::{BoxFuture, DynTool, Registry, ToolContext, ToolError, ToolResul
 use crate::client::{CallOptions, McpClient};
 use crate::elicit::CallScope;
 use crate::error::McpError;
-use crate::result::collect_images;
 use crate::server::ServerHandle;
 
 /// The toolset that stands for every configured server's toolset (`mcp:NAME`).
@@ -93,12 +92,14 @@ impl DynTool for McpTool {
                 Value::Null => None,
                 _ => return Err(ToolError::new("tool arguments must be a JSON object")),
             };
-            let mut options = CallOptions::default().with_scope(CallScope {
-                session_id: ctx.session_id.clone(),
-                call_id: ctx.call_id.clone(),
-                call_seq: ctx.call_seq,
-                cancel: ctx.cancel.clone(),
-            });
+            let mut options = CallOptions::default()
+                .with_scope(CallScope {
+                    session_id: ctx.session_id.clone(),
+                    call_id: ctx.call_id.clone(),
+                    call_seq: ctx.call_seq,
+                    cancel: ctx.cancel.clone(),
+                })
+                .with_images(ctx.report.images.clone());
             if let Some(sink) = &ctx.report.progress {
                 options = options.with_progress(Arc::clone(sink));
             }
@@ -107,7 +108,7 @@ impl DynTool for McpTool {
                 client.call_tool_with(&self.tool, arguments, options).await
             };
             tokio::select! {
-                r = collect_images(ctx.report.images.clone(), call) => {
+                r = call => {
                     r.map(Value::String).map_err(|e| ToolError::new(e.to_string()))
                 }
                 // Dropping the call sends the server `notifications/cancelled`.
