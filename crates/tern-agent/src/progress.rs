@@ -137,8 +137,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_report_a_second_goes_out_and_the_last_held_at_the_end() {
+    /// A call's progress whose events' values are recorded.
+    fn recorded() -> (Arc<Progress>, Arc<Mutex<Vec<f64>>>) {
         let seen: Arc<Mutex<Vec<f64>>> = Arc::default();
         let events: EventSink = {
             let seen = Arc::clone(&seen);
@@ -157,6 +157,12 @@ mod tests {
             "c",
             "tool",
         );
+        (progress, seen)
+    }
+
+    #[test]
+    fn one_report_a_second_goes_out_and_the_last_held_at_the_end() {
+        let (progress, seen) = recorded();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         progress.report_at(p(1.0), at(0));
@@ -172,24 +178,7 @@ mod tests {
 
     #[test]
     fn reports_within_a_second_are_held_and_the_last_goes_out_at_the_end() {
-        let seen: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let events: EventSink = {
-            let seen = Arc::clone(&seen);
-            Arc::new(move |e| {
-                if let AgentEvent::ToolProgress { progress, .. } = e {
-                    seen.lock().unwrap().push(progress);
-                }
-            })
-        };
-        let progress = Progress::new(
-            Some(events),
-            Arc::new(HookBus::new()),
-            "s",
-            "cli",
-            "t",
-            "c",
-            "tool",
-        );
+        let (progress, seen) = recorded();
         let sink = progress.sink();
         // The first goes out at once; the rest within its second are held (or, on a machine
         // slow enough, go out too): either way the last is shown, and once.
