@@ -294,14 +294,13 @@ impl GatewayBuilder {
                 waits.remote.is_none().then(|| inbox.clone()),
             );
             // Recorded for the chat channels, which post a chat session's questions. Those an
-            // earlier process waited for died with its tool calls: their posts are closed.
-            match store.mcp_elicitations_abandon().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(
+            // earlier process waited for died with its tool calls: withdrawn.
+            let n = elicitor.withdraw_abandoned(&store).await;
+            if n > 0 {
+                tracing::info!(
                     questions = n,
-                    "MCP elicitations an earlier process waited for are no longer waited for"
-                ),
-                Err(e) => tracing::warn!(error = %e, "cannot end earlier MCP elicitations"),
+                    "MCP elicitations an earlier process asked are withdrawn: their tool calls are gone"
+                );
             }
             let elicitor = elicitor.with_store(store.clone());
             let mut options = tern_mcp::ClientOptions::default().with_elicitor(Arc::new(elicitor));

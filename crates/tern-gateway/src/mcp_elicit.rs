@@ -21,8 +21,8 @@
 //!
 //! Unlike the `inbox` tools' requests this is no durable wait: the server holds its tool call
 //! open for the answer, so the answer goes to that call and nothing resumes the session later.
-//! A gateway that restarts meanwhile has lost the call, and its request stays pending in the
-//! inbox until it expires or is dismissed.
+//! A gateway that restarts meanwhile has lost the call: at its next start it withdraws the
+//! request ([`InboxElicitor::withdraw_abandoned`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,35 @@ impl InboxElicitor {
         self
     }
 
+    /// At a start: the questions an earlier process asked died with the tool calls that
+    /// held them open, so nobody can take their answers. Forgets them and withdraws their
+    /// requests, which settles their chat posts; how many.
+    pub async fn withdraw_abandoned(&self, store: &tern_store::Store) -> usize {
+        let ids = match store.mcp_elicitations_abandon().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot end earlier MCP elicitations");
+                return 0;
+            }
+        };
+        let reason = "the gateway restarted; the tool call that asked is gone";
+        for id in &ids {
+            match self
+                .client
+                .withdraw(RequestKind::Elicitation, id, reason)
+                .await
+            {
+                Ok(()) => {}
+                // Answered, dismissed or expired meanwhile: nothing to withdraw.
+                Err(ClientError::Refused { status: 409, .. }) => {}
+                Err(e) => {
+                    tracing::warn!(request = %id, error = %e, "cannot withdraw an earlier MCP elicitation");
+                }
+            }
+        }
+        ids.len()
+    }
+
     async fn ask(&self, req: ElicitationRequest) -> Result<ElicitationAnswer, ElicitError> {
         let scope = req.call.as_ref().ok_or_else(|| {
             ElicitError::Unavailable(
@@ -153,8 +182,8 @@ impl InboxElicitor {
             tracing::warn!(request = %id, error = %e, "cannot record an MCP elicitation for the session's chat");
         }
         let answer = self.await_answer(&req, &id).await;
-        // Before the server hears the answer, so the post is settled by the time the tool
-        // call ends (which wakes the channel).
+        // No longer waited for. (A chat post of it is settled by the request's status, on
+        // the inbox's change feed, not by this.)
         if let Some(store) = &self.store
             && let Err(e) = store.mcp_elicitation_ended(&id).await
         {

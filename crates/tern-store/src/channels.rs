@@ -557,12 +557,14 @@ impl Store {
     }
 
     /// Forgets every MCP elicitation: at a start, none can still be waited for (the tool
-    /// calls that asked ended with the process that held them). How many.
-    pub async fn mcp_elicitations_abandon(&self) -> Result<u64> {
-        Ok(sqlx::query("DELETE FROM mcp_elicitations")
-            .execute(self.pool())
-            .await?
-            .rows_affected())
+    /// calls that asked ended with the process that held them). Their request ids, so the
+    /// caller withdraws the requests nobody can use the answer of.
+    pub async fn mcp_elicitations_abandon(&self) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("DELETE FROM mcp_elicitations RETURNING request_id")
+                .fetch_all(self.pool())
+                .await?,
+        )
     }
 
     /// Records a post before it is sent (so its id can be signed into the buttons); the
@@ -637,8 +639,11 @@ impl Store {
         .await?)
     }
 
-    /// The channel's open posts whose wait (or MCP elicitation) is no longer pending
-    /// (decided, expired, withdrawn): their messages are to be edited to say so.
+    /// The channel's open posts that may be settled: those whose wait is no longer pending
+    /// (decided, expired, withdrawn), and every sent post of an MCP elicitation. The latter
+    /// has no wait to go by: the channel settles it once its inbox request is no longer
+    /// pending, whether or not the gateway still holds the call that asked (its answer and
+    /// the call's end race each other).
     pub async fn channel_posts_to_settle(&self, channel: &str) -> Result<Vec<ChannelPost>> {
         Ok(sqlx::query_as(concat!(
             "SELECT ",
@@ -646,12 +651,9 @@ impl Store {
             " FROM channel_posts p \
              WHERE p.channel = ? AND p.status = 'open' AND p.message_id IS NOT NULL \
                AND NOT EXISTS (SELECT 1 FROM waits w WHERE w.id = p.wait_id AND w.status = 'pending') \
-               AND NOT EXISTS (SELECT 1 FROM mcp_elicitations m \
-                                WHERE p.wait_id = ? || m.request_id) \
              ORDER BY p.id",
         ))
         .bind(channel)
-        .bind(MCP_POST_PREFIX)
         .fetch_all(self.pool())
         .await?)
     }

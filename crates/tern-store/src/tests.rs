@@ -826,16 +826,22 @@ async fn a_chat_sessions_mcp_elicitation_is_posted_once_and_settled_when_no_long
             .unwrap()
             .is_empty()
     );
-    // Open while the gateway waits for the answer.
+    // A sent post of an MCP question is a candidate to settle while the gateway waits for
+    // the answer and after: the channel goes by the inbox request's status.
     assert!(s.mcp_elicitation_pending("r1").await.unwrap());
-    assert!(s.channel_posts_to_settle("tg").await.unwrap().is_empty());
-    s.mcp_elicitation_ended("r1").await.unwrap();
-    assert!(!s.mcp_elicitation_pending("r1").await.unwrap());
     let settle = s.channel_posts_to_settle("tg").await.unwrap();
     assert_eq!(settle.len(), 1);
     assert_eq!(settle[0].id, post.id);
-    // A start ends what an earlier process waited for.
-    assert_eq!(s.mcp_elicitations_abandon().await.unwrap(), 1);
+    s.mcp_elicitation_ended("r1").await.unwrap();
+    assert!(!s.mcp_elicitation_pending("r1").await.unwrap());
+    assert_eq!(s.channel_posts_to_settle("tg").await.unwrap().len(), 1);
+    s.channel_post_settled(post.id).await.unwrap();
+    assert!(s.channel_posts_to_settle("tg").await.unwrap().is_empty());
+    // A start ends what an earlier process waited for, and says which, to withdraw them.
+    assert_eq!(
+        s.mcp_elicitations_abandon().await.unwrap(),
+        vec!["r2".to_owned()]
+    );
     assert!(!s.mcp_elicitation_pending("r2").await.unwrap());
-    assert_eq!(s.mcp_elicitations_abandon().await.unwrap(), 0);
+    assert!(s.mcp_elicitations_abandon().await.unwrap().is_empty());
 }

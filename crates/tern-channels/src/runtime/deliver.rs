@@ -1,8 +1,9 @@
 //! The outbound task: everything the channel's sessions send to their chats.
 //!
 //! Woken by the hook subscriber (a turn started, a tool was called, a turn ended, a wait was
-//! created or resolved), every 4 s while a turn runs or a send waits to be retried, and once a
-//! minute otherwise, it:
+//! created or resolved), by the gateway's inbox when a request leaves its pending list (an
+//! MCP server's question has no wait whose end would say so), every 4 s while a turn runs or
+//! a send waits to be retried, and once a minute otherwise, it:
 //!
 //! 1. sends the assistant messages after each session's delivery cursor, split at the
 //!    platform's limit, and moves the cursor past each one sent — the answer of any turn,
@@ -40,6 +41,8 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
     // What an earlier run left unsent goes first; then whether a round left something to
     // send again.
     let mut retry = !flush(&inner).await;
+    // Subscribed once, so no decision between two rounds is missed.
+    let mut inbox_changes = inner.host.inbox().map(tern_inbox::Inbox::changes);
     loop {
         // Idle, the task sleeps until woken: a round every few seconds only while a turn
         // runs (typing…) or a send is to be retried, and a slow one otherwise, for waits
@@ -52,6 +55,7 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
         tokio::select! {
             () = inner.stop.cancelled() => return,
             () = inner.outbound.notified() => {}
+            () = request_settled(&mut inbox_changes) => {}
             s = signals.recv() => {
                 let Some(s) = s else { return };
                 match s {
@@ -101,6 +105,28 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
             }
         }
         retry = !flush(&inner).await;
+    }
+}
+
+/// Returns when a request of the inbox leaves its pending list (or changes were missed);
+/// never without an inbox to follow.
+async fn request_settled(
+    changes: &mut Option<tokio::sync::broadcast::Receiver<tern_inbox::review::Change>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(rx) = changes.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        match rx.recv().await {
+            Ok(c) if c.what == tern_inbox::review::ChangeKind::Decided => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => {
+                *changes = None;
+                return std::future::pending().await;
+            }
+        }
     }
 }
 

@@ -18,8 +18,10 @@
 //! 3. The inbox's follower sees the decision and the resumer runs the session's turn; the
 //!    delivery task edits the post to show the outcome and who decided
 //!    ([`Store::channel_posts_to_settle`]) and sends the resumed turn's answer. An MCP
-//!    question resumes nothing: the gateway's elicitor sees the decision, answers the server
-//!    and stops waiting, and then the post is settled the same way.
+//!    question resumes nothing: the gateway's elicitor sees the decision and answers the
+//!    server, and the inbox's change feed wakes the delivery task, which settles the post
+//!    the same way (as it does when the elicitor withdraws the question because the turn
+//!    was stopped).
 //!
 //! Where a platform has no buttons (Matrix), a reaction or a reply to the post stands for
 //! a tap; the sender is authenticated by the homeserver, and the same checks apply. An
@@ -498,8 +500,12 @@ pub(super) async fn settle(inner: &Inner, post: &ChannelPost) {
         }
     };
     if view.summary.status == RequestStatus::Pending {
-        // The wait ended without the request (the session was deleted): leave the post.
-        let _ = inner.store.channel_post_settled(post.id).await;
+        // An MCP question stays open until its request is answered, dismissed, withdrawn
+        // or expired: the inbox's change feed wakes the channel then.
+        if !is_mcp(post) {
+            // The wait ended without the request (the session was deleted): leave the post.
+            let _ = inner.store.channel_post_settled(post.id).await;
+        }
         return;
     }
     let wait = inner.store.wait(&post.wait_id).await.ok().flatten();

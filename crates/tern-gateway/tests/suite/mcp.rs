@@ -127,3 +127,53 @@ async fn a_turn_calls_an_mcp_tool_and_a_failed_server_is_reported() {
     })
     .await;
 }
+
+/// An MCP server's question asked in the inbox by a gateway that was then killed: its tool
+/// call is gone, so the next start withdraws the request (the answer could reach no one) and
+/// forgets it; one answered before the restart stays answered.
+#[tokio::test]
+async fn a_question_a_killed_gateway_asked_is_withdrawn_at_the_next_start() {
+    use tern_inbox::review::RequestStatus;
+    use tern_waits::client::{EmbeddedInbox, InboxClient, RequestKind};
+
+    let fake = FakeModel::start().await.unwrap();
+    let home = home_for(&fake, "");
+    let handle = common::builder(&home).start().await.unwrap().handle;
+    // What a gateway killed while its elicitor waited leaves behind: pending inbox requests
+    // recorded as waited for (made here as the elicitor makes them).
+    let gw = handle.gateway();
+    let client = EmbeddedInbox::new(gw.inbox.clone());
+    let task = client.session_task("s1", "default").await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let body = json!({
+            "projectName": task.project_name,
+            "taskId": task.task_id,
+            "summary": format!("MCP server `ask` asks: question {n}"),
+            "fields": [{"type": "Switch", "id": "ok", "label": "Go ahead", "required": true}],
+        });
+        let id = client
+            .create_request(RequestKind::Elicitation, body, &format!("q{n}"))
+            .await
+            .unwrap();
+        gw.store.mcp_elicitation_asked(&id, "s1").await.unwrap();
+        ids.push(id);
+    }
+    // The second was answered just before the end.
+    gw.inbox
+        .answer_elicitation(&ids[1], json!({"ok": true}).as_object().unwrap(), "ann")
+        .await
+        .unwrap();
+    handle.shutdown().await.unwrap();
+
+    let handle = common::builder(&home).start().await.unwrap().handle;
+    let gw = handle.gateway();
+    let first = gw.inbox.request_view(&ids[0]).await.unwrap();
+    assert_eq!(first.summary.status, RequestStatus::Withdrawn, "{first:?}");
+    let second = gw.inbox.request_view(&ids[1]).await.unwrap();
+    assert_eq!(second.summary.status, RequestStatus::Decided, "{second:?}");
+    for id in &ids {
+        assert!(!gw.store.mcp_elicitation_pending(id).await.unwrap());
+    }
+    handle.shutdown().await.unwrap();
+}
