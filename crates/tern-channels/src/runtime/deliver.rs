@@ -109,7 +109,8 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
 }
 
 /// Returns when a request of the inbox leaves its pending list (or changes were missed);
-/// never without an inbox to follow.
+/// never without an inbox to follow. The changes already queued are taken with it, so a
+/// burst of decisions makes one round, not one each.
 async fn request_settled(
     changes: &mut Option<tokio::sync::broadcast::Receiver<tern_inbox::review::Change>>,
 ) {
@@ -119,15 +120,16 @@ async fn request_settled(
     };
     loop {
         match rx.recv().await {
-            Ok(c) if c.what == tern_inbox::review::ChangeKind::Decided => return,
+            Ok(c) if c.what == tern_inbox::review::ChangeKind::Decided => break,
             Ok(_) => {}
-            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Lagged(_)) => break,
             Err(RecvError::Closed) => {
                 *changes = None;
                 return std::future::pending().await;
             }
         }
     }
+    while rx.try_recv().is_ok() {}
 }
 
 /// One round: answers, new requests, settled requests. Whether every answer and file went
