@@ -449,6 +449,10 @@ impl Scheduler {
             };
             // Before the clean-up below counts who else holds the job's lock.
             drop(lock);
+            // No longer in flight before its end is recorded: a pass that reads the end (and
+            // plans the next occurrence) must not count it as still going, nor must one
+            // during its webhook delivery.
+            me.runs().remove(&occurrence.id);
             if let RunEnd::Finished { outcome, output, .. } = &end {
                 match me
                     .store
@@ -467,7 +471,6 @@ impl Scheduler {
                     }
                 }
             }
-            me.runs().remove(&occurrence.id);
             {
                 let mut locks = me.job_locks.lock().unwrap_or_else(|e| e.into_inner());
                 if locks
