@@ -483,6 +483,21 @@ impl Agent {
                 session.title.is_none(),
             )
             .await;
+        // The status goes back to idle — or waiting, when the agent asked a human and the
+        // answer is still to come — whatever happened; a failure here must not hide the
+        // turn's own result. Before the turn is announced finished (its
+        // events, the hooks), so whoever hears of its end finds the session no longer running.
+        let after = match self.store.has_open_waits(&session.id).await {
+            Ok(true) => SessionStatus::Waiting,
+            _ => SessionStatus::Idle,
+        };
+        if let Err(e) = self
+            .store
+            .set_status_from(&session.id, SessionStatus::Running, after)
+            .await
+        {
+            tracing::error!(session = %session.id, error = %e, "could not mark the session idle");
+        }
         if let Some(sink) = &req.events {
             sink(AgentEvent::TurnFinished {
                 turn_id: turn_id.clone(),
@@ -527,20 +542,6 @@ impl Agent {
                 Err(e) => Some(e.to_string()),
             },
         }));
-        // The status goes back to idle — or waiting, when the agent asked a human and the
-        // answer is still to come — whatever happened; a failure here must not hide the
-        // turn's own result.
-        let after = match self.store.has_open_waits(&session.id).await {
-            Ok(true) => SessionStatus::Waiting,
-            _ => SessionStatus::Idle,
-        };
-        if let Err(e) = self
-            .store
-            .set_status_from(&session.id, SessionStatus::Running, after)
-            .await
-        {
-            tracing::error!(session = %session.id, error = %e, "could not mark the session idle");
-        }
         result
     }
 
