@@ -453,6 +453,15 @@ impl Scheduler {
             // plans the next occurrence) must not count it as still going, nor must one
             // during its webhook delivery.
             me.runs().remove(&occurrence.id);
+            {
+                let mut locks = me.job_locks.lock().unwrap_or_else(|e| e.into_inner());
+                if locks
+                    .get(&job.id)
+                    .is_some_and(|l| Arc::strong_count(l) == 1)
+                {
+                    locks.remove(&job.id);
+                }
+            }
             if let RunEnd::Finished { outcome, output, .. } = &end {
                 match me
                     .store
@@ -469,15 +478,6 @@ impl Scheduler {
                     Err(e) => {
                         tracing::error!(job = %job.id, occurrence = occurrence.id, error = %e, "cannot record a scheduled run's end");
                     }
-                }
-            }
-            {
-                let mut locks = me.job_locks.lock().unwrap_or_else(|e| e.into_inner());
-                if locks
-                    .get(&job.id)
-                    .is_some_and(|l| Arc::strong_count(l) == 1)
-                {
-                    locks.remove(&job.id);
                 }
             }
             // An overlap plan may have been waiting for this run to end.
