@@ -517,8 +517,9 @@ async fn bodies_over_the_limit_get_413() {
 async fn over_the_turn_cap_gets_429_with_retry_after() {
     let g = start_with(1, 1 << 20).await;
     let (a, b) = (g.new_session().await, g.new_session().await);
-    g.fake
-        .push(Reply::text("slow").delay(Duration::from_millis(800)));
+    // Held until the second request has been refused, however slow the machine.
+    let gate = tern_fake_model::Gate::new();
+    g.fake.push(Reply::text("slow").held(&gate));
     let first = g
         .req(reqwest::Method::POST, &format!("/api/sessions/{a}/chat"))
         .json(&json!({"message": "1"}))
@@ -538,6 +539,7 @@ async fn over_the_turn_cap_gets_429_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "too_many_turns");
+    gate.open();
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
 }
 
@@ -986,8 +988,9 @@ async fn an_ended_session_takes_no_more_turns_and_reset_admits_none_meanwhile() 
 async fn refused_openai_requests_leave_no_sessions_behind() {
     let g = start_with(1, 1 << 20).await;
     let id = g.new_session().await;
-    g.fake
-        .push(Reply::text("slow").delay(Duration::from_millis(800)));
+    // Held until the others have been refused, however slow the machine.
+    let gate = tern_fake_model::Gate::new();
+    g.fake.push(Reply::text("slow").held(&gate));
     let first = tokio::spawn(
         g.req(reqwest::Method::POST, &format!("/api/sessions/{id}/chat"))
             .json(&json!({"message": "1"}))
@@ -1006,6 +1009,7 @@ async fn refused_openai_requests_leave_no_sessions_behind() {
             .await;
         assert_eq!(s, 429);
     }
+    gate.open();
     first.await.unwrap().unwrap();
     let (_, v) = g.get("/api/sessions").await;
     assert_eq!(v["data"].as_array().unwrap().len(), 1);
