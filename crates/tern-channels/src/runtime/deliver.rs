@@ -40,13 +40,16 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
     let mut active: HashMap<String, Option<String>> = HashMap::new();
     // What an earlier run left unsent goes first; then whether a round left something to
     // send again.
-    let mut retry = !flush(&inner).await;
-    // Subscribed once, so no decision between two rounds is missed.
+    // Subscribed once, before the first round, so no decision from then on is missed.
     let mut inbox_changes = inner.host.inbox().map(tern_inbox::Inbox::changes);
+    let mut retry = !flush(&inner).await;
+    let mut last_round = tokio::time::Instant::now();
     loop {
         // Idle, the task sleeps until woken: a round every few seconds only while a turn
         // runs (typing…) or a send is to be retried, and a slow one otherwise, for waits
-        // opened without a hook event (a gateway restarted under them).
+        // opened without a hook event (a gateway restarted under them). Counted from the
+        // last round, so signals that make none (a turn started, progress) cannot put the
+        // next one off.
         let period = if active.is_empty() && !retry {
             IDLE_TICK
         } else {
@@ -94,9 +97,10 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
                     Signal::TurnEnded(session) => {
                         active.remove(&session);
                     }
+                    Signal::RoutesChanged => inner.load_routes().await,
                 }
             }
-            () = tokio::time::sleep(period) => {
+            () = tokio::time::sleep_until(last_round + period) => {
                 for session in active.keys() {
                     if let Some(chat) = inner.route(session) {
                         let _ = inner.platform.typing(&chat).await;
@@ -105,6 +109,7 @@ pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<
             }
         }
         retry = !flush(&inner).await;
+        last_round = tokio::time::Instant::now();
     }
 }
 

@@ -102,6 +102,9 @@ enum Signal {
         total: Option<f64>,
     },
     TurnEnded(String),
+    /// A scheduled run started: its session may have just been attached to a chat of this
+    /// channel (`deliver = "CHANNEL:CHAT"`), which the routes loaded at start do not know.
+    RoutesChanged,
 }
 
 /// What the tasks of one channel share.
@@ -148,6 +151,28 @@ impl Inner {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(session_id.to_owned(), chat.clone());
+    }
+
+    /// Reads which chat each of the channel's sessions talks to from the store: at start,
+    /// and when a scheduled run's session may have been attached to a chat since.
+    pub(crate) async fn load_routes(&self) {
+        match self.store.channel_routes(&self.settings.name).await {
+            Ok(routes) => {
+                let mut map = self.routes.write().unwrap_or_else(|e| e.into_inner());
+                for r in routes {
+                    map.insert(
+                        r.session_id,
+                        ChatRef {
+                            chat_id: r.chat_id,
+                            thread_id: (!r.thread_id.is_empty()).then_some(r.thread_id),
+                        },
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(channel = %self.settings.name, error = %e, "cannot read the channel's sessions")
+            }
+        }
     }
 
     pub(crate) fn wake_outbound(&self) {
@@ -235,23 +260,7 @@ impl Channel {
     /// Starts the poll, dispatch and delivery tasks; they end when `stop` is cancelled.
     pub async fn start(self, stop: &CancellationToken) -> RunningChannel {
         let inner = self.inner;
-        match inner.store.channel_routes(&inner.settings.name).await {
-            Ok(routes) => {
-                let mut map = inner.routes.write().unwrap_or_else(|e| e.into_inner());
-                for r in routes {
-                    map.insert(
-                        r.session_id,
-                        ChatRef {
-                            chat_id: r.chat_id,
-                            thread_id: (!r.thread_id.is_empty()).then_some(r.thread_id),
-                        },
-                    );
-                }
-            }
-            Err(e) => {
-                tracing::warn!(channel = %inner.settings.name, error = %e, "cannot read the channel's sessions")
-            }
-        }
+        inner.load_routes().await;
         let child = inner.stop.clone();
         let parent = stop.clone();
         let mut loops = tokio::task::JoinSet::new();
@@ -305,10 +314,18 @@ impl Subscriber for ChannelHooks {
             return;
         };
         // A scheduled run's session may have been attached to a chat after this channel
-        // loaded its routes: its answer is in the store, so one round sends it.
-        if let HookEvent::CronRunFinished(_) = &env.event {
-            inner.wake_outbound();
-            return;
+        // loaded its routes: they are read again, so its turn's waits and progress reach the
+        // chat too; its answer is in the store, so one round at its end sends it.
+        match &env.event {
+            HookEvent::CronRunStarted(_) => {
+                let _ = inner.signals.send(Signal::RoutesChanged);
+                return;
+            }
+            HookEvent::CronRunFinished(_) => {
+                inner.wake_outbound();
+                return;
+            }
+            _ => {}
         }
         let session = env.event.session_id();
         if inner.route(session).is_none() {

@@ -414,3 +414,60 @@ async fn a_run_past_its_timeout_is_interrupted_and_recorded_timed_out() {
     gate.open();
     handle.shutdown().await.unwrap();
 }
+
+/// A run delivering to a chat whose agent asks a human: the channel learns of the run's
+/// session when the run starts (it was attached to the chat after the channel loaded its
+/// routes), so the request is posted there with buttons, and a tap resumes the session,
+/// whose answer reaches the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_delivering_to_a_chat_posts_its_request_there_and_a_tap_resumes_it() {
+    let tg = FakeTelegram::start().await;
+    let model = FakeModel::start().await.unwrap();
+    model.set_responder(|body| {
+        let (role, text) = last_user_text(body);
+        match role.as_str() {
+            "user" if text.starts_with(DECISION_TAG) => Reply::text("Rotated the keys."),
+            "user" => Reply::tool_call(
+                "c1",
+                "request_approval",
+                serde_json::json!({"summary": "Rotate the API keys?"}).to_string(),
+            ),
+            _ => Reply::text("I asked for approval."),
+        }
+    });
+    let home = home_for(
+        &model,
+        &format!(
+            "[[channels.telegram]]\nname = \"tg\"\ntoken = \"{}\"\napi_url = \"{}\"\n\
+             allowed_users = [{OWNER}]\nreviewers = {{ {OWNER} = \"ann\" }}\n\
+             progress = \"off\"\npoll_timeout = \"2s\"\n",
+            tg.token(),
+            tg.api_url()
+        ),
+    );
+    common::add_reviewer(&home, "ann").await;
+    let (clock, handle) = boot(&home).await;
+    let gw = handle.gateway();
+    let (cron, store) = (gw.cron(), gw.agent.store());
+    let fields = JobFields {
+        schedule: Some("10m".into()),
+        prompt: Some("rotate the keys if allowed".into()),
+        deliver: Some(format!("tg:{OWNER}")),
+        ..Default::default()
+    };
+    jobs::create(store, &fields, &cli(), clock.now(), &cron.tz)
+        .await
+        .unwrap();
+    cron.scheduler.wake();
+    clock.advance(SignedDuration::from_mins(10));
+    cron.scheduler.settled().await;
+    let post = tg
+        .wait_sent(|m| m.chat_id == OWNER && m.shown().contains("Rotate the API keys?"))
+        .await;
+    let data = post.button_data();
+    assert!(!data.is_empty(), "the request has buttons: {post:?}");
+    tg.user_taps(OWNER, OWNER, post.message_id, &data[0]);
+    tg.wait_sent(|m| m.chat_id == OWNER && m.shown().contains("Rotated the keys."))
+        .await;
+    handle.shutdown().await.unwrap();
+}
