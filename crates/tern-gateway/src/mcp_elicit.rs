@@ -98,10 +98,11 @@ impl InboxElicitor {
     }
 
     /// At a start: the questions an earlier process asked died with the tool calls that
-    /// held them open, so nobody can take their answers. Forgets them and withdraws their
-    /// requests, which settles their chat posts; how many.
+    /// held them open, so nobody can take their answers. Withdraws their requests (which
+    /// settles their chat posts), then forgets each, so a crash meanwhile leaves the rest
+    /// for the next start; how many.
     pub async fn withdraw_abandoned(&self, store: &tern_store::Store) -> usize {
-        let ids = match store.mcp_elicitations_abandon().await {
+        let ids = match store.mcp_elicitations_left().await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot end earlier MCP elicitations");
@@ -118,9 +119,13 @@ impl InboxElicitor {
                 Ok(()) => {}
                 // Answered, dismissed or expired meanwhile: nothing to withdraw.
                 Err(ClientError::Refused { status: 409, .. }) => {}
+                // Forgotten all the same: left, it would be posted to a chat as waited for.
                 Err(e) => {
                     tracing::warn!(request = %id, error = %e, "cannot withdraw an earlier MCP elicitation");
                 }
+            }
+            if let Err(e) = store.mcp_elicitation_ended(id).await {
+                tracing::warn!(request = %id, error = %e, "cannot end an earlier MCP elicitation");
             }
         }
         ids.len()

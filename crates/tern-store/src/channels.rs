@@ -556,12 +556,12 @@ impl Store {
         .await?)
     }
 
-    /// Forgets every MCP elicitation: at a start, none can still be waited for (the tool
-    /// calls that asked ended with the process that held them). Their request ids, so the
-    /// caller withdraws the requests nobody can use the answer of.
-    pub async fn mcp_elicitations_abandon(&self) -> Result<Vec<String>> {
+    /// Every MCP elicitation recorded as waited for, oldest first. At a start none can still
+    /// be (the tool calls that asked ended with the process that held them): the caller
+    /// withdraws each request, then ends its record.
+    pub async fn mcp_elicitations_left(&self) -> Result<Vec<String>> {
         Ok(
-            sqlx::query_scalar("DELETE FROM mcp_elicitations RETURNING request_id")
+            sqlx::query_scalar("SELECT request_id FROM mcp_elicitations ORDER BY created_at")
                 .fetch_all(self.pool())
                 .await?,
         )

@@ -837,11 +837,12 @@ async fn a_chat_sessions_mcp_elicitation_is_posted_once_and_settled_when_no_long
     assert_eq!(s.channel_posts_to_settle("tg").await.unwrap().len(), 1);
     s.channel_post_settled(post.id).await.unwrap();
     assert!(s.channel_posts_to_settle("tg").await.unwrap().is_empty());
-    // A start ends what an earlier process waited for, and says which, to withdraw them.
+    // What an earlier process waited for, for a start to withdraw and end.
     assert_eq!(
-        s.mcp_elicitations_abandon().await.unwrap(),
+        s.mcp_elicitations_left().await.unwrap(),
         vec!["r2".to_owned()]
     );
+    s.mcp_elicitation_ended("r2").await.unwrap();
     assert!(!s.mcp_elicitation_pending("r2").await.unwrap());
-    assert!(s.mcp_elicitations_abandon().await.unwrap().is_empty());
+    assert!(s.mcp_elicitations_left().await.unwrap().is_empty());
 }

@@ -38,10 +38,10 @@ const PREVIEW_CHARS: usize = 80;
 pub(super) async fn run(inner: Arc<Inner>, mut signals: mpsc::UnboundedReceiver<Signal>) {
     // Sessions with a running turn → the last tool announced in it.
     let mut active: HashMap<String, Option<String>> = HashMap::new();
-    // What an earlier run left unsent goes first; then whether a round left something to
-    // send again.
     // Subscribed once, before the first round, so no decision from then on is missed.
     let mut inbox_changes = inner.host.inbox().map(tern_inbox::Inbox::changes);
+    // What an earlier run left unsent goes first; then whether a round left something to
+    // send again.
     let mut retry = !flush(&inner).await;
     let mut last_round = tokio::time::Instant::now();
     loop {
