@@ -205,21 +205,24 @@ fn last_user_text(body: &serde_json::Value) -> (String, String) {
     )
 }
 
+/// The model of a run that asks for approval, and answers once the decision is in.
+fn asks_approval(body: &serde_json::Value) -> Reply {
+    let (role, text) = last_user_text(body);
+    match role.as_str() {
+        "user" if text.starts_with(DECISION_TAG) => Reply::text("Rotated the keys."),
+        "user" => Reply::tool_call(
+            "c1",
+            "request_approval",
+            serde_json::json!({"summary": "Rotate the API keys?"}).to_string(),
+        ),
+        _ => Reply::text("I asked for approval."),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_asks_a_human_waits_durably_and_its_session_resumes_on_the_decision() {
     let model = FakeModel::start().await.unwrap();
-    model.set_responder(|body| {
-        let (role, text) = last_user_text(body);
-        match role.as_str() {
-            "user" if text.starts_with(DECISION_TAG) => Reply::text("Rotated the keys."),
-            "user" => Reply::tool_call(
-                "c1",
-                "request_approval",
-                serde_json::json!({"summary": "Rotate the API keys?"}).to_string(),
-            ),
-            _ => Reply::text("I asked for approval."),
-        }
-    });
+    model.set_responder(asks_approval);
     let home = home_for(&model, "");
     common::add_reviewer(&home, "ann").await;
     let (clock, handle) = boot(&home).await;
@@ -423,18 +426,7 @@ async fn a_run_past_its_timeout_is_interrupted_and_recorded_timed_out() {
 async fn a_run_delivering_to_a_chat_posts_its_request_there_and_a_tap_resumes_it() {
     let tg = FakeTelegram::start().await;
     let model = FakeModel::start().await.unwrap();
-    model.set_responder(|body| {
-        let (role, text) = last_user_text(body);
-        match role.as_str() {
-            "user" if text.starts_with(DECISION_TAG) => Reply::text("Rotated the keys."),
-            "user" => Reply::tool_call(
-                "c1",
-                "request_approval",
-                serde_json::json!({"summary": "Rotate the API keys?"}).to_string(),
-            ),
-            _ => Reply::text("I asked for approval."),
-        }
-    });
+    model.set_responder(asks_approval);
     let home = home_for(
         &model,
         &format!(
